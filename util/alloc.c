@@ -1,0 +1,51 @@
+/*
+ * util/alloc.c - malloc wrappers with overflow checks and a fail-after-N test hook.
+ */
+#include "util/alloc.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_long g_fail_after = -1;
+static atomic_ulong g_count;
+
+static int should_fail(void) {
+    atomic_fetch_add(&g_count, 1);
+    long left = atomic_load(&g_fail_after);
+    if (left < 0) return 0;
+    if (left == 0) return 1;
+    atomic_fetch_sub(&g_fail_after, 1);
+    return 0;
+}
+
+void pl_alloc_fail_after(long n) { atomic_store(&g_fail_after, n); }
+unsigned long pl_alloc_count(void) { return atomic_load(&g_count); }
+
+void *pl_malloc(size_t n_bytes) {
+    if (should_fail()) return NULL;
+    return malloc(n_bytes ? n_bytes : 1);
+}
+
+void *pl_calloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    if (should_fail()) return NULL;
+    return calloc(n ? n : 1, size ? size : 1);
+}
+
+void *pl_reallocarray(void *p, size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    if (should_fail()) return NULL;
+    size_t bytes = n * size;
+    return realloc(p, bytes ? bytes : 1);
+}
+
+void pl_free(void *p) { free(p); }
+
+char *pl_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = pl_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}

@@ -1,0 +1,25 @@
+/*
+ * util/alloc.h - the library's heap allocation, with a fault-injection hook for tests.
+ *
+ * All library code allocates through these, so a test can make the Nth allocation fail and
+ * check that every caller returns PL_ERR_OUT_OF_MEMORY and leaves its state usable.
+ * pl_calloc and pl_reallocarray check n * size for overflow.
+ */
+#ifndef PL_UTIL_ALLOC_H
+#define PL_UTIL_ALLOC_H
+
+#include <stddef.h>
+
+void *pl_malloc(size_t n_bytes);
+void *pl_calloc(size_t n, size_t size);
+void *pl_reallocarray(void *p, size_t n, size_t size);
+void pl_free(void *p);
+char *pl_strdup(const char *s);
+
+/* Test hook: after `n` more successful allocations, every allocation fails until reset with
+ * a negative n (the default: never fail). Process-wide; for single-threaded tests. */
+void pl_alloc_fail_after(long n);
+/* Allocations made through this module since process start (for the fault sweep). */
+unsigned long pl_alloc_count(void);
+
+#endif

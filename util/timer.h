@@ -1,0 +1,12 @@
+/*
+ * util/timer.h - a monotonic clock.
+ */
+#ifndef PL_UTIL_TIMER_H
+#define PL_UTIL_TIMER_H
+
+#include <stdint.h>
+
+/* Nanoseconds from CLOCK_MONOTONIC: only differences mean anything. */
+uint64_t pl_now_ns(void);
+
+#endif

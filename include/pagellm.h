@@ -84,6 +84,19 @@ PL_API const char *pl_status_string(pl_status s);
  * "" when none. Thread-owned, valid until this thread's next pagellm call. */
 PL_API const char *pl_last_error(void);
 
+/* Why a request finished. */
+typedef enum pl_finish_reason {
+    PL_FINISH_NONE = 0,       /* not finished */
+    PL_FINISH_STOP = 1,       /* EOS, a stop token id or a stop string */
+    PL_FINISH_LENGTH = 2,     /* max_tokens generated, or max_model_len reached */
+    PL_FINISH_ABORT = 3,      /* pl_engine_abort */
+    PL_FINISH_OVERLOADED = 4, /* dropped from a full waiting queue (DROP_OLDEST policy) */
+    PL_FINISH_ERROR = 5,      /* the backend failed while it ran */
+} pl_finish_reason;
+
+/* "stop", "length", "abort", "overloaded", "error", "none". Static storage. */
+PL_API const char *pl_finish_reason_name(pl_finish_reason r);
+
 /* ------------------------------------------------------------------------------------------
  * Engine configuration
  * ---------------------------------------------------------------------------------------- */

@@ -74,3 +74,15 @@ pl_status pl_fail_prefix(pl_status code, const char *fmt, ...) {
     tl_error[n + 2 + m] = '\0';
     return code;
 }
+
+const char *pl_finish_reason_name(pl_finish_reason r) {
+    switch (r) {
+    case PL_FINISH_NONE: return "none";
+    case PL_FINISH_STOP: return "stop";
+    case PL_FINISH_LENGTH: return "length";
+    case PL_FINISH_ABORT: return "abort";
+    case PL_FINISH_OVERLOADED: return "overloaded";
+    case PL_FINISH_ERROR: return "error";
+    }
+    return "none";
+}

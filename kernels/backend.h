@@ -31,6 +31,10 @@
 
 #include "util/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pl_backend pl_backend;
 
 typedef enum pl_rope_layout {
@@ -166,4 +170,7 @@ static inline void pl_backend_destroy(pl_backend *be) {
     if (be) be->ops->destroy(be);
 }
 
+#ifdef __cplusplus
+}
+#endif
 #endif

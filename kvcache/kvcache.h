@@ -29,6 +29,10 @@
 
 #include "util/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pl_kv_pool pl_kv_pool;
 
 /* One sequence's block table. Caller-provided storage: pl_kv_table_init / pl_kv_free. */
@@ -133,4 +137,7 @@ void pl_kv_reset_prefix_cache(pl_kv_pool *pool);
  * it. PL_OK, or PL_ERR_INVALID_ARGUMENT with a message naming the first broken invariant. */
 pl_status pl_kv_check(const pl_kv_pool *pool, const pl_kv_table *const *tables, int n_tables);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -18,6 +18,10 @@
 
 #include "util/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pl_rope_scaling_kind {
     PL_ROPE_SCALING_NONE = 0,
     PL_ROPE_SCALING_LINEAR = 1, /* positions divided by factor */
@@ -104,4 +108,7 @@ size_t pl_model_weight_bytes(const pl_model *m);
 /* Parameters in matrix products per token (2x this = matmul FLOPs per token). */
 size_t pl_model_matmul_params(const pl_model *m);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -13,6 +13,10 @@
 
 #include "util/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pl_tokenizer pl_tokenizer;
 
 /* Loads a SentencePiece .model. PL_ERR_IO (cannot read), PL_ERR_FORMAT (not a valid model,
@@ -68,4 +72,7 @@ pl_status pl_detok_push(pl_detok *d, int32_t id, const char **out_new, size_t *o
  * replaced by U+FFFD); detok-owned, valid until the next push or deinit. */
 const char *pl_detok_text(pl_detok *d, size_t *out_len);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void *pl_malloc(size_t n_bytes);
 void *pl_calloc(size_t n, size_t size);
 void *pl_reallocarray(void *p, size_t n, size_t size);
@@ -22,4 +26,7 @@ void pl_alloc_fail_after(long n);
 /* Allocations made through this module since process start (for the fault sweep). */
 unsigned long pl_alloc_count(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -13,6 +13,10 @@
 
 #include "pagellm.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Bytes per element; 0 for PL_DTYPE_AUTO. */
 static inline size_t pl_dtype_size(pl_dtype t) {
     return t == PL_DTYPE_F32 ? 4 : (t == PL_DTYPE_F16 || t == PL_DTYPE_BF16) ? 2 : 0;
@@ -94,4 +98,7 @@ static inline float pl_load_f32(const void *p, pl_dtype t, size_t i) {
     }
 }
 
+#ifdef __cplusplus
+}
+#endif
 #endif

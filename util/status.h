@@ -9,6 +9,10 @@
 
 #include "pagellm.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__GNUC__)
 #define PL_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -32,4 +36,7 @@ void pl_clear_error(void);
         if (pl_try_s_ != PL_OK) return pl_try_s_;                                             \
     } while (0)
 
+#ifdef __cplusplus
+}
+#endif
 #endif

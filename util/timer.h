@@ -6,7 +6,14 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Nanoseconds from CLOCK_MONOTONIC: only differences mean anything. */
 uint64_t pl_now_ns(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

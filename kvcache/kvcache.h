@@ -12,9 +12,14 @@
  *   can still be hit); one without a hash goes to the head (reused first). So cached blocks are
  *   evicted least-recently-freed first, and their hash is dropped when they are reused.
  * - Prefix caching: a *full* block whose KV has been computed may be registered under
- *   hash(parent block's hash, its block_size token ids) (xxHash64). A lookup walks a token
- *   sequence block by block and returns the longest chain of registered blocks, comparing the
- *   stored token ids on every hit, so a hash collision never shares KV.
+ *   hash(parent block's hash, its block_size token ids) (xxHash3-64 seeded with the parent
+ *   hash). A lookup walks a token sequence block by block and returns the longest chain of
+ *   registered blocks. Every hit is verified, so a hash collision never shares KV: the block's
+ *   stored token ids must equal the queried ones, and the block must have been registered as
+ *   the child of the registration hit one level up (each registration gets a serial number,
+ *   and a block records its parent's). Token equality alone would not do: a block's KV depends
+ *   on the whole prefix, and two different prefixes whose hashes collide could have children
+ *   with equal tokens.
  * - Copy-on-write: after pl_kv_fork a child shares its parent's blocks. Allocating slots in a
  *   shared, partially filled last block first moves the table onto a fresh copy; the caller
  *   gets the (src, dst) pairs the backend must copy before the step writes.
@@ -41,8 +46,11 @@ typedef struct pl_kv_table {
     int n_blocks;
     int cap;            /* capacity of block_ids */
     int n_tokens;       /* token slots allocated (positions 0 .. n_tokens-1 have a slot) */
-    int n_cached;       /* leading full blocks registered in (or taken from) the prefix cache */
+    int n_cached;       /* leading full blocks whose content is in the prefix cache: taken from
+                           it, registered by this table, or duplicates of a registered block */
     uint64_t last_hash; /* hash of block n_cached-1 (the parent of the next one); 0 if none */
+    uint64_t last_reg;  /* serial of the registration block n_cached-1 matched (the parent the
+                           next registration links to); 0 if none */
 } pl_kv_table;
 
 /* A block copy the backend must do (copy-on-write): all layers, K and V, src -> dst. */
@@ -88,10 +96,14 @@ void pl_kv_table_init(pl_kv_table *t); /* an empty table; owns nothing yet */
 int pl_kv_blocks_needed(const pl_kv_pool *pool, const pl_kv_table *t, int n_new);
 
 /* Gives slots to the next n_new tokens of t (positions n_tokens .. n_tokens+n_new-1).
- * All-or-nothing. Copy-on-write pairs are written to out_copies (room for at least 1) and
- * counted in *out_n_copies (may be NULL when the caller knows t is not shared).
+ * All-or-nothing. Copy-on-write pairs are written to out_copies (room for at least 1; there
+ * is never more than one per call) and counted in *out_n_copies; both may be NULL when the
+ * caller knows t is not shared (if a copy is then needed: PL_ERR_INVALID_ARGUMENT).
+ * n_new = 0 changes nothing and succeeds. *out_blocks_needed (if not NULL) always gets
+ * pl_kv_blocks_needed(pool, t, n_new).
  * Errors: PL_ERR_OUT_OF_MEMORY when the free queue has too few blocks (the message and
- * *out_blocks_needed, if not NULL, give how many were needed), or the table cannot grow. */
+ * *out_blocks_needed give how many were needed), or the table cannot grow;
+ * PL_ERR_INVALID_ARGUMENT for n_new < 0 or n_tokens + n_new overflowing int. */
 pl_status pl_kv_allocate(pl_kv_pool *pool, pl_kv_table *t, int n_new, pl_kv_copy *out_copies,
                          int *out_n_copies, int *out_blocks_needed);
 
@@ -99,8 +111,9 @@ pl_status pl_kv_allocate(pl_kv_pool *pool, pl_kv_table *t, int n_new, pl_kv_copy
  * to empty. Frees t's own storage. */
 void pl_kv_free(pl_kv_pool *pool, pl_kv_table *t);
 
-/* Makes child (empty) share all of parent's blocks (ref counts up). PL_ERR_OUT_OF_MEMORY if
- * the child's table cannot be allocated. */
+/* Makes child (empty) share all of parent's blocks (ref counts up) and copies its token and
+ * prefix-cache position. PL_ERR_OUT_OF_MEMORY if the child's table cannot be allocated,
+ * PL_ERR_INVALID_ARGUMENT if child holds blocks or is parent. */
 pl_status pl_kv_fork(pl_kv_pool *pool, const pl_kv_table *parent, pl_kv_table *child);
 
 /* Physical slot of token position pos (0 <= pos < t->n_tokens). */
@@ -108,25 +121,44 @@ static inline int64_t pl_kv_slot(const pl_kv_table *t, int block_size, int pos) 
     return (int64_t)t->block_ids[pos / block_size] * block_size + pos % block_size;
 }
 
+/* Slots of positions start .. start+n-1 into out_slots (n entries): the batch's slot mapping.
+ * PL_ERR_INVALID_ARGUMENT unless 0 <= start, 0 <= n and start + n <= t->n_tokens. */
+pl_status pl_kv_slot_mapping(const pl_kv_pool *pool, const pl_kv_table *t, int start, int n,
+                             int64_t *out_slots);
+
 /* ---- prefix cache -------------------------------------------------------------------- */
 
 /* For an empty table t: finds the longest chain of cached full blocks matching tokens[0..n),
  * takes them into t (ref counts up; free cached blocks leave the free queue) and sets
  * t->n_tokens = t->n_cached * block_size. *out_n_cached_tokens gets that count.
  * At most max_cached_tokens are taken (the caller passes n - 1 so the last prompt token is
- * always recomputed: its logits are needed). Counts the query and hits in the stats.
- * With prefix caching off, takes nothing. PL_ERR_OUT_OF_MEMORY if t cannot grow. */
+ * always recomputed: its logits are needed; a negative value counts as 0). Counts the query
+ * in the stats: n tokens queried, *out_n_cached_tokens hit. With prefix caching off, takes
+ * and counts nothing. Errors: PL_ERR_INVALID_ARGUMENT (t not empty, n < 0, tokens NULL with
+ * n > 0), PL_ERR_OUT_OF_MEMORY if t cannot grow; on error nothing changed. */
 pl_status pl_kv_take_prefix(pl_kv_pool *pool, pl_kv_table *t, const int32_t *tokens, int n,
                             int max_cached_tokens, int *out_n_cached_tokens);
 
+/* The lookup of pl_kv_take_prefix without taking anything or counting stats, for admission
+ * control: *out_n_cached_tokens gets what take_prefix would take now, *out_n_free_hits (may be
+ * NULL) how many of those blocks sit in the free queue (taking them lowers the free count as
+ * much as allocating would). Same argument rules as pl_kv_take_prefix, except t. */
+pl_status pl_kv_count_prefix(const pl_kv_pool *pool, const int32_t *tokens, int n,
+                             int max_cached_tokens, int *out_n_cached_tokens,
+                             int *out_n_free_hits);
+
 /* After a step computed KV for positions < n_computed: registers every newly full block of t
  * among those in the prefix cache, with tokens[] the sequence's token ids (at least
- * n_computed). A block whose hash is already registered by another block stays unregistered
- * (the first one wins). No-op with prefix caching off. */
+ * n_computed). A block whose content (tokens and parent) is already registered by another
+ * block stays unregistered (the first one wins) but still advances t->n_cached. Registration
+ * stops early, safely, when the parent registration t->last_reg was dropped meanwhile
+ * (evicted or reset) or when tokens[] disagree with a block's stored tokens. No-op with
+ * prefix caching off. */
 void pl_kv_register_full_blocks(pl_kv_pool *pool, pl_kv_table *t, const int32_t *tokens,
                                 int n_computed);
 
-/* Drops every hash (cached free blocks become plain free blocks). */
+/* Drops every hash (cached free blocks become plain free blocks). Tables that were
+ * registering keep their n_cached but register nothing more (their parent is gone). */
 void pl_kv_reset_prefix_cache(pl_kv_pool *pool);
 
 /* ---- checking (tests, debug builds) -------------------------------------------------- */

@@ -166,6 +166,165 @@ PL_API void pl_engine_config_default(pl_engine_config *cfg);
  * range: the message names the field, its value and the allowed range). Touches no file. */
 PL_API pl_status pl_engine_config_validate(const pl_engine_config *cfg);
 
+
+/* ------------------------------------------------------------------------------------------
+ * Sampling parameters (per request)
+ * ---------------------------------------------------------------------------------------- */
+
+#define PL_MAX_STOP_IDS 16
+#define PL_MAX_STOP_STRINGS 8
+
+typedef struct pl_sampling_params {
+    int max_tokens;           /* output tokens at most; >= 1; 100 */
+    int min_tokens;           /* EOS and stop ids are ignored before this many; 0 */
+    float temperature;        /* 0 = greedy; >= 0; 1.0 */
+    float top_p;              /* nucleus mass in (0, 1]; 0.9 */
+    int top_k;                /* 0 = off; else keep the k most likely */
+    float min_p;              /* in [0, 1]; drop tokens below min_p * p(top); 0 */
+    float repetition_penalty; /* > 0; 1 = off; divides positive logits of seen tokens */
+    float presence_penalty;   /* in [-2, 2]; 0 = off */
+    float frequency_penalty;  /* in [-2, 2]; 0 = off */
+    uint64_t seed;            /* used when has_seed: output then independent of the batch */
+    bool has_seed;
+    int32_t stop_ids[PL_MAX_STOP_IDS]; /* extra ids that end the output (included in ids) */
+    int n_stop_ids;
+    const char *stop[PL_MAX_STOP_STRINGS]; /* strings that end the output (not included in
+                                              the text); copied at submit */
+    int n_stop;
+    bool ignore_eos;          /* keep going past EOS (benchmarks); false */
+    int n;                    /* parallel samples sharing the prompt's KV; 1 */
+    int priority;             /* lower runs first; FCFS within a priority; 0 */
+} pl_sampling_params;
+
+/* Fills p with the defaults documented above. */
+PL_API void pl_sampling_params_default(pl_sampling_params *p);
+
+/* ------------------------------------------------------------------------------------------
+ * Engine
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_engine pl_engine;
+typedef uint64_t pl_request_id; /* 0 is never a valid id */
+
+/* Loads the model (and tokenizer) named by cfg and sizes the KV pool.
+ * Errors: PL_ERR_INVALID_ARGUMENT (cfg, see pl_engine_config_validate), PL_ERR_IO,
+ * PL_ERR_FORMAT, PL_ERR_NOT_FOUND (model/tokenizer), PL_ERR_UNSUPPORTED (a model feature or a
+ * backend this build lacks), PL_ERR_OUT_OF_MEMORY (the model or the KV pool does not fit: the
+ * message gives the numbers), PL_ERR_BACKEND. On failure *out is untouched and nothing needs
+ * cleaning up. The engine does not keep cfg's strings. */
+PL_API pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out);
+PL_API void pl_engine_destroy(pl_engine *e); /* NULL is a no-op; frees all requests */
+
+/* Queues a request. prompt: NUL-terminated UTF-8, tokenized with BOS as the model expects.
+ * params NULL = defaults. *out_id (may be NULL) gets its id. Everything is copied.
+ * Errors: PL_ERR_INVALID_ARGUMENT (NULL engine/prompt, empty prompt, invalid UTF-8, a bad
+ * sampling value: the message names the field; no tokenizer loaded), PL_ERR_TOO_LONG
+ * (prompt + max_tokens > max_model_len), PL_ERR_QUEUE_FULL (REJECT_NEWEST policy),
+ * PL_ERR_OUT_OF_MEMORY. A refused request leaves no trace. Thread-safe (see Threads). */
+PL_API pl_status pl_engine_submit_request(pl_engine *e, const char *prompt,
+                                          const pl_sampling_params *params,
+                                          pl_request_id *out_id);
+
+/* As pl_engine_submit_request, with token ids (used as given: no BOS is added). Ids outside
+ * the vocabulary and n_ids == 0 are PL_ERR_INVALID_ARGUMENT. */
+PL_API pl_status pl_engine_submit_tokens(pl_engine *e, const int32_t *ids, size_t n_ids,
+                                         const pl_sampling_params *params,
+                                         pl_request_id *out_id);
+
+/* Finishes a request wherever it is (waiting, running, preempted) with finish reason abort;
+ * it is reported by the next step. PL_ERR_NOT_FOUND for an unknown or already finished id.
+ * Thread-safe. */
+PL_API pl_status pl_engine_abort(pl_engine *e, pl_request_id id);
+
+/* A finished request. */
+typedef struct pl_completion {
+    pl_request_id id;
+    int index;                 /* sample index in [0, n) for n > 1 */
+    int32_t *prompt_ids;       /* (n_prompt_ids) */
+    size_t n_prompt_ids;
+    int32_t *output_ids;       /* (n_output_ids), including a final EOS/stop id */
+    size_t n_output_ids;
+    char *text;                /* output text, stop string excluded ("" without tokenizer) */
+    pl_finish_reason finish_reason;
+    size_t n_cached_prompt_ids;/* prompt tokens served from the prefix cache */
+    int n_preemptions;
+    double queue_s;            /* submit -> first scheduled */
+    double ttft_s;             /* submit -> first output token */
+    double total_s;            /* submit -> finished */
+} pl_completion;
+
+/* What one step produced: new text for streaming and the requests that finished. */
+typedef struct pl_stream_delta {
+    pl_request_id id;
+    int index;
+    int32_t token;             /* the token appended this step */
+    const char *text;          /* new complete UTF-8 text (may be ""), engine-owned */
+    size_t text_len;
+} pl_stream_delta;
+
+typedef struct pl_step_result {
+    const pl_stream_delta *deltas;   /* (n_deltas) */
+    size_t n_deltas;
+    const pl_completion *finished;   /* (n_finished) */
+    size_t n_finished;
+    int n_scheduled_seqs;            /* sequences computed this step */
+    int n_scheduled_tokens;          /* tokens computed this step */
+    int n_preempted;                 /* preemptions this step */
+} pl_step_result;
+
+/* Runs one scheduling step and forward pass. *out (may be NULL) is engine-owned, valid until
+ * the next pl_engine_step/pl_engine_run/pl_engine_destroy. With nothing to do it returns PL_OK
+ * with an empty result. Errors: PL_ERR_BACKEND (the running requests finish with reason
+ * error and are reported; the engine stays usable), PL_ERR_OUT_OF_MEMORY. */
+PL_API pl_status pl_engine_step(pl_engine *e, pl_step_result *out);
+
+/* Steps until no work is pending and returns every request finished meanwhile, in submit
+ * order (then sample index). *out_completions is caller-owned: free with
+ * pl_completions_free(*out_completions, *out_n). Errors as pl_engine_step. */
+PL_API pl_status pl_engine_run(pl_engine *e, pl_completion **out_completions, size_t *out_n);
+PL_API void pl_completions_free(pl_completion *c, size_t n); /* NULL is a no-op */
+
+/* True while any request is waiting, running or not yet reported. */
+PL_API bool pl_engine_has_pending_work(const pl_engine *e);
+
+typedef struct pl_metrics {
+    uint64_t requests_finished;
+    uint64_t prompt_tokens;        /* prompt tokens of finished requests */
+    uint64_t prompt_tokens_computed; /* prompt tokens actually computed (no cache hits) */
+    uint64_t output_tokens;
+    uint64_t steps;
+    uint64_t preemptions;
+    double elapsed_s;              /* time spent inside pl_engine_step */
+    double mean_batch_seqs;        /* sequences per step */
+    double mean_batch_tokens;      /* tokens per step */
+    double throughput_tok_s;       /* (prompt + output tokens) / elapsed_s */
+    double output_tok_s;
+    double mean_latency_s;         /* submit -> finished */
+    double ttft_mean_s, ttft_p50_s, ttft_p99_s;
+    double tpot_mean_s, tpot_p50_s, tpot_p99_s; /* time per output token after the first */
+    int n_waiting, n_running, n_preempted;       /* now */
+    int kv_blocks_total, kv_blocks_free, kv_blocks_used;
+    double kv_usage, kv_usage_peak;
+    double prefix_cache_hit_rate;  /* hit tokens / queried tokens */
+    int block_size;
+    int max_model_len;
+    int vocab_size;
+} pl_metrics;
+
+/* Snapshot of counters since create. */
+PL_API void pl_engine_metrics(const pl_engine *e, pl_metrics *out);
+
+/* How many requests of this shape the KV pool holds at once (capacity's one source of truth).
+ * PL_ERR_INVALID_ARGUMENT for zero lengths, PL_ERR_TOO_LONG beyond max_model_len. */
+PL_API pl_status pl_engine_capacity(const pl_engine *e, size_t prompt_len, size_t max_tokens,
+                                    size_t *out_requests);
+
+/* Tokenizes text as submit would (with BOS). *out_ids: caller frees with pl_free_ids.
+ * PL_ERR_INVALID_ARGUMENT without a tokenizer or for invalid text. */
+PL_API pl_status pl_engine_tokenize(const pl_engine *e, const char *text, int32_t **out_ids,
+                                    size_t *out_n);
+PL_API void pl_free_ids(int32_t *ids);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,527 @@
+/*
+ * engine/engine.c - the engine: create/destroy, the step loop and run.
+ *
+ * One step: drain the intake -> schedule -> build the batch -> run the model -> update the
+ * scheduler -> sample each sequence that reached the end of its tokens -> output processing
+ * (detokenise, stop checks, finish) -> report deltas and completions.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine_internal.h"
+#include "util/alloc.h"
+#include "util/log.h"
+#include "util/timer.h"
+
+/* ---- create / destroy ---------------------------------------------------------------- */
+
+static pl_status create_backend(const pl_engine_config *c, pl_backend **out) {
+    pl_backend_options opt = {.n_threads = c->n_threads, .device = c->cuda_device,
+                              .kv_dtype = c->kv_dtype};
+    switch (c->backend) {
+    case PL_BACKEND_REF: return pl_backend_ref_create(&opt, out);
+    case PL_BACKEND_CUDA: return pl_backend_cuda_create(&opt, out);
+    default: return pl_backend_cpu_create(&opt, out);
+    }
+}
+
+/* Blocks for the KV pool: max_num_blocks, or what memory_threshold of the backend's memory
+ * holds after weights and workspace, capped at what max_num_seqs full-length sequences use. */
+static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_blocks) {
+    const pl_engine_config *c = &e->cfg;
+    size_t block_bytes = pl_runner_kv_block_bytes(&e->model->cfg, c->block_size, e->be->kv_dtype);
+    size_t cap = (size_t)c->max_num_seqs * (size_t)e->max_blocks_per_seq + 1;
+    if (cap > (size_t)1 << 30) cap = (size_t)1 << 30;
+    if (c->max_num_blocks > 0) {
+        *out_blocks = c->max_num_blocks;
+        return PL_OK;
+    }
+    size_t free_b = 0, total_b = 0;
+    PL_TRY(e->be->ops->memory_info(e->be, &free_b, &total_b));
+    if (c->memory_limit_bytes) total_b = free_b = c->memory_limit_bytes;
+    double budget = c->memory_threshold * (double)(e->be->is_host ? total_b : free_b);
+    double weights = (double)pl_model_weight_bytes(e->model);
+    double work = (double)pl_runner_workspace_bytes(&e->model->cfg, lim);
+    double left = budget - weights - work;
+    double n = left / (double)block_bytes;
+    if (n < 1) {
+        return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                       "KV cache: %.0f MiB of memory (memory_threshold %.2f) minus %.0f MiB of "
+                       "weights and %.0f MiB of workspace leaves no room for one %zu-byte block",
+                       budget / 1048576.0, c->memory_threshold, weights / 1048576.0,
+                       work / 1048576.0, block_bytes);
+    }
+    *out_blocks = n > (double)cap ? (int)cap : (int)n;
+    return PL_OK;
+}
+
+static pl_status alloc_step_buffers(pl_engine *e) {
+    pl_step_buffers *b = &e->sb;
+    size_t T = (size_t)e->cfg.max_total_tokens, S = (size_t)e->cfg.max_batch_size;
+    b->ids = pl_calloc(T, 4);
+    b->positions = pl_calloc(T, 4);
+    b->slots = pl_calloc(T, 8);
+    b->query_start = pl_calloc(S + 1, 4);
+    b->context_lens = pl_calloc(S, 4);
+    b->block_tables = pl_calloc(S * (size_t)e->max_blocks_per_seq, 4);
+    b->sample_rows = pl_calloc(S, 4);
+    b->sample_entry = pl_calloc(S, 4);
+    b->copy_pairs = pl_calloc(2 * S, 4);
+    b->logits = pl_calloc(S * (size_t)e->vocab, 4);
+    b->logits_tmp = pl_calloc((size_t)e->vocab, 4);
+    if (!b->ids || !b->positions || !b->slots || !b->query_start || !b->context_lens ||
+        !b->block_tables || !b->sample_rows || !b->sample_entry || !b->copy_pairs || !b->logits ||
+        !b->logits_tmp)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: step buffers");
+    return PL_OK;
+}
+
+static void free_step_buffers(pl_step_buffers *b) {
+    void *p[] = {b->ids, b->positions, b->slots, b->query_start, b->context_lens,
+                 b->block_tables, b->sample_rows, b->sample_entry, b->copy_pairs, b->logits,
+                 b->logits_tmp, b->deltas, b->finished};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) pl_free(p[i]);
+}
+
+static void free_requests(pl_request *r, bool graveyard) {
+    while (r) {
+        pl_request *n = graveyard ? r->inbox_next : r->next;
+        pl_request_free(r);
+        r = n;
+    }
+}
+
+void pl_engine_destroy(pl_engine *e) {
+    if (!e) return;
+    /* finish everything still queued so blocks return to the pool before it goes */
+    for (pl_request *r = e->live_head; r; r = r->next)
+        for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], PL_FINISH_ABORT);
+    free_requests(e->live_head, false);
+    free_requests(e->graveyard, true);
+    pl_intake_deinit(&e->intake);
+    pl_sched_destroy(e->sched);
+    pl_runner_destroy(e->runner);
+    pl_kv_pool_destroy(e->pool);
+    pl_backend_destroy(e->be);
+    pl_sampler_deinit(&e->sampler);
+    pl_tok_free(e->tok);
+    pl_model_free(e->model);
+    free_step_buffers(&e->sb);
+    pl_free(e);
+}
+
+static pl_status load_tokenizer(pl_engine *e) {
+    const char *path = e->cfg.tokenizer_path ? e->cfg.tokenizer_path : e->model->tokenizer_path;
+    if (!path) return PL_OK; /* token ids only */
+    PL_TRY(pl_tok_load(path, &e->tok));
+    int tv = pl_tok_vocab_size(e->tok);
+    if (tv > e->vocab)
+        return pl_fail(PL_ERR_FORMAT,
+                       "tokenizer %s has %d pieces but model %s has a vocabulary of %d", path, tv,
+                       e->model->name, e->vocab);
+    if (e->eos_id < 0) e->eos_id = pl_tok_eos_id(e->tok);
+    if (e->bos_id < 0) e->bos_id = pl_tok_bos_id(e->tok);
+    return PL_OK;
+}
+
+static pl_status engine_init(pl_engine *e) {
+    pl_engine_config *c = &e->cfg;
+    pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
+    PL_TRY(pl_model_load(c->model_path, &mo, &e->model));
+    const pl_model_config *mc = &e->model->cfg;
+    e->vocab = mc->vocab_size;
+    e->eos_id = mc->eos_id;
+    e->bos_id = mc->bos_id;
+    e->bos_ends_text = mc->bos_ends_text;
+    e->max_model_len = c->max_model_len ? c->max_model_len : mc->max_seq_len;
+    if (e->max_model_len > mc->max_seq_len)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "config.max_model_len = %d: the model %s supports at most %d",
+                       c->max_model_len, e->model->name, mc->max_seq_len);
+    if (!c->enable_chunked_prefill && e->max_model_len > c->max_total_tokens)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "config.max_total_tokens = %d: must be >= max_model_len (%d) when chunked "
+                       "prefill is off", c->max_total_tokens, e->max_model_len);
+    e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;
+    PL_TRY(load_tokenizer(e));
+    PL_TRY(create_backend(c, &e->be));
+
+    pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
+                            .max_blocks_per_seq = e->max_blocks_per_seq,
+                            .block_size = c->block_size};
+    PL_TRY(size_pool(e, &lim, &lim.n_blocks));
+    PL_TRY(pl_kv_pool_create(c->block_size, lim.n_blocks, c->enable_prefix_caching, &e->pool));
+    pl_sched_config sc;
+    pl_sched_config_from_engine(c, e->max_model_len, &sc);
+    PL_TRY(pl_sched_create(&sc, e->pool, &e->sched));
+    PL_TRY(pl_runner_create(e->model, e->be, &lim, &e->runner));
+    PL_TRY(pl_sampler_init(&e->sampler, e->vocab));
+    PL_TRY(alloc_step_buffers(e));
+    pl_log(PL_LOG_INFO, "engine: model %s, backend %s, %d KV blocks of %d tokens, max_model_len %d",
+           e->model->name, e->be->ops->name, lim.n_blocks, c->block_size, e->max_model_len);
+    return PL_OK;
+}
+
+pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
+    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "engine_create: out is NULL");
+    PL_TRY(pl_engine_config_validate(cfg));
+    pl_engine *e = pl_calloc(1, sizeof *e);
+    if (!e) return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: state");
+    e->cfg = *cfg;
+    e->cfg.model_path = NULL; /* not kept: the strings are the caller's */
+    e->cfg.tokenizer_path = NULL;
+    atomic_init(&e->next_id, 1);
+    pl_status s = pl_intake_init(&e->intake);
+    if (s != PL_OK) {
+        pl_free(e);
+        return s;
+    }
+    e->cfg.model_path = cfg->model_path;
+    e->cfg.tokenizer_path = cfg->tokenizer_path;
+    s = engine_init(e);
+    e->cfg.model_path = NULL;
+    e->cfg.tokenizer_path = NULL;
+    if (s != PL_OK) {
+        pl_engine_destroy(e);
+        return s;
+    }
+    *out = e;
+    return PL_OK;
+}
+
+/* ---- intake drain -------------------------------------------------------------------- */
+
+static void live_append(pl_engine *e, pl_request *r) {
+    r->prev = e->live_tail;
+    r->next = NULL;
+    if (e->live_tail) e->live_tail->next = r;
+    else e->live_head = r;
+    e->live_tail = r;
+}
+
+static void live_remove(pl_engine *e, pl_request *r) {
+    if (r->prev) r->prev->next = r->next;
+    else e->live_head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else e->live_tail = r->prev;
+}
+
+static void finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason) {
+    for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], reason);
+}
+
+static void drain_intake(pl_engine *e) {
+    pl_intake *in = &e->intake;
+    pthread_mutex_lock(&in->mu);
+    pl_request *r = in->head;
+    in->head = in->tail = NULL;
+    in->n_queued = 0;
+    while (r) {
+        pl_request *next = r->inbox_next;
+        r->inbox_next = NULL;
+        live_append(e, r);
+        pl_seq *dropped = NULL;
+        pl_status s = pl_sched_add(e->sched, &r->samples[0].seq, &dropped);
+        if (s != PL_OK) { /* only if the queue filled behind the submit-time check */
+            pl_log(PL_LOG_WARN, "request %llu not queued: %s", (unsigned long long)r->id,
+                   pl_last_error());
+            finish_request(e, r, PL_FINISH_OVERLOADED);
+        }
+        if (dropped) finish_request(e, ((pl_sample *)dropped->user)->req, PL_FINISH_OVERLOADED);
+        r = next;
+    }
+    for (size_t i = 0; i < in->n_aborts; i++) {
+        pl_request *a = pl_id_map_get(&in->live, in->aborts[i]);
+        if (a) finish_request(e, a, PL_FINISH_ABORT);
+    }
+    in->n_aborts = 0;
+    pthread_mutex_unlock(&in->mu);
+}
+
+/* Requests whose every sample was reported leave the live list; they are freed at the start
+ * of the next step so this step's result can still point into them. */
+static void retire_reported(pl_engine *e) {
+    pl_intake *in = &e->intake;
+    pthread_mutex_lock(&in->mu);
+    for (pl_request *r = e->live_head, *n; r; r = n) {
+        n = r->next;
+        if (r->n_unreported > 0) continue;
+        live_remove(e, r);
+        pl_id_map_del(&in->live, r->id);
+        r->inbox_next = e->graveyard;
+        e->graveyard = r;
+    }
+    pl_sched_counts c;
+    pl_sched_get_counts(e->sched, &c);
+    in->n_waiting_new = c.n_waiting_new;
+    pthread_mutex_unlock(&in->mu);
+}
+
+/* ---- one step ------------------------------------------------------------------------ */
+
+static void build_batch(pl_engine *e, const pl_sched_output *so, pl_runner_batch *b) {
+    pl_step_buffers *sb = &e->sb;
+    int bs = e->cfg.block_size, mb = e->max_blocks_per_seq, t = 0, n_sample = 0;
+    int max_q = 0, max_ctx = 0;
+    for (int i = 0; i < so->n_seqs; i++) {
+        const pl_sched_entry *en = &so->entries[i];
+        const pl_seq *q = en->seq;
+        sb->query_start[i] = t;
+        for (int j = 0; j < en->n_new; j++, t++) {
+            int pos = en->start + j;
+            sb->ids[t] = q->tokens[pos];
+            sb->positions[t] = pos;
+            sb->slots[t] = pl_kv_slot(&q->kv, bs, pos);
+        }
+        sb->context_lens[i] = en->start + en->n_new;
+        int32_t *row = sb->block_tables + (size_t)i * mb;
+        memcpy(row, q->kv.block_ids, (size_t)q->kv.n_blocks * 4);
+        memset(row + q->kv.n_blocks, 0, (size_t)(mb - q->kv.n_blocks) * 4);
+        if (en->samples) {
+            sb->sample_rows[n_sample] = t - 1;
+            sb->sample_entry[n_sample++] = i;
+        }
+        if (en->n_new > max_q) max_q = en->n_new;
+        if (sb->context_lens[i] > max_ctx) max_ctx = sb->context_lens[i];
+    }
+    sb->query_start[so->n_seqs] = t;
+    for (int i = 0; i < so->n_copies; i++) {
+        sb->copy_pairs[2 * i] = so->copies[i].src;
+        sb->copy_pairs[2 * i + 1] = so->copies[i].dst;
+    }
+    *b = (pl_runner_batch){
+        .n_seqs = so->n_seqs, .n_tokens = t, .token_ids = sb->ids, .positions = sb->positions,
+        .slots = sb->slots, .query_start = sb->query_start, .context_lens = sb->context_lens,
+        .block_tables = sb->block_tables, .max_query_len = max_q, .max_context_len = max_ctx,
+        .sample_rows = sb->sample_rows, .n_sample = n_sample, .copy_pairs = sb->copy_pairs,
+        .n_copies = so->n_copies,
+    };
+}
+
+/* Samples one token for s from logits (vocab, modified in place). */
+static int32_t sample_one(pl_engine *e, pl_sample *s, float *logits) {
+    const pl_sampling_params *p = &s->req->params;
+    const pl_seq *q = &s->seq;
+    int n_out = pl_seq_n_generated(q);
+    if (n_out < p->min_tokens) { /* no end of text before min_tokens */
+        if (e->eos_id >= 0 && !p->ignore_eos) logits[e->eos_id] = -INFINITY;
+        if (e->bos_ends_text && e->bos_id >= 0 && !p->ignore_eos) logits[e->bos_id] = -INFINITY;
+        for (int i = 0; i < p->n_stop_ids; i++) logits[p->stop_ids[i]] = -INFINITY;
+    }
+    return pl_sampler_sample(&e->sampler, logits, p, q->tokens, q->n_prompt, n_out, &s->rng);
+}
+
+/* Forks samples 1..n-1 of a request off sample 0 once its prompt is computed. */
+static void fork_samples(pl_engine *e, pl_request *r) {
+    r->forked = true;
+    for (int i = 1; i < r->n_samples; i++) {
+        pl_sample *c = &r->samples[i];
+        if (c->finished) continue;
+        pl_status s = pl_sched_fork(e->sched, &r->samples[0].seq, &c->seq);
+        if (s != PL_OK) {
+            pl_log(PL_LOG_WARN, "request %llu sample %d: fork failed: %s",
+                   (unsigned long long)r->id, i, pl_last_error());
+            pl_output_finish(e, c, PL_FINISH_ERROR);
+        }
+    }
+}
+
+static pl_status process_samples(pl_engine *e, const pl_sched_output *so) {
+    pl_step_buffers *sb = &e->sb;
+    int V = e->vocab, n_sample = 0;
+    for (int i = 0; i < so->n_seqs; i++)
+        if (so->entries[i].samples) n_sample++;
+    for (int k = 0; k < n_sample; k++) {
+        pl_sample *s = so->entries[sb->sample_entry[k]].seq->user;
+        if (s->finished) continue; /* aborted meanwhile */
+        float *row = sb->logits + (size_t)k * V;
+        pl_request *r = s->req;
+        if (!r->forked && s->index == 0) {
+            fork_samples(e, r);
+            for (int i = 1; i < r->n_samples; i++) {
+                pl_sample *c = &r->samples[i];
+                if (c->finished) continue;
+                memcpy(sb->logits_tmp, row, (size_t)V * sizeof(float));
+                PL_TRY(pl_output_on_token(e, c, sample_one(e, c, sb->logits_tmp)));
+            }
+        }
+        PL_TRY(pl_output_on_token(e, s, sample_one(e, s, row)));
+    }
+    return PL_OK;
+}
+
+static void fail_step(pl_engine *e, const pl_sched_output *so) {
+    for (int i = 0; i < so->n_seqs; i++) {
+        pl_sample *s = so->entries[i].seq->user;
+        finish_request(e, s->req, PL_FINISH_ERROR);
+    }
+}
+
+static void note_first_scheduled(const pl_sched_output *so, uint64_t now) {
+    for (int i = 0; i < so->n_seqs; i++) {
+        pl_request *r = ((pl_sample *)so->entries[i].seq->user)->req;
+        if (!r->t_first_sched_ns) r->t_first_sched_ns = now;
+    }
+}
+
+static void account_step(pl_engine *e, const pl_sched_output *so) {
+    pl_engine_stats *st = &e->stats;
+    st->steps++;
+    st->step_seqs += (uint64_t)so->n_seqs;
+    st->step_tokens += (uint64_t)so->n_tokens;
+    for (int i = 0; i < so->n_seqs; i++) {
+        const pl_sched_entry *en = &so->entries[i];
+        int prompt_end = en->seq->n_prompt;
+        if (en->start < prompt_end) {
+            int end = en->start + en->n_new < prompt_end ? en->start + en->n_new : prompt_end;
+            st->prompt_tokens_computed += (uint64_t)(end - en->start);
+        }
+    }
+    pl_kv_stats kv;
+    pl_kv_get_stats(e->pool, &kv);
+    if (kv.usage > st->kv_usage_peak) st->kv_usage_peak = kv.usage;
+}
+
+pl_status pl_engine_step(pl_engine *e, pl_step_result *out) {
+    if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "step: engine is NULL");
+    uint64_t t0 = pl_now_ns();
+    free_requests(e->graveyard, true);
+    e->graveyard = NULL;
+    e->sb.n_deltas = 0;
+    e->sb.n_finished = 0;
+    drain_intake(e);
+
+    pl_sched_output so;
+    pl_status st = pl_sched_schedule(e->sched, &so);
+    if (st != PL_OK && so.n_seqs == 0) goto done; /* out of host memory: nothing runnable */
+    st = PL_OK;
+    if (so.n_seqs > 0) {
+        note_first_scheduled(&so, t0);
+        pl_runner_batch b;
+        build_batch(e, &so, &b);
+        st = pl_runner_run(e->runner, &b, e->sb.logits);
+        if (st != PL_OK) {
+            pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());
+            fail_step(e, &so);
+        } else {
+            pl_status us = pl_sched_update(e->sched, &so);
+            if (us == PL_OK) us = process_samples(e, &so);
+            if (us != PL_OK) {
+                st = us;
+                fail_step(e, &so);
+            }
+        }
+        account_step(e, &so);
+    }
+done:;
+    pl_status cs = pl_output_collect(e);
+    if (st == PL_OK) st = cs;
+    retire_reported(e);
+    e->stats.elapsed_ns += pl_now_ns() - t0;
+    if (out) {
+        *out = (pl_step_result){
+            .deltas = e->sb.deltas, .n_deltas = e->sb.n_deltas, .finished = e->sb.finished,
+            .n_finished = e->sb.n_finished, .n_scheduled_seqs = so.n_seqs,
+            .n_scheduled_tokens = so.n_tokens, .n_preempted = so.n_preempted,
+        };
+    }
+    return st;
+}
+
+bool pl_engine_has_pending_work(const pl_engine *e) {
+    if (!e) return false;
+    pl_engine *m = (pl_engine *)e; /* the lock is state, not value */
+    pthread_mutex_lock(&m->intake.mu);
+    bool queued = m->intake.n_queued > 0 || m->intake.n_aborts > 0;
+    pthread_mutex_unlock(&m->intake.mu);
+    return queued || e->live_head != NULL;
+}
+
+/* ---- run ----------------------------------------------------------------------------- */
+
+static pl_status copy_completion(const pl_completion *src, pl_completion *dst) {
+    *dst = *src;
+    dst->prompt_ids = pl_calloc(src->n_prompt_ids + 1, 4);
+    dst->output_ids = pl_calloc(src->n_output_ids + 1, 4);
+    dst->text = pl_strdup(src->text ? src->text : "");
+    if (!dst->prompt_ids || !dst->output_ids || !dst->text) {
+        pl_free(dst->prompt_ids);
+        pl_free(dst->output_ids);
+        pl_free(dst->text);
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "run: completion copy");
+    }
+    memcpy(dst->prompt_ids, src->prompt_ids, src->n_prompt_ids * 4);
+    memcpy(dst->output_ids, src->output_ids, src->n_output_ids * 4);
+    return PL_OK;
+}
+
+void pl_completions_free(pl_completion *c, size_t n) {
+    if (!c) return;
+    for (size_t i = 0; i < n; i++) {
+        pl_free(c[i].prompt_ids);
+        pl_free(c[i].output_ids);
+        pl_free(c[i].text);
+    }
+    pl_free(c);
+}
+
+static int by_id_then_index(const void *a, const void *b) {
+    const pl_completion *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return x->index - y->index;
+}
+
+pl_status pl_engine_run(pl_engine *e, pl_completion **out_completions, size_t *out_n) {
+    if (!e || !out_completions || !out_n)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "run: NULL argument");
+    pl_completion *all = NULL;
+    size_t n = 0, cap = 0;
+    pl_status st = PL_OK;
+    while (st == PL_OK && pl_engine_has_pending_work(e)) {
+        pl_step_result r;
+        pl_status s = pl_engine_step(e, &r);
+        for (size_t i = 0; i < r.n_finished && st == PL_OK; i++) {
+            if (n == cap) {
+                size_t nc = cap ? 2 * cap : 16;
+                pl_completion *g = pl_reallocarray(all, nc, sizeof *g);
+                if (!g) {
+                    st = pl_fail(PL_ERR_OUT_OF_MEMORY, "run: completions");
+                    break;
+                }
+                all = g, cap = nc;
+            }
+            st = copy_completion(&r.finished[i], &all[n]);
+            if (st == PL_OK) n++;
+        }
+        /* a failed forward pass finished its requests with reason error; keep going */
+        if (s != PL_OK && s != PL_ERR_BACKEND && st == PL_OK) st = s;
+    }
+    if (st != PL_OK) {
+        pl_completions_free(all, n);
+        return st;
+    }
+    if (n > 1) qsort(all, n, sizeof *all, by_id_then_index);
+    *out_completions = all;
+    *out_n = n;
+    return PL_OK;
+}
+
+/* ---- queries ------------------------------------------------------------------------- */
+
+pl_status pl_engine_capacity(const pl_engine *e, size_t prompt_len, size_t max_tokens,
+                             size_t *out_requests) {
+    if (!e || !out_requests) return pl_fail(PL_ERR_INVALID_ARGUMENT, "capacity: NULL argument");
+    return pl_sched_capacity(e->sched, prompt_len, max_tokens, out_requests);
+}
+
+pl_status pl_engine_tokenize(const pl_engine *e, const char *text, int32_t **out_ids,
+                             size_t *out_n) {
+    if (!e || !text || !out_ids || !out_n)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "tokenize: NULL argument");
+    if (!e->tok) return pl_fail(PL_ERR_INVALID_ARGUMENT, "tokenize: no tokenizer is loaded");
+    return pl_tok_encode(e->tok, text, strlen(text), e->bos_id >= 0, out_ids, out_n);
+}
+
+void pl_free_ids(int32_t *ids) { pl_free(ids); }

@@ -1,0 +1,82 @@
+/*
+ * engine/metrics.c - counters and latency percentiles.
+ *
+ * Percentiles come from log-scale histograms (bin i covers 1 us * 1.01^i), so memory does not
+ * grow with the number of requests served and a quantile is within 1% of the exact value.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+#define HIST_BASE 1e-6
+#define HIST_GROWTH 1.01
+
+void pl_hist_add(pl_hist *h, double s) {
+    int i = 0;
+    if (s > HIST_BASE) i = (int)(log(s / HIST_BASE) / log(HIST_GROWTH)) + 1;
+    if (i >= PL_HIST_BINS) i = PL_HIST_BINS - 1;
+    h->bins[i]++;
+    h->n++;
+    h->sum += s;
+}
+
+double pl_hist_quantile(const pl_hist *h, double q) {
+    if (h->n == 0) return 0;
+    uint64_t target = (uint64_t)ceil(q * (double)h->n), acc = 0;
+    if (target < 1) target = 1;
+    for (int i = 0; i < PL_HIST_BINS; i++) {
+        acc += h->bins[i];
+        if (acc >= target) /* the bin's geometric middle */
+            return i == 0 ? HIST_BASE : HIST_BASE * pow(HIST_GROWTH, i - 0.5);
+    }
+    return HIST_BASE * pow(HIST_GROWTH, PL_HIST_BINS);
+}
+
+void pl_engine_metrics(const pl_engine *e, pl_metrics *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!e) return;
+    const pl_engine_stats *s = &e->stats;
+    out->requests_finished = s->requests_finished;
+    out->prompt_tokens = s->prompt_tokens;
+    out->prompt_tokens_computed = s->prompt_tokens_computed;
+    out->output_tokens = s->output_tokens;
+    out->steps = s->steps;
+    out->elapsed_s = (double)s->elapsed_ns * 1e-9;
+    if (s->steps) {
+        out->mean_batch_seqs = (double)s->step_seqs / (double)s->steps;
+        out->mean_batch_tokens = (double)s->step_tokens / (double)s->steps;
+    }
+    if (out->elapsed_s > 0) {
+        out->throughput_tok_s = (double)(s->prompt_tokens + s->output_tokens) / out->elapsed_s;
+        out->output_tok_s = (double)s->output_tokens / out->elapsed_s;
+    }
+    out->mean_latency_s = s->latency.n ? s->latency.sum / (double)s->latency.n : 0;
+    out->ttft_mean_s = s->ttft.n ? s->ttft.sum / (double)s->ttft.n : 0;
+    out->ttft_p50_s = pl_hist_quantile(&s->ttft, 0.5);
+    out->ttft_p99_s = pl_hist_quantile(&s->ttft, 0.99);
+    out->tpot_mean_s = s->tpot.n ? s->tpot.sum / (double)s->tpot.n : 0;
+    out->tpot_p50_s = pl_hist_quantile(&s->tpot, 0.5);
+    out->tpot_p99_s = pl_hist_quantile(&s->tpot, 0.99);
+
+    pl_sched_counts c;
+    pl_sched_get_counts(e->sched, &c);
+    out->n_waiting = c.n_waiting;
+    out->n_running = c.n_running;
+    out->n_preempted = c.n_preempted;
+    out->preemptions = c.n_preemptions;
+
+    pl_kv_stats kv;
+    pl_kv_get_stats(e->pool, &kv);
+    out->kv_blocks_total = kv.n_blocks_total;
+    out->kv_blocks_free = kv.n_blocks_free;
+    out->kv_blocks_used = kv.n_blocks_used;
+    out->kv_usage = kv.usage;
+    out->kv_usage_peak = s->kv_usage_peak > kv.usage ? s->kv_usage_peak : kv.usage;
+    out->prefix_cache_hit_rate = kv.prefix_queries_tokens
+        ? (double)kv.prefix_hits_tokens / (double)kv.prefix_queries_tokens : 0;
+    out->block_size = e->cfg.block_size;
+    out->max_model_len = e->max_model_len;
+    out->vocab_size = e->vocab;
+}

@@ -1,0 +1,184 @@
+/*
+ * engine/output.c - what happens to a sampled token: detokenise, check stop conditions, stream
+ * the new text, and turn finished samples into completions.
+ *
+ * Stop strings are searched only where a new match can start (the last max_stop_len - 1 bytes
+ * of the old text and the new text); streamed text holds back max_stop_len - 1 bytes (moved to
+ * a UTF-8 character boundary) so a stop string is never streamed before it is recognised.
+ */
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "util/alloc.h"
+#include "util/timer.h"
+
+static pl_status text_append(pl_sample *s, const char *p, size_t n) {
+    if (n == 0) return PL_OK;
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t cap = s->text_cap ? s->text_cap : 64;
+        while (cap < s->text_len + n + 1) cap *= 2;
+        char *g = pl_reallocarray(s->text, cap, 1);
+        if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "output text of request %llu",
+                               (unsigned long long)s->req->id);
+        s->text = g;
+        s->text_cap = cap;
+    }
+    memcpy(s->text + s->text_len, p, n);
+    s->text_len += n;
+    s->text[s->text_len] = '\0';
+    return PL_OK;
+}
+
+static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok) {
+    pl_step_buffers *b = &e->sb;
+    size_t safe = s->text_len;
+    if (!s->finished && s->req->max_stop_len > 1) {
+        size_t hold = s->req->max_stop_len - 1;
+        safe = safe > hold ? safe - hold : 0;
+        while (safe > s->streamed && ((unsigned char)s->text[safe] & 0xC0) == 0x80) safe--;
+    }
+    if (safe < s->streamed) safe = s->streamed;
+    if (b->n_deltas == b->cap_deltas) {
+        size_t cap = b->cap_deltas ? 2 * b->cap_deltas : 64;
+        pl_stream_delta *g = pl_reallocarray(b->deltas, cap, sizeof *g);
+        if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "step result: stream deltas");
+        b->deltas = g;
+        b->cap_deltas = cap;
+    }
+    b->deltas[b->n_deltas++] = (pl_stream_delta){
+        .id = s->req->id, .index = s->index, .token = tok,
+        .text = s->text ? s->text + s->streamed : "", .text_len = safe - s->streamed,
+    };
+    s->streamed = safe;
+    return PL_OK;
+}
+
+/* Earliest stop string in text starting at or after `from`; -1 if none. */
+static long find_stop(const pl_request *r, const char *text, size_t len, size_t from) {
+    long best = -1;
+    for (int i = 0; i < r->params.n_stop; i++) {
+        const char *st = r->params.stop[i];
+        size_t sl = strlen(st);
+        for (size_t p = from; p + sl <= len; p++)
+            if (!memcmp(text + p, st, sl)) {
+                if (best < 0 || (long)p < best) best = (long)p;
+                break;
+            }
+    }
+    return best;
+}
+
+static bool is_stop_id(const pl_engine *e, const pl_request *r, int32_t tok, int n_out) {
+    const pl_sampling_params *p = &r->params;
+    if (n_out <= p->min_tokens) return false; /* the sampler masked them; belt and braces */
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] == tok) return true;
+    if (p->ignore_eos) return false;
+    return tok == e->eos_id || (e->bos_ends_text && tok == e->bos_id);
+}
+
+void pl_output_finish(pl_engine *e, pl_sample *s, pl_finish_reason reason) {
+    if (s->finished) return;
+    if (s->seq.state == PL_SEQ_WAITING || s->seq.state == PL_SEQ_RUNNING ||
+        s->seq.state == PL_SEQ_PREEMPTED)
+        pl_sched_finish(e->sched, &s->seq, reason);
+    s->finished = true;
+    s->reason = reason;
+    s->t_finish_ns = pl_now_ns();
+}
+
+pl_status pl_output_on_token(pl_engine *e, pl_sample *s, int32_t tok) {
+    pl_request *r = s->req;
+    PL_TRY(pl_sched_append_token(e->sched, &s->seq, tok));
+    int n_out = pl_seq_n_generated(&s->seq);
+    if (n_out == 1) s->t_first_token_ns = pl_now_ns();
+
+    bool stop_id = is_stop_id(e, r, tok, n_out);
+    size_t old_len = s->text_len;
+    if (s->has_detok && !stop_id) {
+        const char *piece;
+        size_t n;
+        PL_TRY(pl_detok_push(&s->detok, tok, &piece, &n));
+        PL_TRY(text_append(s, piece, n));
+    }
+    pl_finish_reason reason = PL_FINISH_NONE;
+    if (stop_id) reason = PL_FINISH_STOP;
+    if (reason == PL_FINISH_NONE && r->params.n_stop > 0 && s->text_len > old_len) {
+        size_t back = r->max_stop_len - 1;
+        size_t from = old_len > back ? old_len - back : 0;
+        long at = find_stop(r, s->text, s->text_len, from);
+        if (at >= 0) {
+            s->text_len = (size_t)at;
+            s->text[at] = '\0';
+            if (s->streamed > s->text_len) s->streamed = s->text_len; /* cannot happen: held back */
+            reason = PL_FINISH_STOP;
+        }
+    }
+    if (reason == PL_FINISH_NONE &&
+        (n_out >= r->params.max_tokens || s->seq.n_tokens >= e->max_model_len))
+        reason = PL_FINISH_LENGTH;
+    if (reason != PL_FINISH_NONE) pl_output_finish(e, s, reason);
+    return push_delta(e, s, tok);
+}
+
+void pl_output_fill_completion(const pl_sample *s, pl_completion *c) {
+    const pl_request *r = s->req;
+    const pl_seq *q = &s->seq;
+    *c = (pl_completion){
+        .id = r->id,
+        .index = s->index,
+        .prompt_ids = q->tokens,
+        .n_prompt_ids = (size_t)q->n_prompt,
+        .output_ids = q->tokens + q->n_prompt,
+        .n_output_ids = (size_t)(q->n_tokens - q->n_prompt),
+        .text = s->text ? s->text : "",
+        .finish_reason = s->reason,
+        .n_cached_prompt_ids = (size_t)q->n_cached_prompt,
+        .n_preemptions = q->n_preemptions,
+    };
+    double sub = (double)r->t_submit_ns;
+    if (r->t_first_sched_ns) c->queue_s = ((double)r->t_first_sched_ns - sub) * 1e-9;
+    if (s->t_first_token_ns) c->ttft_s = ((double)s->t_first_token_ns - sub) * 1e-9;
+    c->total_s = ((double)s->t_finish_ns - sub) * 1e-9;
+}
+
+/* Moves finished, unreported samples into the step result and updates the statistics. */
+pl_status pl_output_collect(pl_engine *e) {
+    pl_step_buffers *b = &e->sb;
+    for (pl_request *r = e->live_head; r; r = r->next) {
+        for (int i = 0; i < r->n_samples; i++) {
+            pl_sample *s = &r->samples[i];
+            if (!s->finished || s->reported) continue;
+            if (b->n_finished == b->cap_finished) {
+                size_t cap = b->cap_finished ? 2 * b->cap_finished : 64;
+                pl_completion *g = pl_reallocarray(b->finished, cap, sizeof *g);
+                if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "step result: completions");
+                b->finished = g;
+                b->cap_finished = cap;
+            }
+            if (s->streamed < s->text_len && s->reason != PL_FINISH_ABORT &&
+                s->reason != PL_FINISH_OVERLOADED) {
+                /* flush what the stop-string hold-back kept (no token: the last delta had it) */
+                PL_TRY(push_delta(e, s, s->seq.n_tokens > s->seq.n_prompt
+                                            ? s->seq.tokens[s->seq.n_tokens - 1] : -1));
+            }
+            pl_output_fill_completion(s, &b->finished[b->n_finished++]);
+            s->reported = true;
+            r->n_unreported--;
+
+            pl_engine_stats *st = &e->stats;
+            int n_out = s->seq.n_tokens - s->seq.n_prompt;
+            st->requests_finished++;
+            st->prompt_tokens += (uint64_t)s->seq.n_prompt;
+            st->output_tokens += (uint64_t)n_out;
+            const pl_completion *c = &b->finished[b->n_finished - 1];
+            pl_hist_add(&st->latency, c->total_s);
+            if (s->t_first_token_ns) {
+                pl_hist_add(&st->ttft, c->ttft_s);
+                if (n_out > 1)
+                    pl_hist_add(&st->tpot, (c->total_s - c->ttft_s) / (double)(n_out - 1));
+            }
+        }
+    }
+    return PL_OK;
+}

@@ -1,0 +1,80 @@
+/*
+ * engine/runner.h - runs the model over one flattened batch on a backend.
+ *
+ * The runner owns everything that lives in backend memory: the weights it uploaded, the rotary
+ * frequencies, the KV cache (one allocation indexed by block id, laid out as kernels/backend.h
+ * says) and the per-step workspace, all sized at create for the largest step the scheduler can
+ * produce, so a step allocates nothing.
+ */
+#ifndef PL_ENGINE_RUNNER_H
+#define PL_ENGINE_RUNNER_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "model/model.h"
+
+/* Op kinds the profiler accounts time to. */
+typedef enum pl_op_kind {
+    PL_OP_EMBED, PL_OP_NORM, PL_OP_MATMUL, PL_OP_ROPE, PL_OP_KV_STORE, PL_OP_ATTENTION,
+    PL_OP_ACTIVATION, PL_OP_LOGITS, PL_OP_COPY, PL_OP_COUNT
+} pl_op_kind;
+
+const char *pl_op_kind_name(pl_op_kind k);
+
+/* One step's inputs, host memory, built by the engine from the scheduler's output. */
+typedef struct pl_runner_batch {
+    int n_seqs;
+    int n_tokens;
+    const int32_t *token_ids;    /* (n_tokens) */
+    const int32_t *positions;    /* (n_tokens) */
+    const int64_t *slots;        /* (n_tokens) KV slot of each token */
+    const int32_t *query_start;  /* (n_seqs + 1) */
+    const int32_t *context_lens; /* (n_seqs) */
+    const int32_t *block_tables; /* (n_seqs, max_blocks_per_seq) */
+    int max_query_len;
+    int max_context_len;
+    const int32_t *sample_rows;  /* (n_sample) token rows whose logits are wanted */
+    int n_sample;
+    const int32_t *copy_pairs;   /* (n_copies, 2) copy-on-write block copies to do first */
+    int n_copies;
+} pl_runner_batch;
+
+typedef struct pl_runner_limits {
+    int max_tokens;         /* tokens per step */
+    int max_seqs;           /* sequences per step */
+    int max_blocks_per_seq; /* ceil(max_model_len / block_size) */
+    int n_blocks;           /* KV pool blocks */
+    int block_size;
+} pl_runner_limits;
+
+typedef struct pl_runner pl_runner;
+
+/* Bytes of KV cache per block for model m with elements of kv_dtype. */
+size_t pl_runner_kv_block_bytes(const pl_model_config *cfg, int block_size, pl_dtype kv_dtype);
+/* Bytes of per-step workspace for these limits (what create allocates besides weights/KV). */
+size_t pl_runner_workspace_bytes(const pl_model_config *cfg, const pl_runner_limits *lim);
+
+/* Uploads m's weights (zero-copy on host backends: m must outlive the runner), allocates the
+ * KV cache and workspace. PL_ERR_OUT_OF_MEMORY names what did not fit. */
+pl_status pl_runner_create(const pl_model *m, pl_backend *be, const pl_runner_limits *lim,
+                           pl_runner **out);
+void pl_runner_destroy(pl_runner *r);
+
+/* Runs the forward pass for b and writes logits (n_sample, vocab) into host memory. */
+pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logits);
+
+/* Per-op time accounting (off by default; on, each op is followed by a backend sync). */
+void pl_runner_set_profiling(pl_runner *r, bool on);
+/* Nanoseconds and calls per op kind since the last reset; bytes/flops estimates for matmul
+ * and attention. */
+typedef struct pl_runner_profile {
+    uint64_t ns[PL_OP_COUNT];
+    uint64_t calls[PL_OP_COUNT];
+    double matmul_flops, matmul_bytes;
+    double attn_flops, attn_bytes;
+} pl_runner_profile;
+void pl_runner_get_profile(const pl_runner *r, pl_runner_profile *out);
+void pl_runner_reset_profile(pl_runner *r);
+
+#endif

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pagellm needs, only those missing (non-interactive).
+# Uses sudo when not root. CUDA is optional and never installed here: with nvcc at
+# /usr/local/cuda/bin the CUDA backend is built too.
+set -euo pipefail
+pkgs=(meson ninja-build pkg-config gcc g++ python3
+      libcriterion-dev libsentencepiece-dev sentencepiece libopenblas-dev
+      libjansson-dev libxxhash-dev gnuplot-nox)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

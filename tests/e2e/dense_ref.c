@@ -1,0 +1,190 @@
+/*
+ * tests/e2e/dense_ref.c - the dense reference forward pass (see dense_ref.h).
+ *
+ * Buffers: x, xb (dim); q (n_heads*head_dim); att (seq_len); hb, hb2 (hidden_dim);
+ * key_cache, value_cache (n_layers, max_len, n_kv_heads*head_dim); logits (vocab).
+ * RoPE frequencies are recomputed here from theta and the scaling rule rather than taken from
+ * pl_model_rope_inv_freq, so a bug there shows up as a mismatch.
+ */
+#include "dense_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util/dtype.h"
+
+struct dense_ref {
+    const pl_model *m;
+    int max_len;
+    float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *logits;
+    float *key_cache, *value_cache;
+    double *inv_freq;
+};
+
+static float wget(const pl_weight *w, size_t i) { return pl_load_f32(w->data, w->dtype, i); }
+
+static double scaled_inv_freq(const pl_model_config *c, int j) {
+    double f = pow((double)c->rope_theta, -2.0 * j / c->head_dim);
+    if (c->rope_scaling == PL_ROPE_SCALING_LINEAR) return f / c->rope_factor;
+    if (c->rope_scaling == PL_ROPE_SCALING_LLAMA3) {
+        double wavelen = 2 * M_PI / f;
+        double low_wl = c->rope_original_max_pos / c->rope_low_freq_factor;
+        double high_wl = c->rope_original_max_pos / c->rope_high_freq_factor;
+        if (wavelen < high_wl) return f;
+        if (wavelen > low_wl) return f / c->rope_factor;
+        double smooth = (c->rope_original_max_pos / wavelen - c->rope_low_freq_factor) /
+                        (c->rope_high_freq_factor - c->rope_low_freq_factor);
+        return (1 - smooth) * f / c->rope_factor + smooth * f;
+    }
+    return f;
+}
+
+dense_ref *dense_ref_create(const pl_model *m, int max_len) {
+    const pl_model_config *c = &m->cfg;
+    dense_ref *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->m = m;
+    d->max_len = max_len;
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    d->x = calloc((size_t)c->dim, 4);
+    d->xb = calloc((size_t)c->dim, 4);
+    d->xb2 = calloc((size_t)c->dim, 4);
+    d->q = calloc((size_t)qd, 4);
+    d->k = calloc((size_t)kvd, 4);
+    d->v = calloc((size_t)kvd, 4);
+    d->att = calloc((size_t)max_len, 4);
+    d->hb = calloc((size_t)c->hidden_dim, 4);
+    d->hb2 = calloc((size_t)c->hidden_dim, 4);
+    d->logits = calloc((size_t)c->vocab_size, 4);
+    d->key_cache = calloc((size_t)c->n_layers * max_len * kvd, 4);
+    d->value_cache = calloc((size_t)c->n_layers * max_len * kvd, 4);
+    d->inv_freq = calloc((size_t)c->head_dim / 2 + 1, sizeof(double));
+    if (!d->x || !d->xb || !d->xb2 || !d->q || !d->k || !d->v || !d->att || !d->hb || !d->hb2 ||
+        !d->logits || !d->key_cache || !d->value_cache || !d->inv_freq) {
+        dense_ref_free(d);
+        return NULL;
+    }
+    for (int j = 0; j < c->head_dim / 2; j++) d->inv_freq[j] = scaled_inv_freq(c, j);
+    return d;
+}
+
+void dense_ref_free(dense_ref *d) {
+    if (!d) return;
+    float *bufs[] = {d->x, d->xb, d->xb2, d->q, d->k, d->v, d->att, d->hb, d->hb2, d->logits,
+                     d->key_cache, d->value_cache};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(d->inv_freq);
+    free(d);
+}
+
+static void rmsnorm(float *o, const float *x, const pl_weight *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float s = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) o[i] = wget(w, (size_t)i) * (s * x[i]);
+}
+
+/* o (rows) = W (rows, cols) x (cols) */
+static void matvec(float *o, const float *x, const pl_weight *w) {
+    for (int i = 0; i < w->rows; i++) {
+        double acc = 0;
+        for (int j = 0; j < w->cols; j++) acc += (double)wget(w, (size_t)i * w->cols + j) * x[j];
+        o[i] = (float)acc;
+    }
+}
+
+/* Rotates each head of v (n_heads, head_dim) for position pos. */
+static void rope(const dense_ref *d, float *v, int n_heads, int pos) {
+    const pl_model_config *c = &d->m->cfg;
+    int hd = c->head_dim, half = hd / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *p = v + h * hd;
+        for (int j = 0; j < half; j++) {
+            double a = pos * d->inv_freq[j];
+            float cs = (float)cos(a), sn = (float)sin(a);
+            int i0 = c->rope_layout == 0 ? 2 * j : j;
+            int i1 = c->rope_layout == 0 ? 2 * j + 1 : j + half;
+            float x0 = p[i0], x1 = p[i1];
+            p[i0] = x0 * cs - x1 * sn;
+            p[i1] = x0 * sn + x1 * cs;
+        }
+    }
+}
+
+const float *dense_ref_forward(dense_ref *d, int32_t token, int pos) {
+    const pl_model *m = d->m;
+    const pl_model_config *c = &m->cfg;
+    int D = c->dim, hd = c->head_dim, kvd = c->n_kv_heads * hd;
+    int group = c->n_heads / c->n_kv_heads;
+    for (int i = 0; i < D; i++) d->x[i] = wget(&m->tok_embed, (size_t)token * D + i);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const pl_model_layer *L = &m->layers[l];
+        float *kc = d->key_cache + (size_t)l * d->max_len * kvd;
+        float *vc = d->value_cache + (size_t)l * d->max_len * kvd;
+        rmsnorm(d->xb, d->x, &L->attn_norm, D, c->norm_eps);
+        matvec(d->q, d->xb, &L->wq);
+        matvec(d->k, d->xb, &L->wk);
+        matvec(d->v, d->xb, &L->wv);
+        rope(d, d->q, c->n_heads, pos);
+        rope(d, d->k, c->n_kv_heads, pos);
+        for (int i = 0; i < kvd; i++) {
+            kc[(size_t)pos * kvd + i] = d->k[i];
+            vc[(size_t)pos * kvd + i] = d->v[i];
+        }
+        for (int h = 0; h < c->n_heads; h++) {
+            const float *q = d->q + h * hd;
+            int kvh = h / group;
+            float mx = -INFINITY;
+            for (int t = 0; t <= pos; t++) {
+                const float *k = kc + (size_t)t * kvd + kvh * hd;
+                double s = 0;
+                for (int i = 0; i < hd; i++) s += (double)q[i] * k[i];
+                d->att[t] = (float)(s / sqrt((double)hd));
+                if (d->att[t] > mx) mx = d->att[t];
+            }
+            double sum = 0;
+            for (int t = 0; t <= pos; t++) {
+                d->att[t] = expf(d->att[t] - mx);
+                sum += d->att[t];
+            }
+            float *o = d->xb2 + h * hd; /* xb2 doubles as the (n_heads*head_dim) output */
+            for (int i = 0; i < hd; i++) {
+                double acc = 0;
+                for (int t = 0; t <= pos; t++)
+                    acc += d->att[t] / sum * vc[(size_t)t * kvd + kvh * hd + i];
+                o[i] = (float)acc;
+            }
+        }
+        matvec(d->xb, d->xb2, &L->wo);
+        for (int i = 0; i < D; i++) d->x[i] += d->xb[i];
+
+        rmsnorm(d->xb, d->x, &L->ffn_norm, D, c->norm_eps);
+        matvec(d->hb, d->xb, &L->w1);
+        matvec(d->hb2, d->xb, &L->w3);
+        for (int i = 0; i < c->hidden_dim; i++) {
+            float g = d->hb[i];
+            d->hb[i] = g / (1.0f + expf(-g)) * d->hb2[i];
+        }
+        matvec(d->xb, d->hb, &L->w2);
+        for (int i = 0; i < D; i++) d->x[i] += d->xb[i];
+    }
+    rmsnorm(d->xb, d->x, &m->final_norm, D, c->norm_eps);
+    matvec(d->logits, d->xb, &m->lm_head);
+    return d->logits;
+}
+
+int dense_ref_greedy(dense_ref *d, const int32_t *prompt, int n_prompt, int n_out, int32_t *out) {
+    if (n_prompt + n_out > d->max_len || n_prompt < 1) return -1;
+    const float *logits = NULL;
+    for (int i = 0; i < n_prompt; i++) logits = dense_ref_forward(d, prompt[i], i);
+    int V = d->m->cfg.vocab_size;
+    for (int o = 0; o < n_out; o++) {
+        int32_t best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        out[o] = best;
+        if (o + 1 < n_out) logits = dense_ref_forward(d, best, n_prompt + o);
+    }
+    return 0;
+}

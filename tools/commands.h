@@ -1,0 +1,10 @@
+/*
+ * tools/commands.h - the subcommands of the pagellm program. Each returns the exit status:
+ * 0 success, 1 runtime failure, 2 usage error.
+ */
+#ifndef PL_TOOLS_COMMANDS_H
+#define PL_TOOLS_COMMANDS_H
+
+int cmd_generate(int argc, char **argv);
+
+#endif

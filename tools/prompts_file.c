@@ -1,0 +1,219 @@
+/*
+ * tools/prompts_file.c - the JSONL prompts file: one request per line.
+ *
+ * Every line is parsed with jansson; any problem names FILE:LINE and the field. Nothing is
+ * kept from a failed parse.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static bool fail(char *err, size_t cap, const char *name, size_t line, const char *msg,
+                 const char *field) {
+    snprintf(err, cap, "%s:%zu: %s%s%s", name, line, field ? field : "", field ? ": " : "", msg);
+    return false;
+}
+
+static bool get_int(json_t *o, const char *k, long long lo, long long hi, int *out,
+                    const char **why) {
+    json_t *v = json_object_get(o, k);
+    if (!v) return true;
+    if (!json_is_integer(v)) return (*why = "must be an integer"), false;
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return (*why = "out of range"), false;
+    *out = (int)x;
+    return true;
+}
+
+static bool get_float(json_t *o, const char *k, float *out, const char **why) {
+    json_t *v = json_object_get(o, k);
+    if (!v) return true;
+    if (!json_is_number(v)) return (*why = "must be a number"), false;
+    double x = json_number_value(v);
+    if (!isfinite(x)) return (*why = "must be finite"), false;
+    *out = (float)x;
+    return true;
+}
+
+static bool parse_stop(cli_prompt *p, json_t *v, const char **why) {
+    if (!v) return true;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_array(v) && !json_is_string(v))
+        return (*why = "must be a string or an array of strings"), false;
+    if (n > PL_MAX_STOP_STRINGS) return (*why = "too many stop strings (max 8)"), false;
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(s) || json_string_length(s) == 0)
+            return (*why = "stop strings must be non-empty strings"), false;
+        if (strlen(json_string_value(s)) != json_string_length(s))
+            return (*why = "stop string contains a NUL byte"), false;
+        p->stop_storage[i] = strdup(json_string_value(s));
+        if (!p->stop_storage[i]) return (*why = "out of memory"), false;
+        p->params.stop[i] = p->stop_storage[i];
+    }
+    p->params.n_stop = (int)n;
+    return true;
+}
+
+static bool parse_ids(cli_prompt *p, json_t *arr, const char **why) {
+    if (!json_is_array(arr)) return (*why = "must be an array of token ids"), false;
+    size_t n = json_array_size(arr);
+    if (n == 0) return (*why = "is empty"), false;
+    p->ids = malloc(n * sizeof(int32_t));
+    if (!p->ids) return (*why = "out of memory"), false;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(arr, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX)
+            return (*why = "ids must be non-negative integers"), false;
+        p->ids[i] = (int32_t)json_integer_value(x);
+    }
+    p->n_ids = n;
+    return true;
+}
+
+/* Parses one object into p; on failure sets *field and *why. */
+static bool parse_object(json_t *o, cli_prompt *p, const char **field, const char **why) {
+    json_t *text = json_object_get(o, "prompt"), *ids = json_object_get(o, "prompt_token_ids");
+    if (!text == !ids) return (*field = "prompt"), (*why = "give exactly one of prompt or prompt_token_ids"), false;
+    if (text) {
+        if (!json_is_string(text)) return (*field = "prompt"), (*why = "must be a string"), false;
+        if (strlen(json_string_value(text)) != json_string_length(text))
+            return (*field = "prompt"), (*why = "contains a NUL byte"), false;
+        if (!(p->text = strdup(json_string_value(text)))) return (*why = "out of memory"), false;
+    } else if (!parse_ids(p, ids, why)) {
+        return (*field = "prompt_token_ids"), false;
+    }
+    pl_sampling_params *s = &p->params;
+    struct { const char *k; int *f; long long lo, hi; } ints[] = {
+        {"max_tokens", &s->max_tokens, 1, 1 << 24}, {"min_tokens", &s->min_tokens, 0, 1 << 24},
+        {"top_k", &s->top_k, 0, 1 << 24},          {"n", &s->n, 1, 64},
+        {"priority", &s->priority, -1000000, 1000000},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!get_int(o, ints[i].k, ints[i].lo, ints[i].hi, ints[i].f, why)) return (*field = ints[i].k), false;
+    struct { const char *k; float *f; } floats[] = {
+        {"temperature", &s->temperature}, {"top_p", &s->top_p}, {"min_p", &s->min_p},
+        {"repetition_penalty", &s->repetition_penalty},
+        {"presence_penalty", &s->presence_penalty}, {"frequency_penalty", &s->frequency_penalty},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (!get_float(o, floats[i].k, floats[i].f, why)) return (*field = floats[i].k), false;
+    json_t *seed = json_object_get(o, "seed");
+    if (seed) {
+        if (!json_is_integer(seed) || json_integer_value(seed) < 0)
+            return (*field = "seed"), (*why = "must be a non-negative integer"), false;
+        s->seed = (uint64_t)json_integer_value(seed);
+        s->has_seed = true;
+    }
+    json_t *ie = json_object_get(o, "ignore_eos");
+    if (ie) {
+        if (!json_is_boolean(ie)) return (*field = "ignore_eos"), (*why = "must be true or false"), false;
+        s->ignore_eos = json_is_true(ie);
+    }
+    if (!parse_stop(p, json_object_get(o, "stop"), why)) return (*field = "stop"), false;
+    return true;
+}
+
+void cli_prompts_free(cli_prompt *p, size_t n) {
+    if (!p) return;
+    for (size_t i = 0; i < n; i++) {
+        free(p[i].text);
+        free(p[i].ids);
+        for (int k = 0; k < PL_MAX_STOP_STRINGS; k++) free(p[i].stop_storage[k]);
+    }
+    free(p);
+}
+
+bool cli_prompts_parse(const char *name, const char *data, size_t len,
+                       const pl_sampling_params *defaults, cli_prompt **out, size_t *out_n,
+                       char *err, size_t err_cap) {
+    cli_prompt *list = NULL;
+    size_t n = 0, cap = 0, line = 0;
+    const char *p = data, *end = data + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        line++;
+        const char *q = p;
+        while (q < le && (*q == ' ' || *q == '\t' || *q == '\r')) q++;
+        if (q < le) {
+            json_error_t jerr;
+            json_t *o = json_loadb(p, (size_t)(le - p), JSON_REJECT_DUPLICATES, &jerr);
+            const char *field = NULL, *why = NULL;
+            bool ok = true;
+            if (!o) {
+                ok = fail(err, err_cap, name, line, jerr.text, "invalid JSON");
+            } else if (!json_is_object(o)) {
+                ok = fail(err, err_cap, name, line, "each line must be a JSON object", NULL);
+            } else {
+                if (n == cap) {
+                    size_t nc = cap ? 2 * cap : 16;
+                    cli_prompt *g = realloc(list, nc * sizeof *g);
+                    if (!g) ok = fail(err, err_cap, name, line, "out of memory", NULL);
+                    else list = g, cap = nc;
+                }
+                if (ok) {
+                    cli_prompt *c = &list[n++];
+                    memset(c, 0, sizeof *c);
+                    c->params = *defaults; /* stop strings stay the caller's until overridden */
+                    if (!parse_object(o, c, &field, &why))
+                        ok = fail(err, err_cap, name, line, why, field);
+                }
+            }
+            json_decref(o);
+            if (!ok) {
+                cli_prompts_free(list, n);
+                return false;
+            }
+        }
+        p = nl ? nl + 1 : end;
+    }
+    if (n == 0) {
+        free(list);
+        return fail(err, err_cap, name, line, "no prompts in file", NULL);
+    }
+    *out = list;
+    *out_n = n;
+    return true;
+}
+
+bool cli_prompts_load(const char *path, const pl_sampling_params *defaults, cli_prompt **out,
+                      size_t *out_n, char *err, size_t err_cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_cap, "%s: cannot open", path);
+        return false;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t nc = cap ? 2 * cap : 65536;
+            char *g = realloc(buf, nc);
+            if (!g) {
+                free(buf);
+                fclose(f);
+                snprintf(err, err_cap, "%s: out of memory", path);
+                return false;
+            }
+            buf = g, cap = nc;
+        }
+        size_t r = fread(buf + len, 1, cap - len, f);
+        len += r;
+        if (r == 0) break;
+    }
+    bool io_err = ferror(f);
+    fclose(f);
+    if (io_err) {
+        free(buf);
+        snprintf(err, err_cap, "%s: read error", path);
+        return false;
+    }
+    bool ok = cli_prompts_parse(path, buf, len, defaults, out, out_n, err, err_cap);
+    free(buf);
+    return ok;
+}

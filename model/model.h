@@ -96,6 +96,21 @@ typedef struct pl_model_load_options {
 pl_status pl_model_load(const char *path, const pl_model_load_options *opt, pl_model **out);
 void pl_model_free(pl_model *m); /* NULL is a no-op */
 
+/* Checks a config: every dim inside generous limits (a header claiming 10^9 layers is refused
+ * on that field), n_heads a multiple of n_kv_heads, head_dim even, eps/theta finite and
+ * positive, rope scaling parameters sane, bos/eos inside the vocabulary or -1.
+ * Errors: PL_ERR_INVALID_ARGUMENT naming the field, its value and the allowed range. */
+pl_status pl_model_config_validate(const pl_model_config *cfg);
+
+/* Allocates a model for cfg whose weights are zeroed, model-owned and writable (cast away the
+ * const of pl_weight.data): norms f32, matrices (tok_embed, layers, lm_head) of `dtype`
+ * (F32/F16/BF16), lm_head sharing tok_embed's data when cfg->tied_embeddings. For dummy
+ * models and test fixtures that fill weights themselves. name is copied (for messages).
+ * Errors: PL_ERR_INVALID_ARGUMENT (bad config or dtype), PL_ERR_OUT_OF_MEMORY (the message
+ * gives the bytes needed; also when they exceed the machine's physical memory). */
+pl_status pl_model_alloc(const pl_model_config *cfg, pl_dtype dtype, const char *name,
+                         pl_model **out);
+
 /* The names accepted after "dummy:", NULL-terminated. Static storage. */
 const char *const *pl_model_dummy_names(void);
 

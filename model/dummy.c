@@ -1,0 +1,165 @@
+/*
+ * model/dummy.c - "dummy:NAME" models: real shapes (tiny, the llama2.c stories models,
+ * TinyLlama 1.1B, Llama 2 7B) with weights generated from a seed, for benchmarks and tests.
+ *
+ * Every element is a counter-based hash of (seed, tensor, index), so generation needs no
+ * state, any element can be recomputed alone, and a model in f16/bf16 is exactly the f32 model
+ * rounded (each value is computed in f32 and converted as it is stored; nothing is
+ * materialised in f32 first, so Llama-2-7B in f16 needs 12.6 GiB, not 25 + 12.6). One hash
+ * gives two elements; about 1 ns per element on one core, so stories110m takes ~0.15 s.
+ *
+ * Scales follow a usual init so activations stay O(1) through the layers and the logits are
+ * neither flat nor one-hot: matrices uniform in +-1/sqrt(fan_in), embeddings +-1, norms
+ * 1 +- 0.1, an untied lm_head +-4/sqrt(dim) (logits with a spread of a few units).
+ *
+ * Nothing is allocated until a preset is loaded; Llama-2-7B in f32 (25 GiB) is refused with
+ * the numbers, and any preset larger than the machine's memory fails in pl_model_alloc.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "util/dtype.h"
+
+typedef struct preset {
+    const char *name;
+    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len;
+    int rope_layout; /* 0 interleaved (llama2.c), 1 rotate-half (HF) */
+    bool tied, bos_ends_text, f32_allowed;
+} preset;
+
+static const preset k_presets[] = {
+    {"tiny", 64, 172, 2, 4, 2, 512, 512, 0, false, false, true},
+    {"stories15m", 288, 768, 6, 6, 6, 32000, 256, 0, true, true, true},
+    {"stories110m", 768, 2048, 12, 12, 12, 32000, 1024, 0, true, true, true},
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 1, false, false, true},
+    {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 1, false, false, false},
+};
+#define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
+
+static const char *const k_names[] = {"tiny", "stories15m", "stories110m", "tinyllama-1.1b",
+                                      "llama2-7b", NULL};
+
+const char *const *pl_model_dummy_names(void) { return k_names; }
+
+// ----------------------------------------------------------------------------
+// generation
+
+/* splitmix64's finaliser: a bijection on 64 bits with full avalanche. */
+static inline uint64_t mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+#define GOLDEN 0x9e3779b97f4a7c15ull
+#define U24 (1.0f / 8388608.0f) /* 2 / 2^24: a 24-bit integer to [0, 2) */
+
+/* Element pair (2k, 2k+1) of tensor `key`: center + scale * uniform[-1, 1). */
+static inline void pair(uint64_t key, size_t k, float center, float scale, float *a, float *b) {
+    uint64_t h = mix(key + (uint64_t)k * GOLDEN);
+    *a = center + scale * ((float)(h >> 40) * U24 - 1.0f);
+    *b = center + scale * ((float)((h >> 8) & 0xffffffu) * U24 - 1.0f);
+}
+
+/* w: (rows, cols) of w->dtype, writable (allocated by pl_model_alloc). */
+static void fill(const pl_weight *w, uint64_t key, float center, float scale) {
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    float a, b;
+    if (w->dtype == PL_DTYPE_F32) {
+        float *d = (float *)w->data;
+        for (size_t i = 0; i + 1 < n; i += 2) pair(key, i / 2, center, scale, &d[i], &d[i + 1]);
+        if (n & 1) pair(key, n / 2, center, scale, &d[n - 1], &b);
+    } else if (w->dtype == PL_DTYPE_F16) {
+        uint16_t *d = (uint16_t *)w->data;
+        for (size_t i = 0; i < n; i += 2) {
+            pair(key, i / 2, center, scale, &a, &b);
+            d[i] = pl_f32_to_f16(a);
+            if (i + 1 < n) d[i + 1] = pl_f32_to_f16(b);
+        }
+    } else {
+        uint16_t *d = (uint16_t *)w->data;
+        for (size_t i = 0; i < n; i += 2) {
+            pair(key, i / 2, center, scale, &a, &b);
+            d[i] = pl_f32_to_bf16(a);
+            if (i + 1 < n) d[i + 1] = pl_f32_to_bf16(b);
+        }
+    }
+}
+
+static void generate(pl_model *m, uint64_t seed) {
+    const pl_model_config *c = &m->cfg;
+    uint64_t base = mix(seed ^ 0x7061676c6c6dull); /* "paglm": seeds 0 and 1 differ widely */
+    uint64_t id = 0;
+    float s_dim = 1.0f / sqrtf((float)c->dim);
+    float s_q = 1.0f / sqrtf((float)(c->n_heads * c->head_dim));
+    float s_hidden = 1.0f / sqrtf((float)c->hidden_dim);
+#define KEY() mix(base + (++id) * GOLDEN)
+    fill(&m->tok_embed, KEY(), 0.0f, 1.0f);
+    for (int l = 0; l < c->n_layers; l++) {
+        pl_model_layer *L = &m->layers[l];
+        fill(&L->attn_norm, KEY(), 1.0f, 0.1f);
+        fill(&L->wq, KEY(), 0.0f, s_dim);
+        fill(&L->wk, KEY(), 0.0f, s_dim);
+        fill(&L->wv, KEY(), 0.0f, s_dim);
+        fill(&L->wo, KEY(), 0.0f, s_q);
+        fill(&L->ffn_norm, KEY(), 1.0f, 0.1f);
+        fill(&L->w1, KEY(), 0.0f, s_dim);
+        fill(&L->w2, KEY(), 0.0f, s_hidden);
+        fill(&L->w3, KEY(), 0.0f, s_dim);
+    }
+    fill(&m->final_norm, KEY(), 1.0f, 0.1f);
+    if (!c->tied_embeddings) fill(&m->lm_head, KEY(), 0.0f, 4.0f * s_dim);
+#undef KEY
+}
+
+// ----------------------------------------------------------------------------
+// loading
+
+pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt,
+                              pl_model **out) {
+    const preset *p = NULL;
+    for (size_t i = 0; i < N_PRESETS; i++)
+        if (strcmp(name, k_presets[i].name) == 0) p = &k_presets[i];
+    if (!p)
+        return pl_fail(PL_ERR_NOT_FOUND, "dummy:%.64s: unknown preset (tiny, stories15m, "
+                       "stories110m, tinyllama-1.1b, llama2-7b)", name);
+    pl_model_config c = {0};
+    c.dim = p->dim;
+    c.hidden_dim = p->hidden_dim;
+    c.n_layers = p->n_layers;
+    c.n_heads = p->n_heads;
+    c.n_kv_heads = p->n_kv_heads;
+    c.head_dim = p->dim / p->n_heads;
+    c.vocab_size = p->vocab_size;
+    c.max_seq_len = p->max_seq_len;
+    c.norm_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
+    c.rope_layout = p->rope_layout;
+    c.rope_scaling = PL_ROPE_SCALING_NONE;
+    c.rope_factor = 1.0f;
+    c.tied_embeddings = p->tied;
+    c.bos_id = 1;
+    c.eos_id = 2;
+    c.bos_ends_text = p->bos_ends_text;
+
+    char full[96];
+    snprintf(full, sizeof full, "dummy:%s", p->name);
+    pl_dtype dt = opt->dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : opt->dtype;
+    if (dt == PL_DTYPE_F32 && !p->f32_allowed) {
+        pl_model probe = {.cfg = c};
+        double n = (double)pl_model_matmul_params(&probe) + (double)c.vocab_size * c.dim;
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: f32 weights would take %.1f GiB; load it "
+                       "with dtype f16 or bf16 (%.1f GiB)", full, 4.0 * n / (1 << 30),
+                       2.0 * n / (1 << 30));
+    }
+    pl_model *m;
+    PL_TRY(pl_model_alloc(&c, dt, full, &m));
+    generate(m, opt->dummy_seed);
+    *out = m;
+    return PL_OK;
+}

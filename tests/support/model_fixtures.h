@@ -1,0 +1,107 @@
+/*
+ * tests/support/model_fixtures.h - tiny random models written in every format the model
+ * module loads, and helpers to damage files, for the loader tests and the end-to-end tests.
+ *
+ * The writers are written from the format descriptions (../shared/models/README.md, llama2.c's
+ * export.py design, the safetensors layout), not from the loaders, so a loader bug is not
+ * mirrored here. Typical use:
+ *
+ *     pl_model_config c; pl_fixture_random_config(&rng, &c);
+ *     pl_model *ref = pl_fixture_model(&c, seed);           // f32 random weights
+ *     pl_fixture_write_llama2c(ref, "/tmp/x/model.bin");
+ *     pl_fixture_write_hf(ref, "/tmp/x/hf", &(pl_fixture_hf_options){.dtype = PL_DTYPE_BF16});
+ *     ... pl_model_load(...) each, then pl_fixture_compare(ref, loaded, atol, rtol)
+ *
+ * RoPE layouts: the llama2.c formats store q/k rows in Meta's interleaved order, HF in
+ * rotate-half order. Each writer permutes q_proj/k_proj rows when the model's rope_layout is
+ * the other one (as Hugging Face's conversion script does), so every written file computes
+ * the same function as the in-memory model. pl_fixture_compare undoes the permutation when the
+ * two models' layouts differ.
+ *
+ * All functions return false (or NULL) on failure after printing the reason on stderr.
+ */
+#ifndef PL_TEST_MODEL_FIXTURES_H
+#define PL_TEST_MODEL_FIXTURES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "test_support.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- models ---- */
+
+/* A random small config: head_dim even in [2, 16], n_kv_heads in [1, 3], 1-3 query heads per
+ * KV head, dim = n_heads * head_dim, odd hidden sizes, 1-3 layers, vocab in [3, 202],
+ * max_seq_len in [8, 127], tied or not, interleaved RoPE, theta 10000, eps 1e-5, BOS 1, EOS 2,
+ * no rope scaling (llama2.c-compatible, so every format can hold it). */
+void pl_fixture_random_config(pl_test_rng *r, pl_model_config *out);
+
+/* A model of cfg with f32 weights drawn from seed (matrices uniform in +-1/sqrt(fan_in),
+ * embeddings +-1, norms 1 +- 0.25). Free with pl_model_free. */
+pl_model *pl_fixture_model(const pl_model_config *cfg, uint64_t seed);
+
+/* True when every weight of got equals ref's within |got - ref| <= atol + rtol * |ref|
+ * (0, 0 = bit-exact), reading both in f32 whatever their dtypes, and the dims agree. Rows of
+ * q/k are matched through the RoPE permutation when the rope layouts differ. Prints the first
+ * mismatch. */
+bool pl_fixture_compare(const pl_model *ref, const pl_model *got, float atol, float rtol);
+
+/* Row permutations of a q or k projection (n_heads * head_dim, cols) between layouts:
+ * rotate-half row h*hd + p*hd/2 + j holds interleaved row h*hd + 2j + p. */
+void pl_fixture_permute_to_half(float *dst, const float *src, int n_heads, int head_dim,
+                                int cols);
+void pl_fixture_permute_to_interleaved(float *dst, const float *src, int n_heads, int head_dim,
+                                       int cols);
+
+/* ---- writers ---- */
+
+/* llama2.c legacy checkpoint: 7 int32 header (vocab_size negated when the model is untied),
+ * f32 tensors, freq_cis tables, wcls when untied. Needs head_dim == dim / n_heads. */
+bool pl_fixture_write_llama2c(const pl_model *m, const char *path);
+/* llama2.c "ak42" version 1: 256-byte header, f32 tensors in export.py's version-1 order. */
+bool pl_fixture_write_ak42(const pl_model *m, const char *path);
+
+typedef struct pl_fixture_hf_options {
+    pl_dtype dtype;        /* F32 (also for AUTO), F16 or BF16: every tensor, norms too */
+    int n_shards;          /* <= 1: model.safetensors; else shards + model.safetensors.index.json */
+    bool misalign;         /* header length = 1 mod 8, so tensor data is not type-aligned */
+    bool lm_head_when_tied;/* also write lm_head.weight for a tied model */
+    bool omit_tie_key;     /* leave tie_word_embeddings out of config.json */
+} pl_fixture_hf_options;
+
+/* A Hugging Face directory (created if missing): config.json (LlamaForCausalLM) and
+ * safetensors. opt may be NULL (f32, one file). */
+bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf_options *opt);
+/* Only config.json for m's config (used by pl_fixture_write_hf). */
+bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool omit_tie_key);
+
+/* A safetensors file from a header given as text (written verbatim after its uint64 length)
+ * and a data section: for hand-made hostile headers. */
+bool pl_fixture_write_safetensors_raw(const char *path, const char *header, const void *data,
+                                      size_t n_data);
+
+/* ---- files ---- */
+
+/* Reads a whole file into *out (malloc'd, caller frees with free()). */
+bool pl_fixture_read_file(const char *path, uint8_t **out, size_t *n);
+bool pl_fixture_write_file(const char *path, const void *data, size_t n);
+/* Cuts the file to its first n bytes. */
+bool pl_fixture_truncate(const char *path, size_t n);
+/* Writes n bytes at offset (extending the file if needed). */
+bool pl_fixture_overwrite(const char *path, size_t offset, const void *bytes, size_t n);
+/* Removes dir and everything in it (for scratch directories from pl_test_tmpdir). */
+bool pl_fixture_remove_dir(const char *dir);
+/* "<dir>/<name>" in one of four rotating per-thread buffers: valid until the fourth next call
+ * (the writers call it too: copy a path you keep across them). */
+const char *pl_fixture_path(const char *dir, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

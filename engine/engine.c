@@ -101,6 +101,7 @@ void pl_engine_destroy(pl_engine *e) {
     free_requests(e->live_head, false);
     free_requests(e->graveyard, true);
     pl_intake_deinit(&e->intake);
+    pl_profiler_close_trace(&e->prof);
     pl_sched_destroy(e->sched);
     pl_runner_destroy(e->runner);
     pl_kv_pool_destroy(e->pool);
@@ -157,6 +158,7 @@ static pl_status engine_init(pl_engine *e) {
     pl_sched_config_from_engine(c, e->max_model_len, &sc);
     PL_TRY(pl_sched_create(&sc, e->pool, &e->sched));
     PL_TRY(pl_runner_create(e->model, e->be, &lim, &e->runner));
+    pl_runner_set_op_hook(e->runner, pl_profiler_op, &e->prof);
     PL_TRY(pl_sampler_init(&e->sampler, e->vocab));
     PL_TRY(alloc_step_buffers(e));
     pl_log(PL_LOG_INFO, "engine: model %s, backend %s, %d KV blocks of %d tokens, max_model_len %d",
@@ -386,22 +388,27 @@ static void account_step(pl_engine *e, const pl_sched_output *so) {
 
 pl_status pl_engine_step(pl_engine *e, pl_step_result *out) {
     if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "step: engine is NULL");
-    uint64_t t0 = pl_now_ns();
+    pl_profiler *pr = &e->prof;
+    uint64_t t0 = pl_now_ns(), t = t0, u;
     free_requests(e->graveyard, true);
     e->graveyard = NULL;
     e->sb.n_deltas = 0;
     e->sb.n_finished = 0;
     drain_intake(e);
+    pl_profiler_phase(pr, PL_PHASE_DRAIN, t, u = pl_now_ns());
 
     pl_sched_output so;
     pl_status st = pl_sched_schedule(e->sched, &so);
+    pl_profiler_phase(pr, PL_PHASE_SCHEDULE, u, t = pl_now_ns());
     if (st != PL_OK && so.n_seqs == 0) goto done; /* out of host memory: nothing runnable */
     st = PL_OK;
     if (so.n_seqs > 0) {
         note_first_scheduled(&so, t0);
         pl_runner_batch b;
         build_batch(e, &so, &b);
+        pl_profiler_phase(pr, PL_PHASE_BATCH, t, u = pl_now_ns());
         st = pl_runner_run(e->runner, &b, e->sb.logits);
+        pl_profiler_phase(pr, PL_PHASE_FORWARD, u, t = pl_now_ns());
         if (st != PL_OK) {
             pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());
             fail_step(e, &so);
@@ -412,6 +419,9 @@ pl_status pl_engine_step(pl_engine *e, pl_step_result *out) {
                 st = us;
                 fail_step(e, &so);
             }
+            u = pl_now_ns();
+            pl_profiler_phase(pr, PL_PHASE_SAMPLE, t, u);
+            t = u;
         }
         account_step(e, &so);
     }
@@ -419,7 +429,16 @@ done:;
     pl_status cs = pl_output_collect(e);
     if (st == PL_OK) st = cs;
     retire_reported(e);
-    e->stats.elapsed_ns += pl_now_ns() - t0;
+    uint64_t t_end = pl_now_ns();
+    pl_profiler_phase(pr, PL_PHASE_OUTPUT, t, t_end);
+    if (pr->trace) {
+        pl_kv_stats kv;
+        pl_kv_get_stats(e->pool, &kv);
+        pl_profiler_counters(pr, t_end, so.n_seqs, so.n_tokens, kv.usage);
+    }
+    pr->steps++;
+    pr->step_ns += t_end - t0;
+    e->stats.elapsed_ns += t_end - t0;
     if (out) {
         *out = (pl_step_result){
             .deltas = e->sb.deltas, .n_deltas = e->sb.n_deltas, .finished = e->sb.finished,

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "engine/profile.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "kvcache/kvcache.h"
@@ -133,7 +134,7 @@ struct pl_engine {
     int n_unreported_samples;          /* finished, waiting for the next step result */
     pl_step_buffers sb;
     pl_engine_stats stats;
-    uint64_t rng_counter;
+    pl_profiler prof;
 };
 
 /* engine/output.c */

@@ -61,6 +61,8 @@ struct pl_runner {
 
     bool profiling;
     pl_runner_profile prof;
+    pl_runner_op_hook hook;
+    void *hook_ctx;
 };
 
 static const char *const op_names[PL_OP_COUNT] = {
@@ -233,6 +235,10 @@ pl_status pl_runner_create(const pl_model *m, pl_backend *be, const pl_runner_li
 void pl_runner_set_profiling(pl_runner *r, bool on) { r->profiling = on; }
 void pl_runner_get_profile(const pl_runner *r, pl_runner_profile *out) { *out = r->prof; }
 void pl_runner_reset_profile(pl_runner *r) { memset(&r->prof, 0, sizeof r->prof); }
+void pl_runner_set_op_hook(pl_runner *r, pl_runner_op_hook fn, void *ctx) {
+    r->hook = fn;
+    r->hook_ctx = ctx;
+}
 
 /* Times one op when profiling; the sync makes device time land on the op that spent it. */
 #define OP(kind, call)                                                                        \
@@ -241,8 +247,10 @@ void pl_runner_reset_profile(pl_runner *r) { memset(&r->prof, 0, sizeof r->prof)
         PL_TRY(call);                                                                         \
         if (r->profiling) {                                                                   \
             PL_TRY(be->ops->sync(be));                                                        \
-            r->prof.ns[kind] += pl_now_ns() - t0_;                                            \
+            uint64_t t1_ = pl_now_ns();                                                       \
+            r->prof.ns[kind] += t1_ - t0_;                                                    \
             r->prof.calls[kind]++;                                                            \
+            if (r->hook) r->hook(r->hook_ctx, kind, t0_, t1_);                                \
         }                                                                                     \
     } while (0)
 
@@ -349,9 +357,7 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
 
     int S = b->n_sample;
     OP(PL_OP_LOGITS, be->ops->gather_rows(be, r->xs, r->xb, r->d_rows, S, D));
-    if (r->profiling) count_matmul(r, S, D, c->vocab_size, r->lm_head.dtype);
-    OP(PL_OP_LOGITS, be->ops->matmul(be, r->logits, r->xs, r->lm_head.data, r->lm_head.dtype, S, D,
-                                     c->vocab_size));
+    PL_TRY(matmul(r, r->logits, r->xs, &r->lm_head, S, D, c->vocab_size));
     PL_TRY(be->ops->download(be, out_logits, r->logits, (size_t)S * c->vocab_size * sizeof(float)));
     return be->ops->sync(be);
 }

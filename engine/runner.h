@@ -75,6 +75,9 @@ typedef struct pl_runner_profile {
     double attn_flops, attn_bytes;
 } pl_runner_profile;
 void pl_runner_get_profile(const pl_runner *r, pl_runner_profile *out);
+/* Called after every op while profiling, with its start and end (pl_now_ns). */
+typedef void (*pl_runner_op_hook)(void *ctx, pl_op_kind kind, uint64_t t0_ns, uint64_t t1_ns);
+void pl_runner_set_op_hook(pl_runner *r, pl_runner_op_hook fn, void *ctx);
 void pl_runner_reset_profile(pl_runner *r);
 
 #endif

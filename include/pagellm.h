@@ -325,6 +325,49 @@ PL_API pl_status pl_engine_tokenize(const pl_engine *e, const char *text, int32_
                                     size_t *out_n);
 PL_API void pl_free_ids(int32_t *ids);
 
+/* ------------------------------------------------------------------------------------------
+ * Profiling
+ * ---------------------------------------------------------------------------------------- */
+
+#define PL_PROFILE_MAX 16
+
+/* Time spent in one phase of the step or one kind of op of the forward pass. */
+typedef struct pl_profile_entry {
+    const char *name;  /* "schedule", "matmul", ...; static storage */
+    double seconds;
+    uint64_t calls;
+    double bytes;      /* estimated bytes moved (matmul: weights + activations; attention: KV) */
+    double flops;      /* estimated floating-point operations (matmul, attention) */
+} pl_profile_entry;
+
+typedef struct pl_profile {
+    /* phases of a step: drain, schedule, build batch, forward, sample, output (detokenise,
+     * stop checks, completions) */
+    pl_profile_entry phases[PL_PROFILE_MAX];
+    int n_phases;
+    /* op kinds inside the forward pass (only while profiling is on: each op is synced) */
+    pl_profile_entry ops[PL_PROFILE_MAX];
+    int n_ops;
+    uint64_t steps;
+    double step_seconds;  /* total time inside pl_engine_step */
+} pl_profile;
+
+/* Turns profiling on or off. On: every phase of every step, and every op of the forward pass
+ * (each followed by a backend sync so device time lands on its op), is timed with a monotonic
+ * clock; with trace_path, each step's phases and ops are written as Chrome trace-event JSON
+ * (open in Perfetto or chrome://tracing) with counters for batch size, tokens and KV usage;
+ * the file is complete after profiling is turned off or the engine destroyed. Phase times are
+ * always collected (they cost two clock reads per phase). Errors: PL_ERR_IO (trace file). */
+PL_API pl_status pl_engine_set_profiling(pl_engine *e, bool on, const char *trace_path);
+/* Totals since the last reset. */
+PL_API void pl_engine_get_profile(const pl_engine *e, pl_profile *out);
+PL_API void pl_engine_reset_profile(pl_engine *e);
+
+/* Bytes of matrix weights the model streams per forward pass, and parameters in matrix
+ * products per token (2x this = matmul FLOPs per token): for roofline figures. */
+PL_API size_t pl_engine_weight_bytes(const pl_engine *e);
+PL_API size_t pl_engine_matmul_params(const pl_engine *e);
+
 #ifdef __cplusplus
 }
 #endif

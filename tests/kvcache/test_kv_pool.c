@@ -91,7 +91,8 @@ Test(kv_alloc, slots_follow_the_block_table) {
 
     int64_t slots[9];
     cr_assert_eq(pl_kv_slot_mapping(pool, &t, 0, 9, slots), PL_OK);
-    for (int p = 0; p < 9; p++) cr_assert_eq(slots[p], p, "pos %d slot %lld", p, (long long)slots[p]);
+    for (int p = 0; p < 9; p++)
+        cr_assert_eq(slots[p], p, "pos %d slot %lld", p, (long long)slots[p]);
     cr_assert_eq(pl_kv_slot(&t, 4, 8), 8);
     cr_assert_eq(pl_kv_slot_mapping(pool, &t, 5, 4, slots), PL_OK);
     cr_assert_eq(slots[0], 5);

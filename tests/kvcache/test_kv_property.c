@@ -102,8 +102,8 @@ static void compute(prop *P, seq *s, int from) {
     for (int p = from; p < s->t.n_tokens; p++) {
         int32_t b = s->t.block_ids[p / bs];
         cr_assert_eq(pl_kv_block_ref_count(P->pool, b), 1,
-                     "seed %llu op %d: write into shared block %d", (unsigned long long)P->cfg->seed,
-                     P->op, (int)b);
+                     "seed %llu op %d: write into shared block %d",
+                     (unsigned long long)P->cfg->seed, P->op, (int)b);
         cr_assert(!pl_kv_block_is_cached(P->pool, b), "seed %llu op %d: write into cached block",
                   (unsigned long long)P->cfg->seed, P->op);
         P->mem[pl_kv_slot(&s->t, bs, p)] = s->kv[p];

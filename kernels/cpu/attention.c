@@ -1,0 +1,446 @@
+/*
+ * kernels/cpu/attention.c - paged causal attention with grouped-query heads, reading K/V
+ * straight from the cache blocks.
+ *
+ * Shapes as in backend.h: q, out (n_tokens, n_heads, head_dim) f32; one layer's caches
+ * (n_blocks, n_kv_heads, block_size, head_dim) of kv_dtype (f32 or f16).
+ *
+ * Work units. A unit is (sequence s, KV head kh, a tile of up to TQ of s's query rows); it
+ * computes every query head of kh's group (G = n_heads / n_kv_heads) for those rows, so the
+ * M = rows x G query vectors share each K/V row read: with GQA the cache is read once per KV
+ * head, not once per query head. Decode rows give n_seqs x n_kv_heads units; a prefill chunk
+ * gives more (its rows are tiled). Units run on the pool, claimed dynamically, so a long
+ * context does not hold up the others more than its own cost.
+ *
+ * Inside a unit, keys are visited in tiles of KEY_TILE positions. A tile's K/V row pointers
+ * are resolved once through the block table (positions t -> block table[t / block_size],
+ * offset t % block_size; a row is head_dim contiguous elements), then for each query vector:
+ * scores (4 keys at a time, q loaded once per 4 keys), online softmax (running max m and sum l,
+ * the accumulator rescaled by exp(m_old - m_new)), and the V accumulation o = o * c + sum p V.
+ * Causality: query row j at position p attends to t <= p, so each row stops at its own limit
+ * within a tile; rows of a prefill chunk also see all earlier context.
+ *
+ * Scratch per thread (floats): O (M, head_dim), m (M), l (M), scores (KEY_TILE), K and V row
+ * pointers (2 x KEY_TILE). No allocation once reserved.
+ */
+#include <math.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+#include "util/dtype.h"
+
+#define KEY_TILE 128     /* keys per online-softmax step */
+#define MAX_UNIT_VECS 32 /* query vectors (rows x group heads) per unit, unless G is larger */
+
+/* Kernel set for one ISA and KV dtype. */
+typedef struct attn_fns {
+    /* s (n) = scale * q . K(kp[t]); returns max over s. q (hd); kp[t] -> a K row of kv dtype. */
+    float (*scores)(float *s, const float *q, const void *const *kp, int n, int hd, float scale);
+    /* s (n) = exp(s - mx); returns the sum. */
+    float (*exp_sum)(float *s, int n, float mx);
+    /* o (hd) = o * c + sum_t p[t] * V(vp[t]). */
+    void (*pv)(float *o, float c, const float *p, const void *const *vp, int n, int hd);
+} attn_fns;
+
+// ---------------------------------------------------------------------------------------------
+// scalar kernels
+
+static float load_kv(const void *p, pl_dtype t, int i) {
+    return t == PL_DTYPE_F16 ? pl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static float scores_scalar(float *s, const float *q, const void *const *kp, int n, int hd,
+                           float scale, pl_dtype t) {
+    float mx = -INFINITY;
+    for (int k = 0; k < n; k++) {
+        float acc = 0;
+        for (int i = 0; i < hd; i++) acc += q[i] * load_kv(kp[k], t, i);
+        s[k] = acc * scale;
+        mx = s[k] > mx ? s[k] : mx;
+    }
+    return mx;
+}
+static float scores_scalar_f32(float *s, const float *q, const void *const *kp, int n, int hd,
+                               float scale) {
+    return scores_scalar(s, q, kp, n, hd, scale, PL_DTYPE_F32);
+}
+static float scores_scalar_f16(float *s, const float *q, const void *const *kp, int n, int hd,
+                               float scale) {
+    return scores_scalar(s, q, kp, n, hd, scale, PL_DTYPE_F16);
+}
+
+static float exp_sum_scalar(float *s, int n, float mx) {
+    float sum = 0;
+    for (int k = 0; k < n; k++) {
+        s[k] = expf(s[k] - mx);
+        sum += s[k];
+    }
+    return sum;
+}
+
+static void pv_scalar(float *o, float c, const float *p, const void *const *vp, int n, int hd,
+                      pl_dtype t) {
+    for (int i = 0; i < hd; i++) o[i] *= c;
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < hd; i++) o[i] += p[k] * load_kv(vp[k], t, i);
+}
+static void pv_scalar_f32(float *o, float c, const float *p, const void *const *vp, int n,
+                          int hd) {
+    pv_scalar(o, c, p, vp, n, hd, PL_DTYPE_F32);
+}
+static void pv_scalar_f16(float *o, float c, const float *p, const void *const *vp, int n,
+                          int hd) {
+    pv_scalar(o, c, p, vp, n, hd, PL_DTYPE_F16);
+}
+
+#ifdef PL_CPU_X86
+// ---------------------------------------------------------------------------------------------
+// AVX-512 kernels
+
+PL_INLINE PL_TARGET_AVX512 float scores_avx512(float *s, const float *q, const void *const *kp,
+                                               int n, int hd, float scale, const pl_dtype t) {
+    const __mmask16 tm = pl_avx512_mask(hd & 15);
+    const int full = hd & ~15;
+    const __m128 sc = _mm_set1_ps(scale);
+    __m128 mx4 = _mm_set1_ps(-INFINITY);
+    int k = 0;
+    for (; k + 4 <= n; k += 4) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        int i = 0;
+        for (; i < full; i += 16) {
+            __m512 qv = _mm512_loadu_ps(q + i);
+            a0 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k], t, (size_t)i), a0);
+            a1 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k + 1], t, (size_t)i), a1);
+            a2 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k + 2], t, (size_t)i), a2);
+            a3 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k + 3], t, (size_t)i), a3);
+        }
+        if (tm) {
+            __m512 qv = _mm512_maskz_loadu_ps(tm, q + i);
+            a0 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k], t, (size_t)i, tm), a0);
+            a1 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k + 1], t, (size_t)i, tm), a1);
+            a2 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k + 2], t, (size_t)i, tm), a2);
+            a3 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k + 3], t, (size_t)i, tm), a3);
+        }
+        __m128 v = _mm_mul_ps(pl_avx512_hsum4(a0, a1, a2, a3), sc);
+        _mm_storeu_ps(s + k, v);
+        mx4 = _mm_max_ps(mx4, v);
+    }
+    mx4 = _mm_max_ps(mx4, _mm_movehl_ps(mx4, mx4));
+    mx4 = _mm_max_ss(mx4, _mm_movehdup_ps(mx4));
+    float mx = _mm_cvtss_f32(mx4);
+    for (; k < n; k++) {
+        __m512 a = _mm512_setzero_ps();
+        int i = 0;
+        for (; i < full; i += 16)
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), pl_avx512_load(kp[k], t, (size_t)i), a);
+        if (tm)
+            a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tm, q + i),
+                                pl_avx512_load_mask(kp[k], t, (size_t)i, tm), a);
+        s[k] = _mm512_reduce_add_ps(a) * scale;
+        mx = s[k] > mx ? s[k] : mx;
+    }
+    return mx;
+}
+static PL_TARGET_AVX512 float scores_avx512_f32(float *s, const float *q, const void *const *kp,
+                                                int n, int hd, float scale) {
+    return scores_avx512(s, q, kp, n, hd, scale, PL_DTYPE_F32);
+}
+static PL_TARGET_AVX512 float scores_avx512_f16(float *s, const float *q, const void *const *kp,
+                                                int n, int hd, float scale) {
+    return scores_avx512(s, q, kp, n, hd, scale, PL_DTYPE_F16);
+}
+
+static PL_TARGET_AVX512 float exp_sum_avx512(float *s, int n, float mx) {
+    __m512 sum = _mm512_setzero_ps(), m = _mm512_set1_ps(mx);
+    for (int k = 0; k < n; k += 16) {
+        __mmask16 mk = pl_avx512_mask(n - k < 16 ? n - k : 16);
+        __m512 e = pl_avx512_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + k), m));
+        _mm512_mask_storeu_ps(s + k, mk, e);
+        sum = _mm512_mask_add_ps(sum, mk, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+PL_INLINE PL_TARGET_AVX512 void pv_avx512(float *o, float c, const float *p,
+                                          const void *const *vp, int n, int hd,
+                                          const pl_dtype t) {
+    const __m512 cv = _mm512_set1_ps(c);
+    int d = 0;
+    for (; d + 64 <= hd; d += 64) { /* 4 accumulators: a 64-wide slice of o in registers */
+        __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(o + d), cv);
+        __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(o + d + 16), cv);
+        __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(o + d + 32), cv);
+        __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(o + d + 48), cv);
+        for (int k = 0; k < n; k++) {
+            __m512 pk = _mm512_set1_ps(p[k]);
+            a0 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d), a0);
+            a1 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d + 16), a1);
+            a2 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d + 32), a2);
+            a3 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d + 48), a3);
+        }
+        _mm512_storeu_ps(o + d, a0);
+        _mm512_storeu_ps(o + d + 16, a1);
+        _mm512_storeu_ps(o + d + 32, a2);
+        _mm512_storeu_ps(o + d + 48, a3);
+    }
+    for (; d < hd; d += 16) {
+        __mmask16 m = pl_avx512_mask(hd - d < 16 ? hd - d : 16);
+        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + d), cv);
+        for (int k = 0; k < n; k++)
+            a = _mm512_fmadd_ps(_mm512_set1_ps(p[k]),
+                                pl_avx512_load_mask(vp[k], t, (size_t)d, m), a);
+        _mm512_mask_storeu_ps(o + d, m, a);
+    }
+}
+static PL_TARGET_AVX512 void pv_avx512_f32(float *o, float c, const float *p,
+                                           const void *const *vp, int n, int hd) {
+    pv_avx512(o, c, p, vp, n, hd, PL_DTYPE_F32);
+}
+static PL_TARGET_AVX512 void pv_avx512_f16(float *o, float c, const float *p,
+                                           const void *const *vp, int n, int hd) {
+    pv_avx512(o, c, p, vp, n, hd, PL_DTYPE_F16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 kernels
+
+PL_INLINE PL_TARGET_AVX2 float scores_avx2(float *s, const float *q, const void *const *kp,
+                                           int n, int hd, float scale, const pl_dtype t) {
+    const int full = hd & ~7, rem = hd & 7;
+    const __m128 sc = _mm_set1_ps(scale);
+    __m128 mx4 = _mm_set1_ps(-INFINITY);
+    int k = 0;
+    for (; k + 4 <= n; k += 4) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        int i = 0;
+        for (; i < full; i += 8) {
+            __m256 qv = _mm256_loadu_ps(q + i);
+            a0 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k], t, (size_t)i), a0);
+            a1 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k + 1], t, (size_t)i), a1);
+            a2 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k + 2], t, (size_t)i), a2);
+            a3 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k + 3], t, (size_t)i), a3);
+        }
+        if (rem) {
+            __m256 qv = pl_avx2_load_part(q, PL_DTYPE_F32, (size_t)i, rem);
+            a0 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k], t, (size_t)i, rem), a0);
+            a1 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k + 1], t, (size_t)i, rem), a1);
+            a2 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k + 2], t, (size_t)i, rem), a2);
+            a3 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k + 3], t, (size_t)i, rem), a3);
+        }
+        __m128 v = _mm_mul_ps(pl_avx2_hsum4(a0, a1, a2, a3), sc);
+        _mm_storeu_ps(s + k, v);
+        mx4 = _mm_max_ps(mx4, v);
+    }
+    mx4 = _mm_max_ps(mx4, _mm_movehl_ps(mx4, mx4));
+    mx4 = _mm_max_ss(mx4, _mm_movehdup_ps(mx4));
+    float mx = _mm_cvtss_f32(mx4);
+    for (; k < n; k++) {
+        __m256 a = _mm256_setzero_ps();
+        int i = 0;
+        for (; i < full; i += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), pl_avx2_load(kp[k], t, (size_t)i), a);
+        if (rem)
+            a = _mm256_fmadd_ps(pl_avx2_load_part(q, PL_DTYPE_F32, (size_t)i, rem),
+                                pl_avx2_load_part(kp[k], t, (size_t)i, rem), a);
+        s[k] = pl_avx2_hsum(a) * scale;
+        mx = s[k] > mx ? s[k] : mx;
+    }
+    return mx;
+}
+static PL_TARGET_AVX2 float scores_avx2_f32(float *s, const float *q, const void *const *kp,
+                                            int n, int hd, float scale) {
+    return scores_avx2(s, q, kp, n, hd, scale, PL_DTYPE_F32);
+}
+static PL_TARGET_AVX2 float scores_avx2_f16(float *s, const float *q, const void *const *kp,
+                                            int n, int hd, float scale) {
+    return scores_avx2(s, q, kp, n, hd, scale, PL_DTYPE_F16);
+}
+
+static PL_TARGET_AVX2 float exp_sum_avx2(float *s, int n, float mx) {
+    __m256 sum = _mm256_setzero_ps(), m = _mm256_set1_ps(mx);
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 e = pl_avx2_exp(_mm256_sub_ps(_mm256_loadu_ps(s + k), m));
+        _mm256_storeu_ps(s + k, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = pl_avx2_hsum(sum);
+    for (; k < n; k++) {
+        s[k] = expf(s[k] - mx);
+        total += s[k];
+    }
+    return total;
+}
+
+PL_INLINE PL_TARGET_AVX2 void pv_avx2(float *o, float c, const float *p, const void *const *vp,
+                                      int n, int hd, const pl_dtype t) {
+    const __m256 cv = _mm256_set1_ps(c);
+    int d = 0;
+    for (; d + 32 <= hd; d += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(o + d), cv);
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(o + d + 8), cv);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(o + d + 16), cv);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(o + d + 24), cv);
+        for (int k = 0; k < n; k++) {
+            __m256 pk = _mm256_set1_ps(p[k]);
+            a0 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d), a0);
+            a1 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d + 8), a1);
+            a2 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d + 16), a2);
+            a3 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d + 24), a3);
+        }
+        _mm256_storeu_ps(o + d, a0);
+        _mm256_storeu_ps(o + d + 8, a1);
+        _mm256_storeu_ps(o + d + 16, a2);
+        _mm256_storeu_ps(o + d + 24, a3);
+    }
+    for (; d < hd; d += 8) {
+        int w = hd - d < 8 ? hd - d : 8;
+        __m256 a = _mm256_mul_ps(pl_avx2_load_part(o, PL_DTYPE_F32, (size_t)d, w), cv);
+        for (int k = 0; k < n; k++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p[k]), pl_avx2_load_part(vp[k], t, (size_t)d, w),
+                                a);
+        pl_avx2_store_part(o + d, a, w);
+    }
+}
+static PL_TARGET_AVX2 void pv_avx2_f32(float *o, float c, const float *p, const void *const *vp,
+                                       int n, int hd) {
+    pv_avx2(o, c, p, vp, n, hd, PL_DTYPE_F32);
+}
+static PL_TARGET_AVX2 void pv_avx2_f16(float *o, float c, const float *p, const void *const *vp,
+                                       int n, int hd) {
+    pv_avx2(o, c, p, vp, n, hd, PL_DTYPE_F16);
+}
+#endif /* PL_CPU_X86 */
+
+static attn_fns select_fns(pl_cpu_isa isa, pl_dtype kv) {
+    bool f16 = kv == PL_DTYPE_F16;
+#ifdef PL_CPU_X86
+    if (isa == PL_CPU_ISA_AVX512)
+        return (attn_fns){f16 ? scores_avx512_f16 : scores_avx512_f32, exp_sum_avx512,
+                          f16 ? pv_avx512_f16 : pv_avx512_f32};
+    if (isa == PL_CPU_ISA_AVX2)
+        return (attn_fns){f16 ? scores_avx2_f16 : scores_avx2_f32, exp_sum_avx2,
+                          f16 ? pv_avx2_f16 : pv_avx2_f32};
+#endif
+    (void)isa;
+    return (attn_fns){f16 ? scores_scalar_f16 : scores_scalar_f32, exp_sum_scalar,
+                      f16 ? pv_scalar_f16 : pv_scalar_f32};
+}
+
+// ---------------------------------------------------------------------------------------------
+// work units
+
+typedef struct attn_job {
+    pl_cpu_ctx *c;
+    const pl_attn_batch *b;
+    float *out;                 /* (n_tokens, n_heads, head_dim) */
+    const float *q;             /* (n_tokens, n_heads, head_dim) */
+    const unsigned char *k_cache, *v_cache;
+    size_t esize;               /* bytes per cache element */
+    attn_fns f;
+    int group;                  /* G: query heads per KV head */
+    int tq;                     /* query rows per unit */
+    const int32_t *unit_start;  /* (n_seqs + 1): first unit of each sequence */
+    size_t off_m, off_l, off_s, off_ptr; /* scratch layout, in floats from the thread's base */
+} attn_job;
+
+static void attn_unit(void *arg, int u, int thread) {
+    const attn_job *J = arg;
+    const pl_attn_batch *b = J->b;
+    /* the sequence owning unit u: the last s with unit_start[s] <= u */
+    int lo = 0, hi = b->n_seqs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (J->unit_start[mid] <= u) lo = mid; else hi = mid - 1;
+    }
+    int s = lo, local = u - J->unit_start[s];
+    int kh = local % b->n_kv_heads, tile = local / b->n_kv_heads;
+    int q0 = b->query_start[s], q_len = b->query_start[s + 1] - q0, ctx = b->context_lens[s];
+    int j0 = tile * J->tq, j1 = j0 + J->tq < q_len ? j0 + J->tq : q_len;
+    int hd = b->head_dim, G = J->group, M = (j1 - j0) * G, bs = b->block_size;
+
+    float *base = J->c->scratch[thread];
+    float *O = base;                  /* (M, hd) unnormalised outputs */
+    float *mrow = base + J->off_m;    /* (M) running max */
+    float *lrow = base + J->off_l;    /* (M) running sum of exp */
+    float *S = base + J->off_s;       /* (KEY_TILE) scores, then probabilities */
+    const void **kp = (const void **)(void *)(base + J->off_ptr); /* (KEY_TILE) */
+    const void **vp = kp + KEY_TILE;                                /* (KEY_TILE) */
+    for (int i = 0; i < M * hd; i++) O[i] = 0.0f;
+    for (int m = 0; m < M; m++) {
+        mrow[m] = -INFINITY;
+        lrow[m] = 0.0f;
+    }
+
+    const int32_t *table = b->block_tables + (size_t)s * b->max_blocks_per_seq;
+    size_t row_bytes = (size_t)hd * J->esize;
+    int pmax = ctx - q_len + j1 - 1; /* position of the unit's last row */
+    for (int t0 = 0; t0 <= pmax; t0 += KEY_TILE) {
+        int t1 = t0 + KEY_TILE < pmax + 1 ? t0 + KEY_TILE : pmax + 1;
+        for (int t = t0; t < t1; t++) {
+            size_t row = ((size_t)table[t / bs] * b->n_kv_heads + kh) * bs + (size_t)(t % bs);
+            kp[t - t0] = J->k_cache + row * row_bytes;
+            vp[t - t0] = J->v_cache + row * row_bytes;
+        }
+        for (int j = j0; j < j1; j++) {
+            int pos = ctx - q_len + j;
+            int lim = (pos + 1 < t1 ? pos + 1 : t1) - t0; /* keys of this tile row j sees */
+            if (lim <= 0) continue;
+            for (int g = 0; g < G; g++) {
+                int m = (j - j0) * G + g;
+                const float *qv = J->q + ((size_t)(q0 + j) * b->n_heads + (size_t)kh * G + g) * hd;
+                float mx = J->f.scores(S, qv, kp, lim, hd, b->scale);
+                if (mrow[m] > mx) mx = mrow[m];
+                float sum = J->f.exp_sum(S, lim, mx);
+                float corr = mrow[m] == -INFINITY ? 0.0f : expf(mrow[m] - mx);
+                lrow[m] = lrow[m] * corr + sum;
+                J->f.pv(O + (size_t)m * hd, corr, S, vp, lim, hd);
+                mrow[m] = mx;
+            }
+        }
+    }
+    for (int j = j0; j < j1; j++)
+        for (int g = 0; g < G; g++) {
+            int m = (j - j0) * G + g;
+            float inv = 1.0f / lrow[m];
+            float *o = J->out + ((size_t)(q0 + j) * b->n_heads + (size_t)kh * G + g) * hd;
+            for (int d = 0; d < hd; d++) o[d] = O[(size_t)m * hd + d] * inv;
+        }
+}
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+pl_status pl_cpu_attention(pl_backend *be, float *out, const float *q, const void *k_cache,
+                           const void *v_cache, const pl_attn_batch *b) {
+    PL_TRY(pl_ref_check_attention(be, out, q, k_cache, v_cache, b));
+    if (b->n_seqs == 0) return PL_OK;
+    pl_cpu_ctx *c = be->ctx;
+    int G = b->n_heads / b->n_kv_heads;
+    int tq = MAX_UNIT_VECS / G > 0 ? MAX_UNIT_VECS / G : 1;
+    size_t M = (size_t)tq * G;
+
+    attn_job J = {.c = c, .b = b, .out = out, .q = q, .k_cache = k_cache, .v_cache = v_cache,
+                  .esize = pl_dtype_size(be->kv_dtype), .f = select_fns(c->isa, be->kv_dtype),
+                  .group = G, .tq = tq};
+    J.off_m = round16(M * (size_t)b->head_dim);
+    J.off_l = J.off_m + round16(M);
+    J.off_s = J.off_l + round16(M);
+    J.off_ptr = J.off_s + KEY_TILE;
+    size_t ptr_floats = 2 * KEY_TILE * sizeof(void *) / sizeof(float);
+    PL_TRY(pl_cpu_reserve(c, J.off_ptr + ptr_floats, (size_t)b->n_seqs + 1));
+
+    int32_t *us = c->ints; /* (n_seqs + 1) */
+    us[0] = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int q_len = b->query_start[s + 1] - b->query_start[s];
+        long next = (long)us[s] + (long)b->n_kv_heads * ((q_len + tq - 1) / tq);
+        if (next > INT32_MAX)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: batch too large (%ld units)", next);
+        us[s + 1] = (int32_t)next;
+    }
+    J.unit_start = us;
+    pl_threadpool_run(c->pool, us[b->n_seqs], attn_unit, &J);
+    return PL_OK;
+}

@@ -1,0 +1,236 @@
+/*
+ * kernels/cpu/backend_cpu.c - the fast CPU backend: creation, ISA detection, host memory,
+ * scratch, and the ops table.
+ *
+ * Memory is host heap aligned to 64 bytes (one cache line, one AVX-512 vector), so the KV
+ * cache's blocks start on vector boundaries; weights are used where the loader put them
+ * (upload_weight returns src: zero copy, any alignment). The backend owns one thread pool
+ * (opt->n_threads threads, 0 = all cores), per-thread scratch, and nothing else: every op's
+ * inputs arrive as arguments.
+ */
+#include <cblas.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+#include "util/alloc.h"
+#include "util/dtype.h"
+
+#ifdef PL_CPU_X86
+#include <cpuid.h>
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// ISA detection
+
+static bool has_f16c(void) {
+#ifdef PL_CPU_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    return (c & bit_F16C) != 0;
+#else
+    return false;
+#endif
+}
+
+pl_cpu_isa pl_cpu_detect_isa(void) {
+#ifdef PL_CPU_X86
+    __builtin_cpu_init();
+    /* __builtin_cpu_supports also checks that the OS saves the vector state (XCR0). */
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return PL_CPU_ISA_AVX512;
+    if (avx2) return PL_CPU_ISA_AVX2;
+#endif
+    return PL_CPU_ISA_SCALAR;
+}
+
+const char *pl_cpu_isa_name(pl_cpu_isa isa) {
+    switch (isa) {
+    case PL_CPU_ISA_AVX512: return "avx512";
+    case PL_CPU_ISA_AVX2: return "avx2";
+    default: return "scalar";
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// aligned host memory: the raw pl_calloc pointer is kept in the word before the aligned block
+
+#define ALIGN 64
+
+static void *aligned_calloc(size_t n_bytes) {
+    if (n_bytes > SIZE_MAX - ALIGN - sizeof(void *)) return NULL;
+    unsigned char *raw = pl_calloc(1, n_bytes + ALIGN + sizeof(void *));
+    if (!raw) return NULL;
+    uintptr_t a = ((uintptr_t)raw + sizeof(void *) + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1);
+    ((void **)a)[-1] = raw;
+    return (void *)a;
+}
+
+static void aligned_free(void *p) {
+    if (p) pl_free(((void **)p)[-1]);
+}
+
+static pl_status cpu_alloc(pl_backend *be, size_t n_bytes, void **out) {
+    (void)be;
+    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "alloc: out is NULL");
+    *out = aligned_calloc(n_bytes);
+    if (!*out) return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", n_bytes);
+    return PL_OK;
+}
+
+static void cpu_free(pl_backend *be, void *p) {
+    (void)be;
+    aligned_free(p);
+}
+
+static pl_status cpu_copy(pl_backend *be, void *dst, const void *src, size_t n_bytes) {
+    (void)be;
+    if (n_bytes == 0) return PL_OK;
+    if (!dst || !src) return pl_fail(PL_ERR_INVALID_ARGUMENT, "upload/download: NULL pointer");
+    memcpy(dst, src, n_bytes);
+    return PL_OK;
+}
+
+static pl_status cpu_sync(pl_backend *be) {
+    (void)be; /* every op has finished when it returns */
+    return PL_OK;
+}
+
+static void cpu_free_weight(pl_backend *be, void *w, const void *src) {
+    (void)be;
+    (void)w;
+    (void)src;
+}
+
+// ---------------------------------------------------------------------------------------------
+// scratch and task splitting
+
+pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints) {
+    if (n_floats > c->scratch_cap) {
+        size_t cap = (n_floats + 4095) & ~(size_t)4095; /* whole pages: fewer regrowths */
+        if (cap > SIZE_MAX / sizeof(float))
+            return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: scratch of %zu floats", n_floats);
+        for (int t = 0; t < c->n_threads; t++) {
+            float *p = aligned_calloc(cap * sizeof(float));
+            if (!p)
+                return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                               "cpu backend: no memory for %zu bytes of scratch", cap * 4);
+            aligned_free(c->scratch[t]);
+            c->scratch[t] = p;
+        }
+        c->scratch_cap = cap;
+    }
+    if (n_ints > c->int_cap) {
+        int32_t *p = pl_reallocarray(c->ints, n_ints, sizeof *p);
+        if (!p)
+            return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: no memory for %zu ints of scratch",
+                           n_ints);
+        c->ints = p;
+        c->int_cap = n_ints;
+    }
+    return PL_OK;
+}
+
+int pl_cpu_n_tasks(const pl_cpu_ctx *c, size_t work, size_t min_per_task) {
+    if (c->n_threads <= 1 || min_per_task == 0 || work < 2 * min_per_task) return 1;
+    size_t n = work / min_per_task, cap = (size_t)c->n_threads * 8;
+    return (int)(n < cap ? n : cap);
+}
+
+// ---------------------------------------------------------------------------------------------
+// create / destroy and the table
+
+static void cpu_destroy(pl_backend *be) {
+    if (!be) return;
+    pl_cpu_ctx *c = be->ctx;
+    if (c) {
+        pl_threadpool_destroy(c->pool);
+        if (c->scratch)
+            for (int t = 0; t < c->n_threads; t++) aligned_free(c->scratch[t]);
+        pl_free(c->scratch);
+        pl_free(c->ints);
+        pl_free(c);
+    }
+    pl_free(be);
+}
+
+static const pl_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .sync = cpu_sync,
+    .memory_info = pl_ref_host_memory_info,
+    .upload_weight = pl_ref_host_upload_weight,
+    .free_weight = cpu_free_weight,
+    .embed = pl_cpu_embed,
+    .rmsnorm = pl_cpu_rmsnorm,
+    .add_rmsnorm = pl_cpu_add_rmsnorm,
+    .matmul = pl_cpu_matmul,
+    .rope = pl_cpu_rope,
+    .kv_store = pl_cpu_kv_store,
+    .attention = pl_cpu_attention,
+    .silu_mul = pl_cpu_silu_mul,
+    .gather_rows = pl_cpu_gather_rows,
+    .copy_blocks = pl_cpu_copy_blocks,
+};
+
+/* Below this many activation rows, streaming the weights once through the own GEMV kernel
+ * beats OpenBLAS (which repacks the weight panel on every call); measured with
+ * bench/internal/kernels (see its report). */
+#define DEFAULT_GEMM_MIN_ROWS 16
+
+pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa isa,
+                                    pl_backend **out) {
+    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "backend cpu: out is NULL");
+    *out = NULL;
+    pl_dtype kv = opt ? opt->kv_dtype : PL_DTYPE_AUTO;
+    int n_threads = opt ? opt->n_threads : 0;
+    if (kv == PL_DTYPE_AUTO) kv = PL_DTYPE_F32;
+    if (kv != PL_DTYPE_F32 && kv != PL_DTYPE_F16)
+        return pl_fail(PL_ERR_UNSUPPORTED, "backend cpu: kv_dtype %s is not supported (f32, f16)",
+                       pl_dtype_name(kv));
+    if (n_threads < 0)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "backend cpu: n_threads %d < 0", n_threads);
+
+    pl_backend *be = pl_calloc(1, sizeof *be);
+    pl_cpu_ctx *c = pl_calloc(1, sizeof *c);
+    if (!be || !c) {
+        pl_free(be);
+        pl_free(c);
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "backend cpu: no memory");
+    }
+    be->ops = &cpu_ops;
+    be->ctx = c;
+    be->is_host = true;
+    be->kv_dtype = kv;
+    pl_cpu_isa best = pl_cpu_detect_isa();
+    c->isa = isa < best ? isa : best;
+    c->gemm_min_rows = DEFAULT_GEMM_MIN_ROWS;
+
+    pl_status st = pl_threadpool_create(n_threads, &c->pool);
+    if (st != PL_OK) {
+        pl_free(c);
+        pl_free(be);
+        return pl_fail_prefix(st, "backend cpu");
+    }
+    c->n_threads = pl_threadpool_size(c->pool);
+    c->scratch = pl_calloc((size_t)c->n_threads, sizeof *c->scratch);
+    if (!c->scratch) {
+        cpu_destroy(be);
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "backend cpu: no memory for scratch table");
+    }
+    /* Tasks call sgemm on their own tile; OpenBLAS threads would fight the pool for cores. */
+    openblas_set_num_threads(1);
+    *out = be;
+    return PL_OK;
+}
+
+pl_status pl_backend_cpu_create(const pl_backend_options *opt, pl_backend **out) {
+    return pl_cpu_backend_create_isa(opt, PL_CPU_ISA_AVX512, out);
+}

@@ -1,0 +1,250 @@
+/*
+ * kernels/cpu/cpu.h - the fast CPU backend's internals: state, run-time ISA dispatch, scratch,
+ * and the SIMD helpers its op files share.
+ *
+ * Every op exists in up to three builds chosen at run time from the CPU's features: AVX-512
+ * (F, BW, VL, DQ with FMA and F16C), AVX2 (with FMA and F16C) and portable scalar C. The
+ * SIMD variants are compiled with per-function target attributes (PL_TARGET_AVX512/AVX2), so
+ * the library itself needs no -march flag and runs on any x86-64 (or other) machine.
+ *
+ * Invariants
+ * - Ops never allocate while running tasks: per-thread scratch is grown (at most to the
+ *   largest request seen) by pl_cpu_reserve() on the calling thread before tasks start, so an
+ *   allocation failure is reported as a status instead of being lost inside a worker.
+ * - Work is split by output rows (or (sequence, KV head) units for attention) into tasks for
+ *   the persistent pool in util/threadpool.h; small ops run inline on the caller, because a
+ *   wake-up costs more than they do.
+ * - OpenBLAS is called single-threaded from inside the pool's tasks (the backend sets
+ *   openblas_set_num_threads(1) process-wide), so OpenBLAS's own spinning threads never
+ *   compete with the pool for the same cores.
+ */
+#ifndef PL_KERNELS_CPU_H
+#define PL_KERNELS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "util/threadpool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define PL_CPU_X86 1
+#include <immintrin.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pl_cpu_isa {
+    PL_CPU_ISA_SCALAR = 0,
+    PL_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    PL_CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + FMA + F16C */
+} pl_cpu_isa;
+
+typedef struct pl_cpu_ctx {
+    pl_threadpool *pool;
+    int n_threads;
+    pl_cpu_isa isa;
+
+    /* matmul: n_rows >= gemm_min_rows goes to the tiled GEMM (OpenBLAS sgemm on f32 tiles);
+     * fewer rows stream the weights through the own GEMV kernel. 0 disables the GEMM path. */
+    int gemm_min_rows;
+
+    /* Per-thread scratch, n_threads arrays of scratch_cap floats each, 64-byte aligned. */
+    float **scratch;
+    size_t scratch_cap;
+    /* Caller-side int scratch (attention's work-unit prefix sums), int_cap entries. */
+    int32_t *ints;
+    size_t int_cap;
+} pl_cpu_ctx;
+
+/* The best ISA this machine supports. */
+pl_cpu_isa pl_cpu_detect_isa(void);
+const char *pl_cpu_isa_name(pl_cpu_isa isa);
+
+/* As pl_backend_cpu_create, but never using an ISA above `isa` (tests and benchmarks run every
+ * code path on one machine). Asking for more than the machine has gives the machine's best. */
+pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa isa,
+                                    pl_backend **out);
+
+/* Grows every thread's scratch to at least n_floats and the int scratch to n_ints. */
+pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints);
+
+/* Splits `work` units into tasks of at least `min_per_task` units, at most 8 per thread. */
+int pl_cpu_n_tasks(const pl_cpu_ctx *c, size_t work, size_t min_per_task);
+
+/* dst (n) f32 = src (n) of t, widened with the ISA's conversion (exact for f16 and bf16).
+ * Defined in embed.c; matmul widens f16/bf16 weight tiles with it. */
+void pl_cpu_convert_row(pl_cpu_isa isa, float *dst, const void *src, pl_dtype t, size_t n);
+
+/* ---- ops (kernels/cpu/<op>.c), signatures of pl_backend_ops ---- */
+pl_status pl_cpu_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
+                       const void *table, pl_dtype dtype, int dim);
+pl_status pl_cpu_rmsnorm(pl_backend *be, float *out, const float *x, const float *w, int n_rows,
+                         int dim, float eps);
+pl_status pl_cpu_add_rmsnorm(pl_backend *be, float *out, float *residual, const float *delta,
+                             const float *w, int n_rows, int dim, float eps);
+pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
+                        pl_dtype w_dtype, int n_rows, int d_in, int d_out);
+pl_status pl_cpu_rope(pl_backend *be, float *q, float *k, const int32_t *positions,
+                      const float *inv_freq, int n_tokens, int n_heads, int n_kv_heads,
+                      int head_dim, pl_rope_layout layout);
+pl_status pl_cpu_kv_store(pl_backend *be, void *k_cache, void *v_cache, const float *k,
+                          const float *v, const int64_t *slots, int n_tokens, int n_kv_heads,
+                          int head_dim, int block_size);
+pl_status pl_cpu_attention(pl_backend *be, float *out, const float *q, const void *k_cache,
+                           const void *v_cache, const pl_attn_batch *b);
+pl_status pl_cpu_silu_mul(pl_backend *be, float *out, const float *gate, const float *up,
+                          size_t n);
+pl_status pl_cpu_gather_rows(pl_backend *be, float *out, const float *x, const int32_t *rows,
+                             int n_rows, int dim);
+pl_status pl_cpu_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
+                             const int32_t *pairs, int n_pairs);
+
+/* ---------------------------------------------------------------------------------------------
+ * SIMD helpers. Every helper carries its ISA's target attribute and is always inlined, so a
+ * caller with the same attribute gets straight-line code and constant dtypes fold away. */
+
+#define PL_INLINE static inline __attribute__((always_inline))
+
+#ifdef PL_CPU_X86
+#define PL_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define PL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* ---- AVX-512: 16 floats per vector ---- */
+
+/* Lanes [0, n) set, n in [0, 16]. */
+PL_INLINE PL_TARGET_AVX512 __mmask16 pl_avx512_mask(int n) {
+    return (__mmask16)((1u << n) - 1u);
+}
+
+/* 16 elements i .. i+15 of an f32/f16/bf16 array p, as f32. */
+PL_INLINE PL_TARGET_AVX512 __m512 pl_avx512_load(const void *p, pl_dtype t, size_t i) {
+    if (t == PL_DTYPE_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+    if (t == PL_DTYPE_BF16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return _mm512_loadu_ps((const float *)p + i);
+}
+
+/* As pl_avx512_load, reading only the lanes in m (others are 0 and never touched). */
+PL_INLINE PL_TARGET_AVX512 __m512 pl_avx512_load_mask(const void *p, pl_dtype t, size_t i,
+                                                      __mmask16 m) {
+    if (t == PL_DTYPE_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
+    if (t == PL_DTYPE_BF16) {
+        __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+}
+
+/* The four horizontal sums of a, b, c, d as one vector (a, b, c, d). */
+PL_INLINE PL_TARGET_AVX512 __m128 pl_avx512_hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+    __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+    __m128 b4 = _mm_add_ps(_mm256_castps256_ps128(b8), _mm256_extractf128_ps(b8, 1));
+    __m128 c4 = _mm_add_ps(_mm256_castps256_ps128(c8), _mm256_extractf128_ps(c8, 1));
+    __m128 d4 = _mm_add_ps(_mm256_castps256_ps128(d8), _mm256_extractf128_ps(d8, 1));
+    return _mm_hadd_ps(_mm_hadd_ps(a4, b4), _mm_hadd_ps(c4, d4));
+}
+
+/* exp(x) lane-wise, relative error ~2 ulp over the f32 range; inputs below -103 give 0 (or
+ * the smallest subnormals), above 88.7 give +inf. Cody-Waite reduction x = n ln2 + r,
+ * |r| <= ln2/2, then a degree-7 Taylor polynomial (truncation error < 1e-8) and 2^n by
+ * scalef. */
+PL_INLINE PL_TARGET_AVX512 __m512 pl_avx512_exp(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-103.0f)), _mm512_set1_ps(88.8f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* ---- AVX2: 8 floats per vector ---- */
+
+PL_INLINE PL_TARGET_AVX2 __m256 pl_avx2_load(const void *p, pl_dtype t, size_t i) {
+    if (t == PL_DTYPE_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+    if (t == PL_DTYPE_BF16) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_loadu_ps((const float *)p + i);
+}
+
+/* Elements i .. i+n-1 (n in [0, 8]) as f32, the other lanes 0; never reads past them. */
+PL_INLINE PL_TARGET_AVX2 __m256 pl_avx2_load_part(const void *p, pl_dtype t, size_t i, int n) {
+    if (t == PL_DTYPE_F32) {
+        __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+        return _mm256_maskload_ps((const float *)p + i, m);
+    }
+    uint16_t buf[8] = {0};
+    for (int k = 0; k < n; k++) buf[k] = ((const uint16_t *)p)[i + (size_t)k];
+    return pl_avx2_load(buf, t, 0);
+}
+
+/* Stores lanes [0, n) of v to p (n in [0, 8]). */
+PL_INLINE PL_TARGET_AVX2 void pl_avx2_store_part(float *p, __m256 v, int n) {
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane), v);
+}
+
+PL_INLINE PL_TARGET_AVX2 float pl_avx2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The four horizontal sums of a, b, c, d as one vector (a, b, c, d). */
+PL_INLINE PL_TARGET_AVX2 __m128 pl_avx2_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 b4 = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+    __m128 c4 = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+    __m128 d4 = _mm_add_ps(_mm256_castps256_ps128(d), _mm256_extractf128_ps(d, 1));
+    return _mm_hadd_ps(_mm_hadd_ps(a4, b4), _mm_hadd_ps(c4, d4));
+}
+
+/* exp(x) lane-wise as pl_avx512_exp; 2^n is built in the exponent field, so x is clamped to
+ * [-87.3, 88.3] where n stays in the normal range (exp(-87.3) ~ 1.2e-38 stands for 0). */
+PL_INLINE PL_TARGET_AVX2 __m256 pl_avx2_exp(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+                                  23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#endif /* PL_CPU_X86 */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,272 @@
+/*
+ * kernels/cpu/matmul.c - out (n_rows, d_out) = x (n_rows, d_in) @ w^T, w (d_out, d_in) of
+ * f32/f16/bf16, on the thread pool.
+ *
+ * Two regimes, because the cost has two different limits:
+ * - Few rows (decode, n_rows < gemm_min_rows): the product is bound by reading the weights,
+ *   so the GEMV kernel streams each weight row from memory exactly once for all rows of x.
+ *   A task owns a range of output features (weight rows); it walks them 4 at a time and, for
+ *   each group of 4, runs over x in groups of up to 4 rows (2 on AVX2) with a 4x4 (4x2) block
+ *   of vector accumulators. The 4 weight rows stay in L1 between x-row groups, so memory sees
+ *   them once; f16/bf16 are widened to f32 in registers (F16C / shift), never stored.
+ * - Many rows (prefill, batched decode): compute bound. Tasks own tiles of output features
+ *   and call OpenBLAS sgemm single-threaded on them; f16/bf16 tiles are first widened into
+ *   the task's thread scratch (TILE_FLOATS), which costs one pass per weight element against
+ *   n_rows multiply-adds.
+ * Accumulation is f32 in d_in / 16 (AVX-512) or d_in / 8 (AVX2) lanes, then a tree sum.
+ */
+#include <cblas.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+#include "util/dtype.h"
+
+/* Weight elements widened per f16/bf16 GEMM tile (1 MiB of f32 per thread). */
+#define TILE_FLOATS (256u * 1024u)
+
+typedef struct mm_job {
+    pl_cpu_ctx *c;
+    float *out;      /* (n_rows, d_out) */
+    const float *x;  /* (n_rows, d_in) */
+    const void *w;   /* (d_out, d_in) of dt */
+    pl_dtype dt;
+    int n_rows, d_in, d_out;
+    int rows_per_task; /* output features per task (a multiple of 4) */
+    int tile_rows;     /* GEMM f16/bf16: weight rows widened at once */
+} mm_job;
+
+// ---------------------------------------------------------------------------------------------
+// scalar GEMV: reference-speed fallback for CPUs without AVX2
+
+static void gemv_scalar(const mm_job *J, int o_begin, int o_end, float *wrow_f32) {
+    const size_t ld = (size_t)J->d_in;
+    for (int o = o_begin; o < o_end; o++) {
+        const float *wr;
+        if (J->dt == PL_DTYPE_F32) {
+            wr = (const float *)J->w + (size_t)o * ld;
+        } else {
+            for (size_t i = 0; i < ld; i++) wrow_f32[i] = pl_load_f32(J->w, J->dt, (size_t)o * ld + i);
+            wr = wrow_f32;
+        }
+        for (int r = 0; r < J->n_rows; r++) {
+            const float *xr = J->x + (size_t)r * ld;
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0; /* 4 chains hide the add latency */
+            size_t i = 0;
+            for (; i + 4 <= ld; i += 4) {
+                s0 += wr[i] * xr[i];
+                s1 += wr[i + 1] * xr[i + 1];
+                s2 += wr[i + 2] * xr[i + 2];
+                s3 += wr[i + 3] * xr[i + 3];
+            }
+            for (; i < ld; i++) s0 += wr[i] * xr[i];
+            J->out[(size_t)r * J->d_out + o] = (s0 + s1) + (s2 + s3);
+        }
+    }
+}
+
+#ifdef PL_CPU_X86
+// ---------------------------------------------------------------------------------------------
+// AVX-512 GEMV
+
+/* out[r * d_out + o0 + j] = x_r . w_{o0 + j} for r < R (x rows from x), j < W. R, W, dt are
+ * constants at every call site, so the accumulator block lives in registers. */
+PL_INLINE PL_TARGET_AVX512 void gemv_blk_avx512(const mm_job *J, const float *x, float *out,
+                                                int o0, const int R, const int W,
+                                                const pl_dtype dt) {
+    const size_t ld = (size_t)J->d_in;
+    const int d_in = J->d_in;
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < W; j++) acc[r][j] = _mm512_setzero_ps();
+    size_t wrow[4];
+    for (int j = 0; j < W; j++) wrow[j] = (size_t)(o0 + j) * ld;
+    int i = 0;
+    for (; i + 16 <= d_in; i += 16) {
+        __m512 wv[4];
+        for (int j = 0; j < W; j++) wv[j] = pl_avx512_load(J->w, dt, wrow[j] + (size_t)i);
+        for (int r = 0; r < R; r++) {
+            __m512 xv = _mm512_loadu_ps(x + (size_t)r * ld + (size_t)i);
+            for (int j = 0; j < W; j++) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
+        }
+    }
+    if (i < d_in) {
+        __mmask16 m = pl_avx512_mask(d_in - i);
+        __m512 wv[4];
+        for (int j = 0; j < W; j++) wv[j] = pl_avx512_load_mask(J->w, dt, wrow[j] + (size_t)i, m);
+        for (int r = 0; r < R; r++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)r * ld + (size_t)i);
+            for (int j = 0; j < W; j++) acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = out + (size_t)r * J->d_out + o0;
+        if (W == 4)
+            _mm_storeu_ps(o, pl_avx512_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+        else
+            for (int j = 0; j < W; j++) o[j] = _mm512_reduce_add_ps(acc[r][j]);
+    }
+}
+
+/* Every x row against weight rows o0 .. o0+W-1, in x-row groups of 4. */
+PL_INLINE PL_TARGET_AVX512 void gemv_rows_avx512(const mm_job *J, int o0, const int W,
+                                                 const pl_dtype dt) {
+    int r = 0;
+    const size_t ld = (size_t)J->d_in, ldo = (size_t)J->d_out;
+    for (; r + 4 <= J->n_rows; r += 4)
+        gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 4, W, dt);
+    switch (J->n_rows - r) {
+    case 3: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 3, W, dt); break;
+    case 2: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 2, W, dt); break;
+    case 1: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 1, W, dt); break;
+    default: break;
+    }
+}
+
+PL_INLINE PL_TARGET_AVX512 void gemv_avx512_dt(const mm_job *J, int o_begin, int o_end,
+                                               const pl_dtype dt) {
+    int o = o_begin;
+    for (; o + 4 <= o_end; o += 4) gemv_rows_avx512(J, o, 4, dt);
+    for (; o < o_end; o++) gemv_rows_avx512(J, o, 1, dt);
+}
+
+static PL_TARGET_AVX512 void gemv_avx512(const mm_job *J, int o_begin, int o_end) {
+    switch (J->dt) {
+    case PL_DTYPE_F16: gemv_avx512_dt(J, o_begin, o_end, PL_DTYPE_F16); break;
+    case PL_DTYPE_BF16: gemv_avx512_dt(J, o_begin, o_end, PL_DTYPE_BF16); break;
+    default: gemv_avx512_dt(J, o_begin, o_end, PL_DTYPE_F32); break;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 GEMV: 16 registers hold a 4 (weight rows) x 2 (x rows) accumulator block
+
+PL_INLINE PL_TARGET_AVX2 void gemv_blk_avx2(const mm_job *J, const float *x, float *out, int o0,
+                                            const int R, const int W, const pl_dtype dt) {
+    const size_t ld = (size_t)J->d_in;
+    const int d_in = J->d_in;
+    __m256 acc[2][4];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < W; j++) acc[r][j] = _mm256_setzero_ps();
+    size_t wrow[4];
+    for (int j = 0; j < W; j++) wrow[j] = (size_t)(o0 + j) * ld;
+    int i = 0;
+    for (; i + 8 <= d_in; i += 8) {
+        __m256 wv[4];
+        for (int j = 0; j < W; j++) wv[j] = pl_avx2_load(J->w, dt, wrow[j] + (size_t)i);
+        for (int r = 0; r < R; r++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)r * ld + (size_t)i);
+            for (int j = 0; j < W; j++) acc[r][j] = _mm256_fmadd_ps(wv[j], xv, acc[r][j]);
+        }
+    }
+    if (i < d_in) {
+        int n = d_in - i;
+        __m256 wv[4];
+        for (int j = 0; j < W; j++) wv[j] = pl_avx2_load_part(J->w, dt, wrow[j] + (size_t)i, n);
+        for (int r = 0; r < R; r++) {
+            __m256 xv = pl_avx2_load_part(x + (size_t)r * ld, PL_DTYPE_F32, (size_t)i, n);
+            for (int j = 0; j < W; j++) acc[r][j] = _mm256_fmadd_ps(wv[j], xv, acc[r][j]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = out + (size_t)r * J->d_out + o0;
+        if (W == 4)
+            _mm_storeu_ps(o, pl_avx2_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+        else
+            for (int j = 0; j < W; j++) o[j] = pl_avx2_hsum(acc[r][j]);
+    }
+}
+
+PL_INLINE PL_TARGET_AVX2 void gemv_rows_avx2(const mm_job *J, int o0, const int W,
+                                             const pl_dtype dt) {
+    int r = 0;
+    const size_t ld = (size_t)J->d_in, ldo = (size_t)J->d_out;
+    for (; r + 2 <= J->n_rows; r += 2)
+        gemv_blk_avx2(J, J->x + r * ld, J->out + r * ldo, o0, 2, W, dt);
+    if (r < J->n_rows) gemv_blk_avx2(J, J->x + r * ld, J->out + r * ldo, o0, 1, W, dt);
+}
+
+PL_INLINE PL_TARGET_AVX2 void gemv_avx2_dt(const mm_job *J, int o_begin, int o_end,
+                                           const pl_dtype dt) {
+    int o = o_begin;
+    for (; o + 4 <= o_end; o += 4) gemv_rows_avx2(J, o, 4, dt);
+    for (; o < o_end; o++) gemv_rows_avx2(J, o, 1, dt);
+}
+
+static PL_TARGET_AVX2 void gemv_avx2(const mm_job *J, int o_begin, int o_end) {
+    switch (J->dt) {
+    case PL_DTYPE_F16: gemv_avx2_dt(J, o_begin, o_end, PL_DTYPE_F16); break;
+    case PL_DTYPE_BF16: gemv_avx2_dt(J, o_begin, o_end, PL_DTYPE_BF16); break;
+    default: gemv_avx2_dt(J, o_begin, o_end, PL_DTYPE_F32); break;
+    }
+}
+#endif /* PL_CPU_X86 */
+
+// ---------------------------------------------------------------------------------------------
+// tasks
+
+static void gemv_task(void *arg, int task, int thread) {
+    const mm_job *J = arg;
+    int o0 = task * J->rows_per_task;
+    int o1 = o0 + J->rows_per_task < J->d_out ? o0 + J->rows_per_task : J->d_out;
+    switch (J->c->isa) {
+#ifdef PL_CPU_X86
+    case PL_CPU_ISA_AVX512: gemv_avx512(J, o0, o1); break;
+    case PL_CPU_ISA_AVX2: gemv_avx2(J, o0, o1); break;
+#endif
+    default: gemv_scalar(J, o0, o1, J->c->scratch[thread]); break;
+    }
+}
+
+static void gemm_task(void *arg, int task, int thread) {
+    const mm_job *J = arg;
+    int o0 = task * J->rows_per_task;
+    int o1 = o0 + J->rows_per_task < J->d_out ? o0 + J->rows_per_task : J->d_out;
+    const int d_in = J->d_in;
+    if (J->dt == PL_DTYPE_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, J->n_rows, o1 - o0, d_in, 1.0f,
+                    J->x, d_in, (const float *)J->w + (size_t)o0 * d_in, d_in, 0.0f, J->out + o0,
+                    J->d_out);
+        return;
+    }
+    float *tile = J->c->scratch[thread]; /* (tile_rows, d_in) f32 */
+    for (int t0 = o0; t0 < o1; t0 += J->tile_rows) {
+        int n = o1 - t0 < J->tile_rows ? o1 - t0 : J->tile_rows;
+        const uint16_t *src = (const uint16_t *)J->w + (size_t)t0 * d_in;
+        pl_cpu_convert_row(J->c->isa, tile, src, J->dt, (size_t)n * d_in);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, J->n_rows, n, d_in, 1.0f, J->x, d_in,
+                    tile, d_in, 0.0f, J->out + t0, J->d_out);
+    }
+}
+
+static int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
+                        pl_dtype w_dtype, int n_rows, int d_in, int d_out) {
+    PL_TRY(pl_ref_check_matmul(out, x, w, w_dtype, n_rows, d_in, d_out));
+    if (n_rows == 0) return PL_OK;
+    pl_cpu_ctx *c = be->ctx;
+    mm_job J = {.c = c, .out = out, .x = x, .w = w, .dt = w_dtype, .n_rows = n_rows,
+                .d_in = d_in, .d_out = d_out};
+    bool gemm = c->gemm_min_rows > 0 && n_rows >= c->gemm_min_rows;
+    if (gemm) {
+        /* Tiles of >= 64 features keep sgemm's packing overhead small; 2 per thread balance
+         * a core lost to another process. */
+        int n_tasks = pl_cpu_n_tasks(c, (size_t)d_out, 64);
+        if (n_tasks > 2 * c->n_threads) n_tasks = 2 * c->n_threads;
+        J.rows_per_task = round_up((d_out + n_tasks - 1) / n_tasks, 16);
+        if (w_dtype != PL_DTYPE_F32) {
+            int tr = (int)(TILE_FLOATS / (unsigned)d_in) / 16 * 16;
+            J.tile_rows = tr < 16 ? 16 : tr;
+            PL_TRY(pl_cpu_reserve(c, (size_t)J.tile_rows * d_in, 0));
+        }
+        pl_threadpool_run(c->pool, (d_out + J.rows_per_task - 1) / J.rows_per_task, gemm_task, &J);
+        return PL_OK;
+    }
+    if (c->isa == PL_CPU_ISA_SCALAR && w_dtype != PL_DTYPE_F32)
+        PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
+    /* ~64K multiply-adds per task at least: below that a wake-up costs more than the work. */
+    int n_tasks = pl_cpu_n_tasks(c, (size_t)d_out * d_in * n_rows, 1u << 16);
+    J.rows_per_task = round_up((d_out + n_tasks - 1) / n_tasks, 4);
+    pl_threadpool_run(c->pool, (d_out + J.rows_per_task - 1) / J.rows_per_task, gemv_task, &J);
+    return PL_OK;
+}

@@ -1,0 +1,79 @@
+/*
+ * tests/kernels/kernels_test.c - the backend set and helpers shared by the kernel tests.
+ */
+#include "tests/kernels/kernels_test.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "util/dtype.h"
+
+void pl_kt_env_init(pl_kt_env *e, pl_dtype kv_dtype) {
+    *e = (pl_kt_env){0};
+    pl_backend_options opt = {.n_threads = 1, .kv_dtype = kv_dtype};
+    cr_assert_eq(pl_backend_ref_create(&opt, &e->ref), PL_OK, "ref create: %s", pl_last_error());
+    pl_cpu_isa best = pl_cpu_detect_isa();
+    for (int isa = PL_CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+        for (int t = 1; t <= 3; t++) {
+            opt.n_threads = t;
+            pl_backend **be = &e->cpu[e->n_cpu];
+            cr_assert_eq(pl_cpu_backend_create_isa(&opt, (pl_cpu_isa)isa, be), PL_OK,
+                         "cpu create: %s", pl_last_error());
+            snprintf(e->name[e->n_cpu], sizeof e->name[0], "cpu/%s/t%d",
+                     pl_cpu_isa_name((pl_cpu_isa)isa), t);
+            e->n_cpu++;
+        }
+    }
+}
+
+void pl_kt_env_fini(pl_kt_env *e) {
+    pl_backend_destroy(e->ref);
+    for (int i = 0; i < e->n_cpu; i++) pl_backend_destroy(e->cpu[i]);
+    *e = (pl_kt_env){0};
+}
+
+bool pl_kt_close(const char *what, const float *ref, const float *got, size_t n, pl_tol tol) {
+    if (!pl_allclose(what, ref, got, n, tol.atol, tol.rtol)) return false;
+    if (tol.nmse > 0) {
+        double e = pl_nmse(ref, got, n);
+        if (e > tol.nmse) {
+            fprintf(stderr, "%s: nmse %.3g > %.3g\n", what, e, tol.nmse);
+            return false;
+        }
+    }
+    return true;
+}
+
+float *pl_kt_rand(pl_test_rng *r, size_t n, float scale) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    cr_assert_not_null(p);
+    pl_test_fill(r, p, n, scale);
+    return p;
+}
+
+void *pl_kt_rand_weights(pl_test_rng *r, size_t n, pl_dtype t, float **f32_out) {
+    float *f = pl_kt_rand(r, n, 1.0f);
+    void *w = f;
+    if (t != PL_DTYPE_F32) {
+        uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+        cr_assert_not_null(h);
+        for (size_t i = 0; i < n; i++) {
+            h[i] = t == PL_DTYPE_F16 ? pl_f32_to_f16(f[i]) : pl_f32_to_bf16(f[i]);
+            f[i] = pl_load_f32(h, t, i);
+        }
+        w = h;
+    }
+    if (f32_out && w == f) { /* give the caller two buffers to free, whatever the type */
+        *f32_out = malloc((n ? n : 1) * sizeof(float));
+        cr_assert_not_null(*f32_out);
+        memcpy(*f32_out, f, n * sizeof(float));
+    } else if (f32_out) {
+        *f32_out = f;
+    } else if (w != f) {
+        free(f);
+    }
+    return w;
+}

@@ -1,0 +1,254 @@
+/*
+ * tests/kernels/test_attention.c - the paged-KV ops: kv_store, attention and copy_blocks,
+ * every cpu variant against ref, with f32 and f16 caches.
+ *
+ * Each scenario builds one layer's cache with block ids shuffled (a sequence's blocks are not
+ * contiguous), block-table entries past a sequence's blocks set to an invalid id (they must
+ * never be read), fills it with kv_store from a batch with padded (negative) slots, then runs
+ * one attention batch: decodes at contexts on and across block boundaries, whole prefills, and
+ * prefill chunks that also attend to earlier context, mixed in one batch.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/kernels/kernels_test.h"
+#include "util/dtype.h"
+
+#define MAX_SEQS 6
+
+typedef struct scenario {
+    int n_seqs;
+    int q_len[MAX_SEQS];
+    int ctx[MAX_SEQS];
+} scenario;
+
+typedef struct shape {
+    int n_heads, n_kv_heads, head_dim, block_size;
+} shape;
+
+static int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+/* Runs one scenario on every backend of e and compares caches and outputs with ref. */
+static void run_scenario(pl_kt_env *e, const shape *sh, const scenario *sc, pl_test_rng *r,
+                         float q_scale) {
+    const int hd = sh->head_dim, nkv = sh->n_kv_heads, nh = sh->n_heads, bs = sh->block_size;
+    pl_dtype kvt = e->ref->kv_dtype;
+    size_t esize = pl_dtype_size(kvt);
+
+    /* block tables over shuffled block ids */
+    int max_blocks = 1, n_blocks = 3; /* 3 spare blocks are never used */
+    for (int s = 0; s < sc->n_seqs; s++) {
+        int nb = cdiv(sc->ctx[s], bs);
+        n_blocks += nb;
+        if (nb + 1 > max_blocks) max_blocks = nb + 1;
+    }
+    int32_t *perm = malloc((size_t)n_blocks * sizeof *perm);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)pl_test_rng_below(r, (uint32_t)i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *tables = malloc((size_t)sc->n_seqs * max_blocks * sizeof *tables);
+    int next = 0;
+    for (int s = 0; s < sc->n_seqs; s++)
+        for (int b = 0; b < max_blocks; b++)
+            tables[s * max_blocks + b] = b < cdiv(sc->ctx[s], bs) ? perm[next++] : -12345;
+
+    /* keys/values for every position of every sequence, stored with padding slots between */
+    int n_store = 0;
+    for (int s = 0; s < sc->n_seqs; s++) n_store += sc->ctx[s] + 1;
+    float *k = pl_kt_rand(r, (size_t)n_store * nkv * hd, 1.0f);
+    float *v = pl_kt_rand(r, (size_t)n_store * nkv * hd, 1.0f);
+    int64_t *slots = malloc((size_t)n_store * sizeof *slots);
+    int i = 0;
+    for (int s = 0; s < sc->n_seqs; s++) {
+        slots[i++] = -1; /* padding */
+        for (int t = 0; t < sc->ctx[s]; t++)
+            slots[i++] = (int64_t)tables[s * max_blocks + t / bs] * bs + t % bs;
+    }
+
+    /* one layer of cache per backend */
+    size_t layer = (size_t)n_blocks * nkv * bs * hd, bytes = layer * esize;
+    unsigned char *ref_k, *ref_v;
+    cr_assert_eq(e->ref->ops->alloc(e->ref, bytes, (void **)&ref_k), PL_OK);
+    cr_assert_eq(e->ref->ops->alloc(e->ref, bytes, (void **)&ref_v), PL_OK);
+    cr_assert_eq(e->ref->ops->kv_store(e->ref, ref_k, ref_v, k, v, slots, n_store, nkv, hd, bs),
+                 PL_OK);
+
+    /* the query batch */
+    int32_t qs[MAX_SEQS + 1] = {0}, cl[MAX_SEQS];
+    int max_q = 0, max_ctx = 0;
+    for (int s = 0; s < sc->n_seqs; s++) {
+        qs[s + 1] = qs[s] + sc->q_len[s];
+        cl[s] = sc->ctx[s];
+        if (sc->q_len[s] > max_q) max_q = sc->q_len[s];
+        if (sc->ctx[s] > max_ctx) max_ctx = sc->ctx[s];
+    }
+    int n_tok = qs[sc->n_seqs];
+    pl_attn_batch batch = {.n_seqs = sc->n_seqs, .n_tokens = n_tok, .query_start = qs,
+                           .context_lens = cl, .block_tables = tables,
+                           .max_blocks_per_seq = max_blocks, .max_query_len = max_q,
+                           .max_context_len = max_ctx, .n_heads = nh, .n_kv_heads = nkv,
+                           .head_dim = hd, .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
+    size_t nq = (size_t)n_tok * nh * hd;
+    float *q = pl_kt_rand(r, nq, q_scale);
+    float *want = malloc(nq * 4), *got = malloc(nq * 4);
+    cr_assert_eq(e->ref->ops->attention(e->ref, want, q, ref_k, ref_v, &batch), PL_OK, "%s",
+                 pl_last_error());
+
+    for (int b = 0; b < e->n_cpu; b++) {
+        pl_backend *be = e->cpu[b];
+        unsigned char *ck, *cv;
+        cr_assert_eq(be->ops->alloc(be, bytes, (void **)&ck), PL_OK);
+        cr_assert_eq(be->ops->alloc(be, bytes, (void **)&cv), PL_OK);
+        cr_assert_eq(be->ops->kv_store(be, ck, cv, k, v, slots, n_store, nkv, hd, bs), PL_OK);
+        cr_assert(memcmp(ck, ref_k, bytes) == 0 && memcmp(cv, ref_v, bytes) == 0,
+                  "%s kv_store: cache differs from ref (%s, hd %d bs %d)", e->name[b],
+                  pl_dtype_name(kvt), hd, bs);
+        memset(got, 0xff, nq * 4);
+        cr_assert_eq(be->ops->attention(be, got, q, ck, cv, &batch), PL_OK, "%s",
+                     pl_last_error());
+        cr_assert(pl_kt_close(e->name[b], want, got, nq, TOL_ATTENTION),
+                  "attention %s heads %d/%d hd %d bs %d, %d seqs (first q_len %d ctx %d)",
+                  pl_dtype_name(kvt), nh, nkv, hd, bs, sc->n_seqs, sc->q_len[0], sc->ctx[0]);
+        be->ops->free(be, ck);
+        be->ops->free(be, cv);
+    }
+    e->ref->ops->free(e->ref, ref_k);
+    e->ref->ops->free(e->ref, ref_v);
+    free(perm), free(tables), free(k), free(v), free(slots), free(q), free(want), free(got);
+}
+
+static void sweep(pl_dtype kvt) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, kvt);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 40 + (uint64_t)kvt);
+    const int HEAD_DIMS[] = {8, 17, 64, 80, 128};
+    const int RATIOS[] = {1, 2, 4, 8};
+    const int BLOCKS[] = {1, 8, 16, 32};
+    for (int hi = 0; hi < 5; hi++)
+        for (int gi = 0; gi < 4; gi++) {
+            int bs = BLOCKS[(hi + gi) % 4];
+            shape sh = {.n_heads = 2 * RATIOS[gi], .n_kv_heads = 2, .head_dim = HEAD_DIMS[hi],
+                        .block_size = bs};
+            /* decodes: first position, at, just past and well past block boundaries and
+             * across the cpu's 128-key tiles */
+            scenario decode = {5, {1, 1, 1, 1, 1}, {1, bs, bs + 1, 37, 300}};
+            /* whole prompts, no earlier context */
+            scenario prefill = {2, {19, 45}, {19, 45}};
+            /* a chunk after earlier context, decodes, and a fresh prompt in one batch */
+            scenario mixed = {4, {40, 1, 7, 1}, {170, 129, 7, 1}};
+            run_scenario(&e, &sh, &decode, &r, 1.0f);
+            run_scenario(&e, &sh, &prefill, &r, 1.0f);
+            run_scenario(&e, &sh, &mixed, &r, 3.0f); /* peakier softmax */
+        }
+    /* one KV head for all query heads (MQA) */
+    shape mqa = {.n_heads = 8, .n_kv_heads = 1, .head_dim = 64, .block_size = 16};
+    scenario mixed = {3, {33, 1, 1}, {80, 17, 16}};
+    run_scenario(&e, &mqa, &mixed, &r, 1.0f);
+    pl_kt_env_fini(&e);
+}
+
+Test(attention, f32_cache) {
+    sweep(PL_DTYPE_F32);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(attention, f16_cache) {
+    sweep(PL_DTYPE_F16);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* kv_store against the documented layout, computed here without either backend. */
+Test(attention, kv_store_layout_and_padding) {
+    for (int kv = 0; kv < 2; kv++) {
+        pl_dtype t = kv ? PL_DTYPE_F16 : PL_DTYPE_F32;
+        pl_kt_env e;
+        pl_kt_env_init(&e, t);
+        pl_test_rng r;
+        pl_test_rng_seed(&r, 50);
+        const int nkv = 3, hd = 17, bs = 8, n_blocks = 5, n = 6;
+        float *k = pl_kt_rand(&r, (size_t)n * nkv * hd, 1.0f);
+        float *v = pl_kt_rand(&r, (size_t)n * nkv * hd, 1.0f);
+        int64_t slots[6] = {3 * 8 + 5, -1, 0, 4 * 8 + 7, -5, 1 * 8 + 0};
+        size_t elems = (size_t)n_blocks * nkv * bs * hd, bytes = elems * pl_dtype_size(t);
+        for (int b = -1; b < e.n_cpu; b++) {
+            pl_backend *be = b < 0 ? e.ref : e.cpu[b];
+            unsigned char *kc, *vc;
+            cr_assert_eq(be->ops->alloc(be, bytes, (void **)&kc), PL_OK);
+            cr_assert_eq(be->ops->alloc(be, bytes, (void **)&vc), PL_OK);
+            memset(kc, 0x5a, bytes);
+            memset(vc, 0x5a, bytes);
+            cr_assert_eq(be->ops->kv_store(be, kc, vc, k, v, slots, n, nkv, hd, bs), PL_OK);
+            unsigned char *expect = malloc(bytes);
+            memset(expect, 0x5a, bytes);
+            for (int i = 0; i < n; i++) {
+                if (slots[i] < 0) continue;
+                size_t block = (size_t)slots[i] / bs, off = (size_t)slots[i] % bs;
+                for (int h = 0; h < nkv; h++)
+                    for (int d = 0; d < hd; d++) {
+                        size_t at = ((block * nkv + h) * bs + off) * hd + d;
+                        float val = k[((size_t)i * nkv + h) * hd + d];
+                        if (t == PL_DTYPE_F16) {
+                            uint16_t hv = pl_f32_to_f16(val);
+                            memcpy(expect + at * 2, &hv, 2);
+                        } else {
+                            memcpy(expect + at * 4, &val, 4);
+                        }
+                    }
+            }
+            cr_assert_eq(memcmp(kc, expect, bytes), 0, "%s: K cache layout (%s)",
+                         b < 0 ? "ref" : e.name[b], pl_dtype_name(t));
+            free(expect);
+            be->ops->free(be, kc);
+            be->ops->free(be, vc);
+        }
+        free(k), free(v);
+        pl_kt_env_fini(&e);
+    }
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(attention, copy_blocks) {
+    for (int kv = 0; kv < 2; kv++) {
+        pl_dtype t = kv ? PL_DTYPE_F16 : PL_DTYPE_F32;
+        pl_kt_env e;
+        pl_kt_env_init(&e, t);
+        pl_test_rng r;
+        pl_test_rng_seed(&r, 60);
+        pl_kv_layout l = {.n_layers = 3, .n_blocks = 7, .n_kv_heads = 2, .block_size = 4,
+                          .head_dim = 17, .dtype = t};
+        size_t bytes = 2 * l.n_layers * pl_kv_layer_elems(&l) * pl_dtype_size(t);
+        size_t block_bytes = (size_t)l.n_kv_heads * l.block_size * l.head_dim * pl_dtype_size(t);
+        unsigned char *init = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++) init[i] = (unsigned char)pl_test_rng_below(&r, 256);
+        int32_t pairs[] = {1, 4, 6, 0, 2, 2};
+        /* expected: every layer's K and V with blocks 4 and 0 replaced by copies of 1 and 6 */
+        unsigned char *expect = malloc(bytes);
+        memcpy(expect, init, bytes);
+        for (int tns = 0; tns < 2 * l.n_layers; tns++) {
+            unsigned char *base = expect + (size_t)tns * pl_kv_layer_elems(&l) * pl_dtype_size(t);
+            memcpy(base + 4 * block_bytes, base + 1 * block_bytes, block_bytes);
+            memcpy(base + 0 * block_bytes, base + 6 * block_bytes, block_bytes);
+        }
+        for (int b = -1; b < e.n_cpu; b++) {
+            pl_backend *be = b < 0 ? e.ref : e.cpu[b];
+            void *cache;
+            cr_assert_eq(be->ops->alloc(be, bytes, &cache), PL_OK);
+            memcpy(cache, init, bytes);
+            cr_assert_eq(be->ops->copy_blocks(be, cache, &l, pairs, 3), PL_OK, "%s",
+                         pl_last_error());
+            cr_assert_eq(memcmp(cache, expect, bytes), 0, "%s copy_blocks (%s)",
+                         b < 0 ? "ref" : e.name[b], pl_dtype_name(t));
+            be->ops->free(be, cache);
+        }
+        free(init), free(expect);
+        pl_kt_env_fini(&e);
+    }
+    PL_ASSERT_NO_LEAKS();
+}

@@ -1,0 +1,87 @@
+/*
+ * tests/kernels/test_matmul.c - matmul, every cpu variant against ref: rows 1..64, sizes that
+ * are multiples of nothing, f32/f16/bf16 weights, and both cpu regimes (the streaming GEMV
+ * kernel and the tiled sgemm) forced on every row count.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "tests/kernels/kernels_test.h"
+#include "util/dtype.h"
+
+static const int ROWS[] = {1, 2, 3, 7, 16, 33, 64};
+/* (d_in, d_out) pairs: tiny, odd, one above a vector width, model-sized */
+static const int SHAPES[][2] = {{8, 17}, {17, 8}, {64, 172}, {172, 64}, {255, 768}, {768, 255}};
+
+static void check_dtype(pl_dtype t) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 20 + (uint64_t)t);
+    for (int si = 0; si < 6; si++) {
+        int d_in = SHAPES[si][0], d_out = SHAPES[si][1];
+        void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, t, NULL);
+        for (int ri = 0; ri < 7; ri++) {
+            int rows = ROWS[ri];
+            float *x = pl_kt_rand(&r, (size_t)rows * d_in, 1.0f);
+            size_t n = (size_t)rows * d_out;
+            float *want = malloc(n * 4), *got = malloc(n * 4);
+            cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, t, rows, d_in, d_out), PL_OK);
+            for (int b = 0; b < e.n_cpu; b++) {
+                pl_cpu_ctx *c = e.cpu[b]->ctx;
+                int saved = c->gemm_min_rows;
+                /* default split, GEMV only, GEMM only */
+                const int modes[3] = {saved, 0, 1};
+                for (int m = 0; m < 3; m++) {
+                    c->gemm_min_rows = modes[m];
+                    memset(got, 0xff, n * 4); /* NaN: every output must be written */
+                    cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, t, rows, d_in, d_out),
+                                 PL_OK);
+                    cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_MATMUL),
+                              "matmul %s rows %d %dx%d gemm_min_rows %d", pl_dtype_name(t), rows,
+                              d_out, d_in, modes[m]);
+                }
+                c->gemm_min_rows = saved;
+            }
+            free(x), free(want), free(got);
+        }
+        free(w);
+    }
+    pl_kt_env_fini(&e);
+}
+
+Test(matmul, f32) {
+    check_dtype(PL_DTYPE_F32);
+    PL_ASSERT_NO_LEAKS();
+}
+Test(matmul, f16) {
+    check_dtype(PL_DTYPE_F16);
+    PL_ASSERT_NO_LEAKS();
+}
+Test(matmul, bf16) {
+    check_dtype(PL_DTYPE_BF16);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* An f16 GEMM whose weights need several widened tiles per task (d_in large enough that a
+ * tile holds fewer rows than the task owns). */
+Test(matmul, f16_gemm_many_tiles) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 29);
+    int rows = 20, d_in = 5000, d_out = 300;
+    void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, PL_DTYPE_F16, NULL);
+    float *x = pl_kt_rand(&r, (size_t)rows * d_in, 1.0f);
+    float *want = malloc((size_t)rows * d_out * 4), *got = malloc((size_t)rows * d_out * 4);
+    cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, PL_DTYPE_F16, rows, d_in, d_out), PL_OK);
+    pl_backend *be = e.cpu[e.n_cpu - 2]; /* best ISA, 2 threads */
+    ((pl_cpu_ctx *)be->ctx)->gemm_min_rows = 1;
+    cr_assert_eq(be->ops->matmul(be, got, x, w, PL_DTYPE_F16, rows, d_in, d_out), PL_OK);
+    cr_assert(pl_kt_close(e.name[e.n_cpu - 2], want, got, (size_t)rows * d_out, TOL_MATMUL_LONG));
+    free(w), free(x), free(want), free(got);
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}

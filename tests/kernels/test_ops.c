@@ -1,0 +1,185 @@
+/*
+ * tests/kernels/test_ops.c - the element-wise and row-wise ops (embed, rmsnorm, add_rmsnorm,
+ * rope, silu_mul, gather_rows): every cpu variant against ref over a shape table.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/kernels/kernels_test.h"
+#include "util/dtype.h"
+
+static const int ROWS[] = {1, 2, 3, 7, 16, 33, 64};
+static const int DIMS[] = {8, 17, 64, 172, 255, 768};
+#define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+Test(ops, embed) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 11);
+    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    const int vocab = 300;
+    for (int ti = 0; ti < 3; ti++)
+        for (int di = 0; di < N_OF(DIMS); di++) {
+            int dim = DIMS[di], n = 70;
+            void *table = pl_kt_rand_weights(&r, (size_t)vocab * dim, types[ti], NULL);
+            int32_t ids[70];
+            for (int i = 0; i < n; i++) ids[i] = (int32_t)pl_test_rng_below(&r, vocab);
+            float *want = calloc((size_t)n * dim, sizeof *want);
+            float *got = calloc((size_t)n * dim, sizeof *got);
+            cr_assert_eq(e.ref->ops->embed(e.ref, want, ids, n, table, types[ti], dim), PL_OK);
+            for (int b = 0; b < e.n_cpu; b++) {
+                memset(got, 0, (size_t)n * dim * sizeof *got);
+                cr_assert_eq(e.cpu[b]->ops->embed(e.cpu[b], got, ids, n, table, types[ti], dim),
+                             PL_OK);
+                cr_assert(pl_kt_close(e.name[b], want, got, (size_t)n * dim, TOL_EXACT),
+                          "embed %s dim %d %s", pl_dtype_name(types[ti]), dim, e.name[b]);
+            }
+            free(table);
+            free(want);
+            free(got);
+        }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(ops, rmsnorm_and_add_rmsnorm) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 12);
+    for (int ri = 0; ri < N_OF(ROWS); ri++)
+        for (int di = 0; di < N_OF(DIMS); di++) {
+            int rows = ROWS[ri], dim = DIMS[di];
+            size_t n = (size_t)rows * dim;
+            float *x = pl_kt_rand(&r, n, 2.0f), *w = pl_kt_rand(&r, (size_t)dim, 1.0f);
+            float *delta = pl_kt_rand(&r, n, 1.0f);
+            float *want = malloc(n * 4), *got = malloc(n * 4);
+            float *res_want = malloc(n * 4), *res_got = malloc(n * 4);
+            cr_assert_eq(e.ref->ops->rmsnorm(e.ref, want, x, w, rows, dim, 1e-5f), PL_OK);
+            memcpy(res_want, x, n * 4);
+            float *anorm_want = malloc(n * 4);
+            cr_assert_eq(e.ref->ops->add_rmsnorm(e.ref, anorm_want, res_want, delta, w, rows, dim,
+                                                 1e-5f),
+                         PL_OK);
+            for (int b = 0; b < e.n_cpu; b++) {
+                pl_backend *be = e.cpu[b];
+                cr_assert_eq(be->ops->rmsnorm(be, got, x, w, rows, dim, 1e-5f), PL_OK);
+                cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_RMSNORM),
+                          "rmsnorm rows %d dim %d", rows, dim);
+                /* in place: out aliases x */
+                memcpy(got, x, n * 4);
+                cr_assert_eq(be->ops->rmsnorm(be, got, got, w, rows, dim, 1e-5f), PL_OK);
+                cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_RMSNORM),
+                          "in-place rmsnorm rows %d dim %d", rows, dim);
+
+                memcpy(res_got, x, n * 4);
+                cr_assert_eq(be->ops->add_rmsnorm(be, got, res_got, delta, w, rows, dim, 1e-5f),
+                             PL_OK);
+                cr_assert(pl_kt_close(e.name[b], res_want, res_got, n, TOL_EXACT),
+                          "add_rmsnorm residual rows %d dim %d", rows, dim);
+                cr_assert(pl_kt_close(e.name[b], anorm_want, got, n, TOL_RMSNORM),
+                          "add_rmsnorm out rows %d dim %d", rows, dim);
+            }
+            free(x), free(w), free(delta), free(want), free(got), free(res_want), free(res_got);
+            free(anorm_want);
+        }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(ops, rope_both_layouts) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 13);
+    const int HEAD_DIMS[] = {8, 17, 64, 80, 128};
+    const int GQA[][2] = {{4, 4}, {4, 2}, {8, 2}, {8, 1}};
+    for (int layout = 0; layout < 2; layout++)
+        for (int hi = 0; hi < N_OF(HEAD_DIMS); hi++)
+            for (int gi = 0; gi < 4; gi++)
+                for (int ti = 0; ti < 3; ti++) {
+                    int hd = HEAD_DIMS[hi], nh = GQA[gi][0], nkv = GQA[gi][1];
+                    int nt = (int[]){1, 7, 33}[ti];
+                    size_t nq = (size_t)nt * nh * hd, nk = (size_t)nt * nkv * hd;
+                    float *q = pl_kt_rand(&r, nq, 1.0f), *k = pl_kt_rand(&r, nk, 1.0f);
+                    float inv_freq[64];
+                    for (int j = 0; j < hd / 2; j++)
+                        inv_freq[j] = powf(10000.0f, -2.0f * (float)j / (float)hd);
+                    int32_t pos[33];
+                    for (int i = 0; i < nt; i++) pos[i] = (int32_t)pl_test_rng_below(&r, 5000);
+                    float *qw = malloc(nq * 4), *kw = malloc(nk * 4);
+                    float *qg = malloc(nq * 4), *kg = malloc(nk * 4);
+                    memcpy(qw, q, nq * 4);
+                    memcpy(kw, k, nk * 4);
+                    cr_assert_eq(e.ref->ops->rope(e.ref, qw, kw, pos, inv_freq, nt, nh, nkv, hd,
+                                                  (pl_rope_layout)layout),
+                                 PL_OK);
+                    for (int b = 0; b < e.n_cpu; b++) {
+                        memcpy(qg, q, nq * 4);
+                        memcpy(kg, k, nk * 4);
+                        cr_assert_eq(e.cpu[b]->ops->rope(e.cpu[b], qg, kg, pos, inv_freq, nt, nh,
+                                                         nkv, hd, (pl_rope_layout)layout),
+                                     PL_OK);
+                        cr_assert(pl_kt_close(e.name[b], qw, qg, nq, TOL_ROPE) &&
+                                      pl_kt_close(e.name[b], kw, kg, nk, TOL_ROPE),
+                                  "rope layout %d hd %d heads %d/%d tokens %d", layout, hd, nh,
+                                  nkv, nt);
+                    }
+                    free(q), free(k), free(qw), free(kw), free(qg), free(kg);
+                }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(ops, silu_mul) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 14);
+    const size_t SIZES[] = {1, 7, 17, 172, 255, 768 * 3, 33 * 2048 + 5};
+    for (int si = 0; si < 7; si++) {
+        size_t n = SIZES[si];
+        float *g = pl_kt_rand(&r, n, 12.0f), *u = pl_kt_rand(&r, n, 1.0f);
+        g[0] = -100.0f; /* exp(100) overflows unless the exp clamps */
+        if (n > 1) g[1] = 100.0f;
+        float *want = malloc(n * 4), *got = malloc(n * 4);
+        cr_assert_eq(e.ref->ops->silu_mul(e.ref, want, g, u, n), PL_OK);
+        for (int b = 0; b < e.n_cpu; b++) {
+            cr_assert_eq(e.cpu[b]->ops->silu_mul(e.cpu[b], got, g, u, n), PL_OK);
+            cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_SILU), "silu_mul n %zu", n);
+            memcpy(got, g, n * 4); /* out aliases gate */
+            cr_assert_eq(e.cpu[b]->ops->silu_mul(e.cpu[b], got, got, u, n), PL_OK);
+            cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_SILU), "in-place silu n %zu", n);
+        }
+        free(g), free(u), free(want), free(got);
+    }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(ops, gather_rows) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 15);
+    for (int di = 0; di < N_OF(DIMS); di++) {
+        int dim = DIMS[di], n_src = 40, n = 9;
+        float *x = pl_kt_rand(&r, (size_t)n_src * dim, 1.0f);
+        int32_t rows[9];
+        for (int i = 0; i < n; i++) rows[i] = (int32_t)pl_test_rng_below(&r, (uint32_t)n_src);
+        float *want = malloc((size_t)n * dim * 4), *got = malloc((size_t)n * dim * 4);
+        cr_assert_eq(e.ref->ops->gather_rows(e.ref, want, x, rows, n, dim), PL_OK);
+        for (int i = 0; i < n; i++) /* independent of both backends */
+            cr_assert_eq(memcmp(want + (size_t)i * dim, x + (size_t)rows[i] * dim, dim * 4u), 0);
+        for (int b = 0; b < e.n_cpu; b++) {
+            cr_assert_eq(e.cpu[b]->ops->gather_rows(e.cpu[b], got, x, rows, n, dim), PL_OK);
+            cr_assert(pl_kt_close(e.name[b], want, got, (size_t)n * dim, TOL_EXACT));
+        }
+        free(x), free(want), free(got);
+    }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}

@@ -1,0 +1,37 @@
+/*
+ * tests/kernels/tolerances.h - the one table of tolerances for comparing the cpu backend (and
+ * later cuda) against ref, with why each is what it is.
+ *
+ * A comparison passes when |got - ref| <= atol + rtol * |ref| for every element
+ * (pl_allclose) and, for long reductions, when mse(ref, got) / mse(ref, 0) <= nmse.
+ * Inputs in the tests are uniform in [-1, 1] unless a test says otherwise; ref accumulates in
+ * double, so these bounds are the fast path's f32 rounding only.
+ */
+#ifndef PL_TESTS_KERNELS_TOLERANCES_H
+#define PL_TESTS_KERNELS_TOLERANCES_H
+
+typedef struct pl_tol {
+    float atol, rtol;
+    double nmse; /* 0: not checked */
+} pl_tol;
+
+/* Widening f16/bf16 to f32 is exact and gather/copy are memcpy: bit-identical. */
+static const pl_tol TOL_EXACT = {0.0f, 0.0f, 0.0};
+/* f32 sum of squares in 16-32 partial lanes vs double: ~dim/32 roundings of 6e-8 each. */
+static const pl_tol TOL_RMSNORM = {1e-6f, 2e-5f, 0.0};
+/* cosf/sinf (1 ulp) instead of double cos/sin, then two f32 products and a sum. */
+static const pl_tol TOL_ROPE = {2e-6f, 1e-5f, 0.0};
+/* own vector exp (~2 ulp) + one division and product: a few ulp relative. */
+static const pl_tol TOL_SILU = {1e-7f, 2e-6f, 0.0};
+/* f32 dot products of up to 768 terms in lane-parallel or sgemm order vs double:
+ * error grows like sqrt(d_in) * 6e-8 * sum|x w| (<= ~1e-4 absolute for d_in 768). */
+static const pl_tol TOL_MATMUL = {2e-4f, 1e-4f, 1e-10};
+/* The same for d_in 5000 (a 6.5x longer reduction than the shape table's 768). */
+static const pl_tol TOL_MATMUL_LONG = {6e-4f, 1e-4f, 1e-10};
+/* scores (f32 dots of head_dim terms), online-softmax rescaling and own exp (~2 ulp), then a
+ * convex combination of V rows in [-1, 1]: errors stay near 1e-6 absolute. */
+static const pl_tol TOL_ATTENTION = {2e-5f, 1e-4f, 1e-10};
+/* Independent hand-computed checks of ref itself (formulas in float/double in the test). */
+static const pl_tol TOL_ORACLE = {1e-6f, 1e-6f, 0.0};
+
+#endif

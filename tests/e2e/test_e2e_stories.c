@@ -12,6 +12,7 @@
 #include "e2e_util.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "util/alloc.h"
 
 static char model_path[1024], tok_path[1024];
 

@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dense_ref.h"
@@ -21,6 +22,7 @@ static void tiny_config(pl_engine_config *c) {
     c->block_size = 8;
     c->max_num_blocks = 512;
     c->n_threads = 2;
+    if (getenv("PL_TEST_BACKEND_REF")) c->backend = PL_BACKEND_REF;
 }
 
 static void greedy(pl_sampling_params *p, int max_tokens) {

@@ -120,11 +120,18 @@ static void generate(pl_model *m, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // loading
 
-pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt,
-                              pl_model **out) {
-    const preset *p = NULL;
+/* The preset called name, with or without the "dummy:" prefix; NULL if none. */
+static const preset *find_preset(const char *name) {
+    if (strncmp(name, "dummy:", 6) == 0) name += 6;
     for (size_t i = 0; i < N_PRESETS; i++)
-        if (strcmp(name, k_presets[i].name) == 0) p = &k_presets[i];
+        if (strcmp(name, k_presets[i].name) == 0) return &k_presets[i];
+    return NULL;
+}
+
+pl_status pl_model_dummy_config(const char *name, pl_model_config *out) {
+    if (!name || !out)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_dummy_config: NULL argument");
+    const preset *p = find_preset(name);
     if (!p)
         return pl_fail(PL_ERR_NOT_FOUND, "dummy:%.64s: unknown preset (tiny, stories15m, "
                        "stories110m, tinyllama-1.1b, llama2-7b)", name);
@@ -146,7 +153,15 @@ pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt
     c.bos_id = 1;
     c.eos_id = 2;
     c.bos_ends_text = p->bos_ends_text;
+    *out = c;
+    return PL_OK;
+}
 
+pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt,
+                              pl_model **out) {
+    pl_model_config c;
+    PL_TRY(pl_model_dummy_config(name, &c));
+    const preset *p = find_preset(name);
     char full[96];
     snprintf(full, sizeof full, "dummy:%s", p->name);
     pl_dtype dt = opt->dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : opt->dtype;

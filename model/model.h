@@ -113,6 +113,9 @@ pl_status pl_model_alloc(const pl_model_config *cfg, pl_dtype dtype, const char 
 
 /* The names accepted after "dummy:", NULL-terminated. Static storage. */
 const char *const *pl_model_dummy_names(void);
+/* The config of a dummy preset ("tiny" or "dummy:tiny"), without generating any weight (to
+ * size memory before loading). Errors: PL_ERR_NOT_FOUND (unknown name), INVALID_ARGUMENT. */
+pl_status pl_model_dummy_config(const char *name, pl_model_config *out);
 
 /* Rotary inverse frequencies (head_dim / 2 floats) with the config's theta and scaling:
  * inv_freq[j] = theta^(-2j / head_dim), then scaled. */

@@ -8,7 +8,8 @@
  * checked by pl_model_config_check, naming the field. Tensor names:
  *   model.embed_tokens.weight                      (vocab, dim)
  *   model.layers.N.input_layernorm.weight          (dim)
- *   model.layers.N.self_attn.{q,k,v,o}_proj.weight (n_heads*hd, dim) (kv*hd, dim) x2 (dim, n_heads*hd)
+ *   model.layers.N.self_attn.{q,k,v,o}_proj.weight q (n_heads*hd, dim), k and v (kv*hd, dim),
+ *                                                  o (dim, n_heads*hd)
  *   model.layers.N.post_attention_layernorm.weight (dim)
  *   model.layers.N.mlp.{gate,up,down}_proj.weight  (hidden, dim) x2 (dim, hidden)
  *   model.norm.weight                              (dim)

@@ -397,3 +397,30 @@ Test(formats, rope_permutations_are_inverse) {
     /* head 1, second half, j = 1 (p = 1): interleaved row 8 + 3 */
     cr_assert_eq(b[(8 + 4 + 1) * 3], a[(8 + 3) * 3]);
 }
+
+Test(formats, write_all_then_load_every_format) {
+    pl_test_rng r;
+    pl_test_rng_seed(&r, pl_test_run_seed("formats.write_all"));
+    uint64_t seed;
+    const char *dir;
+    pl_model *ref = make_ref(&r, -1, &seed, &dir);
+    cr_assert(pl_fixture_write_all(ref, dir));
+    int n = 0;
+    for (const pl_fixture_format *f = pl_fixture_formats(); f->path; f++, n++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, f->path);
+        pl_model *m = load(path, PL_DTYPE_AUTO);
+        expect_dtypes(m, f->stored);
+        /* f16 keeps 11 significant bits, bf16 8: relative error 2^-11 and 2^-8 */
+        float rtol = f->stored == PL_DTYPE_F16    ? 0x1p-11f
+                     : f->stored == PL_DTYPE_BF16 ? 0x1p-8f
+                                                  : 0.0f;
+        cr_assert(pl_fixture_compare(ref, m, f->stored == PL_DTYPE_F16 ? 6e-8f : 0, rtol), "%s",
+                  f->path);
+        pl_model_free(m);
+    }
+    cr_assert_eq(n, 6);
+    pl_fixture_remove_dir(dir);
+    pl_model_free(ref);
+    PL_ASSERT_NO_LEAKS();
+}

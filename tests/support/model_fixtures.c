@@ -587,3 +587,30 @@ bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf
     free(t);
     return ok;
 }
+
+// ----------------------------------------------------------------------------
+// all formats
+
+static const pl_fixture_format k_formats[] = {
+    {"model.bin", PL_DTYPE_F32},  {"model-ak42.bin", PL_DTYPE_F32}, {"hf-f32", PL_DTYPE_F32},
+    {"hf-f16", PL_DTYPE_F16},     {"hf-bf16", PL_DTYPE_BF16},       {"hf-sharded", PL_DTYPE_F32},
+    {NULL, PL_DTYPE_AUTO},
+};
+
+const pl_fixture_format *pl_fixture_formats(void) { return k_formats; }
+
+bool pl_fixture_write_all(const pl_model *m, const char *dir) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return fail("mkdir %s: %s", dir, strerror(errno));
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, k_formats[0].path);
+    if (!pl_fixture_write_llama2c(m, p)) return false;
+    snprintf(p, sizeof p, "%s/%s", dir, k_formats[1].path);
+    if (!pl_fixture_write_ak42(m, p)) return false;
+    for (size_t i = 2; k_formats[i].path; i++) {
+        pl_fixture_hf_options o = {.dtype = k_formats[i].stored,
+                                   .n_shards = strcmp(k_formats[i].path, "hf-sharded") ? 1 : 3};
+        snprintf(p, sizeof p, "%s/%s", dir, k_formats[i].path);
+        if (!pl_fixture_write_hf(m, p, &o)) return false;
+    }
+    return true;
+}

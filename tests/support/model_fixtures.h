@@ -81,6 +81,17 @@ bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf
 /* Only config.json for m's config (used by pl_fixture_write_hf). */
 bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool omit_tie_key);
 
+/* Every format at once, under dir (created if missing), at the relative paths listed by
+ * pl_fixture_formats(): llama2.c legacy, ak42 v1, and HF directories in F32, F16, BF16 and
+ * F32 in 3 shards. The llama2.c files are tied or untied as m is. */
+bool pl_fixture_write_all(const pl_model *m, const char *dir);
+typedef struct pl_fixture_format {
+    const char *path;  /* relative to the directory given to pl_fixture_write_all */
+    pl_dtype stored;   /* the type the matrices are stored in */
+} pl_fixture_format;
+/* The formats pl_fixture_write_all writes; ends with {NULL, 0}. Static storage. */
+const pl_fixture_format *pl_fixture_formats(void);
+
 /* A safetensors file from a header given as text (written verbatim after its uint64 length)
  * and a data section: for hand-made hostile headers. */
 bool pl_fixture_write_safetensors_raw(const char *path, const char *header, const void *data,

@@ -93,10 +93,6 @@ pl_status pl_sched_seq_reserve(pl_seq *seq, int n_tokens);
 /* Grows *arr (elements of elem_size, capacity *cap) to hold at least need elements. */
 pl_status pl_sched_grow(void **arr, int *cap, int need, size_t elem_size, const char *what);
 
-/* ---- preemption (schedule.c) ---- */
-/* Preempts the running tail; returns it. The caller made room in s->victims. */
-pl_seq *pl_sched_preempt_tail(pl_sched *s, pl_seq *needing, int n_victims);
-
 #ifdef __cplusplus
 }
 #endif

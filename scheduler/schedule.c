@@ -59,12 +59,16 @@ static pl_status place(pl_sched *s, pl_seq *seq, int n_new, int *n_entries) {
     return PL_OK;
 }
 
-pl_seq *pl_sched_preempt_tail(pl_sched *s, pl_seq *needing, int n_victims) {
+/* Preempts the running tail (the lowest-priority, latest arrival) because `needing` needs a
+ * block: frees its blocks and puts it at the front of its priority class in the waiting
+ * queue, keeping all its tokens so it is recomputed. Room was made in s->victims. */
+static pl_status preempt_tail(pl_sched *s, const pl_seq *needing, int *n_victims,
+                              pl_seq **out_victim) {
     pl_seq *v = s->running.tail;
+    PL_TRY(pl_sched_transition(v, PL_SEQ_PREEMPTED));
     pl_kv_free(s->pool, &v->kv);
     pl_sched_list_remove(&s->running, v);
     s->n_reserved_forks -= v->n_forks;
-    v->state = PL_SEQ_PREEMPTED; /* RUNNING -> PREEMPTED: allowed by construction */
     v->n_computed = 0;
     v->n_passed = 0;
     v->n_preemptions++;
@@ -72,18 +76,19 @@ pl_seq *pl_sched_preempt_tail(pl_sched *s, pl_seq *needing, int n_victims) {
     pl_sched_waiting_insert_front(s, v);
     pl_sched_list_push_tail(&s->preempted, v);
     v->aux_list = PL_SCHED_AUX_PREEMPTED;
-    s->victims[n_victims] = v;
+    s->victims[(*n_victims)++] = v;
     pl_log(s->cfg.log_preemptions ? PL_LOG_WARN : PL_LOG_INFO,
            "preempted request %llu (priority %d, %d tokens, preemption %d): request %llu needs "
            "a KV block and none of %d is free; it will be recomputed",
            (unsigned long long)v->id, v->priority, v->n_tokens, v->n_preemptions,
            (unsigned long long)needing->id, s->n_blocks);
-    return v;
+    *out_victim = v;
+    return PL_OK;
 }
 
 /* ---- running pass ---- */
 
-/* Schedules running seqs in queue order. *stop_all is set when a preemption happened. */
+/* Schedules running seqs in queue order, preempting from the tail when blocks run out. */
 static pl_status schedule_running(pl_sched *s, int *budget, int *n_entries, int *n_victims) {
     pl_seq *next;
     for (pl_seq *seq = s->running.head; seq; seq = next) {
@@ -101,7 +106,8 @@ static pl_status schedule_running(pl_sched *s, int *budget, int *n_entries, int 
             if (missing <= 0 ||
                 pl_kv_blocks_needed(s->pool, &seq->kv, missing) <= pl_kv_num_free_blocks(s->pool))
                 break;
-            pl_seq *v = pl_sched_preempt_tail(s, seq, (*n_victims)++);
+            pl_seq *v;
+            PL_TRY(preempt_tail(s, seq, n_victims, &v));
             if (v == seq) {
                 self_preempted = true;
                 break;
@@ -120,6 +126,9 @@ static pl_status schedule_running(pl_sched *s, int *budget, int *n_entries, int 
 /* Tries to admit waiting seq w with what is left of this step. */
 static pl_status try_admit(pl_sched *s, pl_seq *w, int *budget, int *n_entries, fit *out) {
     *out = NO_FIT;
+    /* A PREEMPTED seq here would be a bug (a step that preempts admits nothing). */
+    if (!pl_sched_transition_allowed(w->state, PL_SEQ_RUNNING))
+        return pl_sched_transition(w, PL_SEQ_RUNNING); /* refuses, naming both states */
     if (s->running.n + s->n_reserved_forks + 1 + w->n_forks > s->cfg.max_num_seqs) return PL_OK;
 
     /* Count first, take later: a seq that does not fit must leave the cache as it was. */
@@ -152,9 +161,9 @@ static pl_status try_admit(pl_sched *s, pl_seq *w, int *budget, int *n_entries, 
         w->n_computed = 0;
         return st;
     }
+    w->state = PL_SEQ_RUNNING; /* checked on entry */
     if (w->aux_list == PL_SCHED_AUX_FRESH) w->n_cached_prompt = n_taken; /* first admission */
     pl_sched_waiting_remove(s, w);
-    w->state = PL_SEQ_RUNNING; /* WAITING -> RUNNING: allowed by construction */
     w->n_passed = 0;
     pl_sched_running_insert(s, w);
     s->n_reserved_forks += w->n_forks;
@@ -205,9 +214,9 @@ pl_status pl_sched_schedule(pl_sched *s, pl_sched_output *out) {
     /* Last step's victims have sat out their step: they are plain waiting seqs again. */
     while (s->preempted.head) {
         pl_seq *v = s->preempted.head;
+        PL_TRY(pl_sched_transition(v, PL_SEQ_WAITING));
         pl_sched_list_remove(&s->preempted, v);
         v->aux_list = PL_SCHED_AUX_NONE;
-        v->state = PL_SEQ_WAITING; /* PREEMPTED -> WAITING: allowed by construction */
     }
 
     int budget = s->cfg.max_total_tokens, n_entries = 0, n_victims = 0;

@@ -177,6 +177,11 @@ pl_status pl_sched_fork(pl_sched *s, pl_seq *parent, pl_seq *child) {
 
     PL_TRY(pl_sched_seq_reserve(child, parent->n_tokens + 1));
     PL_TRY(pl_kv_fork(s->pool, &parent->kv, &child->kv));
+    pl_status st = pl_sched_transition(child, PL_SEQ_RUNNING); /* NEW -> RUNNING */
+    if (st != PL_OK) {
+        pl_kv_free(s->pool, &child->kv);
+        return st;
+    }
     memcpy(child->tokens, parent->tokens, (size_t)parent->n_tokens * sizeof(int32_t));
     child->n_tokens = parent->n_tokens;
     child->n_computed = parent->n_computed;
@@ -186,7 +191,6 @@ pl_status pl_sched_fork(pl_sched *s, pl_seq *parent, pl_seq *child) {
     child->n_forks = 0;
     child->n_passed = 0;
     child->finish_reason = PL_FINISH_NONE;
-    child->state = PL_SEQ_RUNNING; /* NEW -> RUNNING: allowed by construction */
     pl_sched_running_insert(s, child);
     if (reserved) {
         parent->n_forks--;

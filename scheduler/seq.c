@@ -2,8 +2,8 @@
  * scheduler/seq.c - sequences: their token storage, their state machine, and the checks that
  * catch misuse.
  *
- * The state table below is the whole state machine; every state change in the scheduler goes
- * through pl_sched_transition, so an impossible change is refused in one place. Such a
+ * The state table below is the whole state machine; every state change in the scheduler is
+ * checked against it (pl_sched_transition), so an impossible change is refused. Such a
  * change is a bug (in the engine's use of the API or in the scheduler), never something a
  * request can cause: it fails with PL_ERR_INVALID_ARGUMENT in every build, and debug builds
  * also log it as a bug so it cannot go unnoticed behind an ignored status.

@@ -56,6 +56,7 @@ pl_status pl_model_load(const char *path, const pl_model_load_options *opt, pl_m
     struct stat st;
     if (stat(path, &st) != 0) return pl_fail(PL_ERR_IO, "%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return pl_model_load_hf(path, NULL, opt, out);
+    if (!S_ISREG(st.st_mode)) return pl_fail(PL_ERR_IO, "%s: not a regular file", path);
     if (ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json") ||
         ends_with(path, "config.json"))
         return load_hf_file(path, opt, out);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "model/model.h"
@@ -253,6 +254,15 @@ Test(hostile, paths_and_arguments) {
     expect_fail("/dev/null", PL_ERR_IO, "not a regular file");
     const char *dir = pl_test_tmpdir();
     expect_fail(dir, PL_ERR_IO, "config.json");
+    /* a FIFO must be refused, not waited on (opening one for reading blocks) */
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo.bin", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    expect_fail(fifo, PL_ERR_IO, "not a regular file");
+    snprintf(fifo, sizeof fifo, "%s/config.json", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    expect_fail(dir, PL_ERR_IO, "not a regular file");
+    cr_assert_eq(remove(fifo), 0);
     /* a config without weights */
     pl_model_config c = small_config(false);
     cr_assert(pl_fixture_write_hf_config(&c, dir, false));

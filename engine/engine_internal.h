@@ -36,6 +36,7 @@ typedef struct pl_sample {
     char *text;             /* output text so far; stop string cut off at finish */
     size_t text_len, text_cap;
     size_t streamed;        /* bytes of text already handed out in deltas */
+    bool text_cut;          /* a stop string ended the text: nothing more is appended */
     bool finished;          /* finish_reason decided */
     bool reported;          /* its completion was in a step result */
     pl_finish_reason reason;

@@ -10,6 +10,7 @@
 
 #include "engine/engine_internal.h"
 #include "util/alloc.h"
+#include "util/log.h"
 #include "util/timer.h"
 
 static pl_status text_append(pl_sample *s, const char *p, size_t n) {
@@ -77,8 +78,20 @@ static bool is_stop_id(const pl_engine *e, const pl_request *r, int32_t tok, int
     return tok == e->eos_id || (e->bos_ends_text && tok == e->bos_id);
 }
 
+/* The detokeniser holds back the bytes of an unfinished character; at the end they become
+ * part of the text (invalid ones as U+FFFD), unless a stop string already cut the text. */
+static void flush_held_back(pl_sample *s) {
+    if (!s->has_detok || s->text_cut) return;
+    size_t len;
+    const char *all = pl_detok_text(&s->detok, &len);
+    if (all && len > s->text_len && text_append(s, all + s->text_len, len - s->text_len) != PL_OK)
+        pl_log(PL_LOG_WARN, "request %llu: final text bytes dropped: %s",
+               (unsigned long long)s->req->id, pl_last_error());
+}
+
 void pl_output_finish(pl_engine *e, pl_sample *s, pl_finish_reason reason) {
     if (s->finished) return;
+    flush_held_back(s);
     if (s->seq.state == PL_SEQ_WAITING || s->seq.state == PL_SEQ_RUNNING ||
         s->seq.state == PL_SEQ_PREEMPTED)
         pl_sched_finish(e->sched, &s->seq, reason);
@@ -110,6 +123,7 @@ pl_status pl_output_on_token(pl_engine *e, pl_sample *s, int32_t tok) {
         if (at >= 0) {
             s->text_len = (size_t)at;
             s->text[at] = '\0';
+            s->text_cut = true;
             if (s->streamed > s->text_len) s->streamed = s->text_len; /* cannot happen: held back */
             reason = PL_FINISH_STOP;
         }

@@ -161,3 +161,59 @@ Test(stories, ref_and_cpu_backends_and_block_sizes_agree, .timeout = 240) {
     free(first);
     PL_ASSERT_NO_LEAKS();
 }
+
+/* Runs one greedy request and returns (strdup'd) the concatenated stream and final text. */
+static void run_text(pl_engine *e, const char *prompt, const pl_sampling_params *sp,
+                     char **streamed_out, char **text_out, pl_finish_reason *reason) {
+    cr_assert_eq(pl_engine_submit_request(e, prompt, sp, NULL), PL_OK, "%s", pl_last_error());
+    size_t cap = 1 << 16, len = 0;
+    char *streamed = calloc(cap, 1);
+    while (pl_engine_has_pending_work(e)) {
+        pl_step_result r;
+        cr_assert_eq(pl_engine_step(e, &r), PL_OK);
+        for (size_t i = 0; i < r.n_deltas; i++) {
+            cr_assert_lt(len + r.deltas[i].text_len, cap);
+            memcpy(streamed + len, r.deltas[i].text, r.deltas[i].text_len);
+            len += r.deltas[i].text_len;
+        }
+        if (r.n_finished) {
+            *text_out = strdup(r.finished[0].text);
+            *reason = r.finished[0].finish_reason;
+        }
+    }
+    *streamed_out = streamed;
+}
+
+Test(stories, stop_strings_end_the_text_and_are_never_streamed, .timeout = 120) {
+    paths();
+    pl_engine *e = stories_engine(PL_BACKEND_CPU, 16);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 200;
+    char *streamed, *full;
+    pl_finish_reason why;
+    run_text(e, prompts[0], &sp, &streamed, &full, &why);
+    cr_assert_str_eq(streamed, full);
+    /* stop at the second sentence's start: a string that spans several tokens */
+    const char *dot = strstr(full, ". ");
+    cr_assert(dot && strlen(dot) > 8, "%s", full);
+    char stop[8];
+    memcpy(stop, dot, 5);
+    stop[5] = '\0';
+    size_t want_len = (size_t)(strstr(full, stop) - full);
+    free(streamed);
+    sp.stop[0] = stop;
+    sp.n_stop = 1;
+    char *text;
+    run_text(e, prompts[0], &sp, &streamed, &text, &why);
+    cr_assert_eq(why, PL_FINISH_STOP);
+    cr_assert_eq(strlen(text), want_len, "'%s' stop '%s' in '%s'", text, stop, full);
+    cr_assert_eq(strncmp(text, full, want_len), 0);
+    cr_assert_str_eq(streamed, text, "the stream never showed the stop string");
+    free(streamed);
+    free(text);
+    free(full);
+    pl_engine_destroy(e);
+    PL_ASSERT_NO_LEAKS();
+}

@@ -302,7 +302,8 @@ typedef struct pl_metrics {
     double mean_latency_s;         /* submit -> finished */
     double ttft_mean_s, ttft_p50_s, ttft_p99_s;
     double tpot_mean_s, tpot_p50_s, tpot_p99_s; /* time per output token after the first */
-    int n_waiting, n_running, n_preempted;       /* now */
+    int n_waiting, n_running;     /* now */
+    int n_preempted;              /* preempted by the latest step (back in the waiting queue) */
     int kv_blocks_total, kv_blocks_free, kv_blocks_used;
     double kv_usage, kv_usage_peak;
     double prefix_cache_hit_rate;  /* hit tokens / queried tokens */

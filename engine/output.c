@@ -183,7 +183,7 @@ pl_status pl_output_collect(pl_engine *e) {
             pl_engine_stats *st = &e->stats;
             int n_out = s->seq.n_tokens - s->seq.n_prompt;
             st->requests_finished++;
-            st->prompt_tokens += (uint64_t)s->seq.n_prompt;
+            if (s->index == 0) st->prompt_tokens += (uint64_t)s->seq.n_prompt; /* once per request */
             st->output_tokens += (uint64_t)n_out;
             const pl_completion *c = &b->finished[b->n_finished - 1];
             pl_hist_add(&st->latency, c->total_s);

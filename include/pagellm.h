@@ -32,7 +32,7 @@
  *
  * Threads
  * - One engine is stepped by one thread at a time (pl_engine_step, pl_engine_run,
- *   pl_engine_destroy, pl_engine_metrics). pl_engine_submit_request,
+ *   pl_engine_destroy, pl_engine_metrics, pl_engine_has_pending_work, the profiling calls). pl_engine_submit_request,
  *   pl_engine_submit_tokens and pl_engine_abort may be called from any thread,
  *   concurrently with each other and with the stepping thread.
  * - pl_last_error() is per thread; there is no other global state.
@@ -289,7 +289,7 @@ PL_API bool pl_engine_has_pending_work(const pl_engine *e);
 
 typedef struct pl_metrics {
     uint64_t requests_finished;
-    uint64_t prompt_tokens;        /* prompt tokens of finished requests */
+    uint64_t prompt_tokens;        /* prompt tokens of finished requests (once per request) */
     uint64_t prompt_tokens_computed; /* prompt tokens actually computed (no cache hits) */
     uint64_t output_tokens;
     uint64_t steps;

@@ -33,6 +33,8 @@
     extern __shared__ __align__(16) unsigned char pl_dyn_smem_[];                             \
     T *name = reinterpret_cast<T *>(pl_dyn_smem_)
 #define PL_UNROLL _Pragma("unroll")
+#define PL_PRAGMA_(x) _Pragma(#x)
+#define PL_UNROLL_N(n) PL_PRAGMA_(unroll n)
 
 template <typename... P, typename... A>
 static inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
@@ -45,6 +47,7 @@ static inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, si
 
 #define DYNAMIC_SMEM(T, name) T *name = reinterpret_cast<T *>(::cuemu::dynamic_smem())
 #define PL_UNROLL
+#define PL_UNROLL_N(n)
 using cuemu::launch;
 #endif
 

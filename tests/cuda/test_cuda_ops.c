@@ -1,0 +1,787 @@
+/*
+ * tests/cuda/test_cuda_ops.c - every op of the CUDA backend against the ref backend.
+ *
+ * The same file builds two binaries: test_cuda_emu (suite 'cuda') links the backend compiled
+ * for the CPU emulation (tests/support/cuemu.h), test_cuda_gpu (suite 'gpu') links the
+ * nvcc-built backend and is skipped (exit 77) without a device. Both backends are driven only
+ * through the pl_backend_ops table, as the engine drives them.
+ *
+ * Inputs are fixed-seed random; shapes come from tables covering block sizes 8/16/32, head
+ * sizes 8, 17, 64, 80, 96, 112, 128, 256 and 300 (fast and generic paths), GQA ratios 1/2/4/8,
+ * contexts that cross KV-block and split-K partition boundaries, padded (negative) slots,
+ * prefill chunks with earlier context, and batches mixing decode and prefill sequences.
+ * The ref backend gets the same kv_dtype, so both read bit-identical caches (checked) and
+ * attention differences are kernel arithmetic only.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "test_support.h"
+#include "util/alloc.h"
+#include "util/dtype.h"
+
+// ---------------------------------------------------------------------------------------------
+// Tolerances: |cuda - ref| <= atol + rtol * |ref| (pl_allclose), in one place.
+//
+// ref accumulates in double; the device in f32 (2^-24 = 6e-8 per rounding), with __expf,
+// rsqrtf and sincosf a few ulp from exact on a GPU (exact under the emulation). Inputs are
+// uniform in [-1, 1).
+// - NORM (rmsnorm): an f32 sum of squares over dim <= 4096 plus rsqrtf: ~1e-6 relative.
+// - ROPE: cos/sin in f32 of the same f32 angle (|angle| < 3e4, so sincosf's argument
+//   reduction error stays ~1 ulp of 1) times inputs in [-1, 1): 1e-5 absolute.
+// - SILU: __expf's relative error (2 ulp + 2^-21 on sm_80) through x/(1+e^-x).
+// - MATMUL_F16: x is rounded to f16 before the GEMM, exactly as ref sees it when the test
+//   rounds x the same way, so what remains is f32 accumulation order over d_in <= 300 of
+//   products < 1: 1e-4 absolute. MATMUL_F16_LOOSE compares with ref fed the unrounded x:
+//   each product then carries the f16 rounding of x (at most 2^-11 relative), so the bound is
+//   2^-11 * sum_i |x_i w_i| (computed per case, largest over the outputs).
+// - ATTN: softmax weights in f32 with a running max (each rescale one rounding), q.k over
+//   head_dim <= 300 in f32, a weighted sum of V rows of magnitude < 1: 2e-5 absolute, 1e-4
+//   relative; and NMSE < 1e-9 on the whole output.
+// Exact (bitwise): embed, gather_rows, kv_store (both round f32 -> f16/bf16 to nearest even),
+// copy_blocks, argmax, upload_weight's f32 -> f16 conversion.
+#define TOL_NORM_ATOL 2e-6f
+#define TOL_NORM_RTOL 1e-5f
+#define TOL_ROPE_ATOL 1e-5f
+#define TOL_ROPE_RTOL 1e-5f
+#define TOL_SILU_ATOL 1e-6f
+#define TOL_SILU_RTOL 2e-6f
+#define TOL_MATMUL_F16_ATOL 1e-4f
+#define TOL_MATMUL_F16_RTOL 1e-4f
+#define TOL_MATMUL_F32_ATOL 5e-5f
+#define TOL_MATMUL_F32_RTOL 1e-5f
+#define TOL_MATMUL_F16_LOOSE_REL 4.8828125e-4f /* 2^-11 */
+#define TOL_ATTN_ATOL 2e-5f
+#define TOL_ATTN_RTOL 1e-4f
+#define TOL_ATTN_NMSE 1e-9
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+typedef struct {
+    pl_backend *ref, *cuda;
+} backends;
+
+static backends make_backends(pl_dtype kv) {
+    backends b = {0};
+    pl_backend_options o = {.n_threads = 1, .device = 0, .kv_dtype = kv};
+    cr_assert_eq(pl_backend_ref_create(&o, &b.ref), PL_OK, "ref: %s", pl_last_error());
+    cr_assert_eq(pl_backend_cuda_create(&o, &b.cuda), PL_OK, "cuda: %s", pl_last_error());
+    cr_assert_eq(b.cuda->kv_dtype, kv == PL_DTYPE_AUTO ? PL_DTYPE_F16 : kv);
+    return b;
+}
+
+static void drop_backends(backends *b) {
+    pl_backend_destroy(b->ref);
+    pl_backend_destroy(b->cuda);
+}
+
+/* A copy of host[0 .. n_bytes) in be's memory. */
+static void *put(pl_backend *be, const void *host, size_t n_bytes) {
+    void *p = NULL;
+    cr_assert_eq(be->ops->alloc(be, n_bytes, &p), PL_OK, "alloc: %s", pl_last_error());
+    if (host && n_bytes)
+        cr_assert_eq(be->ops->upload(be, p, host, n_bytes), PL_OK, "upload: %s", pl_last_error());
+    return p;
+}
+
+/* host[0 .. n_bytes) = be's p; also syncs, so async errors of earlier ops show up here. */
+static void get(pl_backend *be, void *host, const void *p, size_t n_bytes) {
+    cr_assert_eq(be->ops->download(be, host, p, n_bytes), PL_OK, "download: %s", pl_last_error());
+}
+
+/* n values uniform in [-scale, scale) (pl_test_fill's range is [-scale, 3 scale): see the
+ * report; the tolerances below assume a symmetric range). */
+static float *rand_floats(pl_test_rng *r, size_t n, float scale) {
+    float *x = pl_malloc((n ? n : 1) * sizeof(float));
+    cr_assert_not_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * ((float)(pl_test_rng_u64(r) >> 40) * (1.0f / 8388608.0f) - 1.0f);
+    return x;
+}
+
+static float *get_floats(pl_backend *be, const float *p, size_t n) {
+    float *h = pl_malloc((n ? n : 1) * sizeof(float));
+    cr_assert_not_null(h);
+    get(be, h, p, n * sizeof(float));
+    return h;
+}
+
+static uint16_t *to_16(const float *x, size_t n, pl_dtype t) {
+    uint16_t *h = pl_malloc((n ? n : 1) * 2);
+    cr_assert_not_null(h);
+    for (size_t i = 0; i < n; i++) h[i] = t == PL_DTYPE_BF16 ? pl_f32_to_bf16(x[i]) : pl_f32_to_f16(x[i]);
+    return h;
+}
+
+TestSuite(cuda_ops, .timeout = 120.0);
+
+// ---------------------------------------------------------------------------------------------
+// Backend basics
+
+Test(cuda_ops, table_memory_and_staging) {
+    backends b = make_backends(PL_DTYPE_AUTO);
+    const pl_backend_ops *ops = b.cuda->ops;
+    const void *const *slots = (const void *const *)ops;
+    for (size_t i = 0; i < sizeof *ops / sizeof(void *); i++)
+        cr_assert_not_null(slots[i], "ops entry %zu is NULL", i);
+    cr_assert_str_eq(ops->name, "cuda");
+    cr_assert(pl_backend_is_cuda(b.cuda));
+    cr_assert(!pl_backend_is_cuda(b.ref));
+    cr_assert(!b.cuda->is_host);
+
+    size_t free_b = 0, total = 0;
+    cr_assert_eq(ops->memory_info(b.cuda, &free_b, &total), PL_OK, "%s", pl_last_error());
+    cr_assert(total > 0 && free_b <= total);
+
+    /* alloc is zeroed */
+    unsigned char *z = pl_malloc(4096);
+    void *d = put(b.cuda, NULL, 4096);
+    get(b.cuda, z, d, 4096);
+    for (int i = 0; i < 4096; i++) cr_assert_eq(z[i], 0, "byte %d of a fresh alloc", i);
+    ops->free(b.cuda, d);
+    pl_free(z);
+
+    /* many small uploads cycle through both pinned halves, then a large (pageable) one;
+     * each upload's source is overwritten right after the call, as the engine may do */
+    const size_t n_small = 3000, sz = 1000;
+    unsigned char *dev = put(b.cuda, NULL, n_small * sz);
+    unsigned char *src = pl_malloc(sz), *back = pl_malloc(n_small * sz);
+    for (size_t i = 0; i < n_small; i++) {
+        memset(src, (int)(i * 7 + 1), sz);
+        cr_assert_eq(ops->upload(b.cuda, dev + i * sz, src, sz), PL_OK, "%s", pl_last_error());
+    }
+    memset(src, 0, sz);
+    get(b.cuda, back, dev, n_small * sz);
+    for (size_t i = 0; i < n_small; i++)
+        cr_assert_eq(back[i * sz + sz - 1], (unsigned char)(i * 7 + 1), "upload %zu", i);
+    const size_t big = (size_t)3 << 20;
+    unsigned char *bsrc = pl_malloc(big), *bback = pl_malloc(big);
+    for (size_t i = 0; i < big; i++) bsrc[i] = (unsigned char)(i * 31 + 3);
+    void *bdev = put(b.cuda, bsrc, big);
+    get(b.cuda, bback, bdev, big);
+    cr_assert(memcmp(bsrc, bback, big) == 0, "large upload round trip");
+    ops->free(b.cuda, bdev);
+    ops->free(b.cuda, dev);
+    ops->free(b.cuda, NULL);
+    pl_free(src);
+    pl_free(back);
+    pl_free(bsrc);
+    pl_free(bback);
+    cr_assert_eq(ops->sync(b.cuda), PL_OK);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, upload_weight_converts_f32_to_f16) {
+    backends b = make_backends(PL_DTYPE_AUTO);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 41);
+    const size_t n = 100003;
+    float *w = rand_floats(&r, n, 3.f);
+    w[0] = 70000.f;     /* overflows f16: inf */
+    w[1] = 1e-7f;       /* subnormal in f16 */
+    w[2] = -0.f;
+    void *dw = NULL;
+    pl_dtype t = PL_DTYPE_AUTO;
+    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, w, PL_DTYPE_F32, n, &dw, &t), PL_OK, "%s",
+                 pl_last_error());
+    cr_assert_eq(t, PL_DTYPE_F16);
+    uint16_t *got = pl_malloc(n * 2);
+    get(b.cuda, got, dw, n * 2);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], pl_f32_to_f16(w[i]), "element %zu: %#x vs %#x", i, got[i],
+                     pl_f32_to_f16(w[i]));
+    b.cuda->ops->free_weight(b.cuda, dw, w);
+
+    uint16_t *bf = to_16(w, n, PL_DTYPE_BF16);
+    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, bf, PL_DTYPE_BF16, n, &dw, &t), PL_OK);
+    cr_assert_eq(t, PL_DTYPE_BF16, "bf16 is kept as it is");
+    get(b.cuda, got, dw, n * 2);
+    cr_assert(memcmp(got, bf, n * 2) == 0);
+    b.cuda->ops->free_weight(b.cuda, dw, bf);
+
+    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, w, (pl_dtype)9, n, &dw, &t),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "src_dtype"), "%s", pl_last_error());
+    pl_free(bf);
+    pl_free(got);
+    pl_free(w);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, invalid_arguments_are_named) {
+    backends b = make_backends(PL_DTYPE_F16);
+    const pl_backend_ops *o = b.cuda->ops;
+    cr_assert_eq(o->rmsnorm(b.cuda, NULL, NULL, NULL, -1, 8, 1e-5f), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "n_rows"), "%s", pl_last_error());
+    cr_assert_eq(o->matmul(b.cuda, NULL, NULL, NULL, PL_DTYPE_F16, 1, 0, 4),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "d_in"), "%s", pl_last_error());
+    pl_attn_batch bad = {.n_seqs = 1, .n_tokens = 1, .n_heads = 6, .n_kv_heads = 4,
+                         .head_dim = 64, .block_size = 16, .max_blocks_per_seq = 1,
+                         .scale = 1.f};
+    cr_assert_eq(o->attention(b.cuda, NULL, NULL, NULL, NULL, &bad), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "n_kv_heads"), "%s", pl_last_error());
+    bad.n_heads = 8;
+    bad.head_dim = 1000;
+    float x;
+    bad.query_start = bad.context_lens = bad.block_tables = (const int32_t *)&x;
+    bad.max_query_len = bad.max_context_len = 1;
+    cr_assert_eq(o->attention(b.cuda, &x, &x, &x, &x, &bad), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_last_error(), "head_dim"), "%s", pl_last_error());
+    cr_assert_eq(pl_cuda_set_attention_split(b.cuda, PL_CUDA_SPLIT_ALWAYS, 48),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_cuda_set_attention_split(b.ref, PL_CUDA_SPLIT_ALWAYS, 64),
+                 PL_ERR_INVALID_ARGUMENT);
+    pl_backend *be = NULL;
+    pl_backend_options opt = {.device = 0, .kv_dtype = (pl_dtype)7};
+    cr_assert_eq(pl_backend_cuda_create(&opt, &be), PL_ERR_UNSUPPORTED);
+    cr_assert_null(be);
+    opt.kv_dtype = PL_DTYPE_AUTO;
+    opt.device = 1000;
+    cr_assert_eq(pl_backend_cuda_create(&opt, &be), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "device 1000"), "%s", pl_last_error());
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise and row ops
+
+Test(cuda_ops, embed_all_table_types) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 1);
+    const int vocab = 37, dim = 67, n = 11;
+    int32_t ids[11];
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)pl_test_rng_below(&r, vocab);
+    ids[3] = vocab - 1;
+    ids[4] = 0;
+    float *table = rand_floats(&r, (size_t)vocab * dim, 2.f);
+    float *want = pl_malloc((size_t)n * dim * sizeof(float));
+    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    for (int ti = 0; ti < 3; ti++) {
+        const pl_dtype t = types[ti];
+        /* ref table of type t; the cuda one through upload_weight (f32 -> f16 on the device) */
+        uint16_t *t16 = t == PL_DTYPE_F32 ? NULL : to_16(table, (size_t)vocab * dim, t);
+        const void *rt = t == PL_DTYPE_F32 ? (const void *)table : (const void *)t16;
+        void *dt = NULL;
+        pl_dtype dtt = PL_DTYPE_AUTO;
+        if (t == PL_DTYPE_F32)
+            dt = put(b.cuda, table, (size_t)vocab * dim * 4), dtt = PL_DTYPE_F32;
+        else
+            cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, t == PL_DTYPE_F16 ? (const void *)table : rt,
+                                                    t == PL_DTYPE_F16 ? PL_DTYPE_F32 : t,
+                                                    (size_t)vocab * dim, &dt, &dtt),
+                         PL_OK, "%s", pl_last_error());
+        cr_assert_eq(dtt, t);
+        cr_assert_eq(b.ref->ops->embed(b.ref, want, ids, n, rt, t, dim), PL_OK);
+        int32_t *dids = put(b.cuda, ids, sizeof ids);
+        float *dout = put(b.cuda, NULL, (size_t)n * dim * 4);
+        cr_assert_eq(b.cuda->ops->embed(b.cuda, dout, dids, n, dt, dtt, dim), PL_OK, "%s",
+                     pl_last_error());
+        float *got = get_floats(b.cuda, dout, (size_t)n * dim);
+        cr_assert(memcmp(got, want, (size_t)n * dim * 4) == 0, "embed %s", pl_dtype_name(t));
+        pl_free(got);
+        b.cuda->ops->free(b.cuda, dout);
+        b.cuda->ops->free(b.cuda, dids);
+        if (t == PL_DTYPE_F32)
+            b.cuda->ops->free(b.cuda, dt);
+        else
+            b.cuda->ops->free_weight(b.cuda, dt, rt);
+        pl_free(t16);
+    }
+    pl_free(table);
+    pl_free(want);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, rmsnorm_and_fused_add) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 2);
+    const int shapes[][2] = {{1, 1}, {3, 7}, {2, 64}, {5, 300}, {2, 4096}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si][0], dim = shapes[si][1];
+        const size_t n = (size_t)rows * dim;
+        float *x = rand_floats(&r, n, 3.f), *w = rand_floats(&r, (size_t)dim, 1.f);
+        float *delta = rand_floats(&r, n, 1.f);
+        float *want = pl_malloc(n * 4), *res_want = pl_malloc(n * 4);
+        float *dx = put(b.cuda, x, n * 4), *dw = put(b.cuda, w, (size_t)dim * 4);
+        float *dd = put(b.cuda, delta, n * 4), *dout = put(b.cuda, NULL, n * 4);
+        char name[64];
+
+        cr_assert_eq(b.ref->ops->rmsnorm(b.ref, want, x, w, rows, dim, 1e-5f), PL_OK);
+        cr_assert_eq(b.cuda->ops->rmsnorm(b.cuda, dout, dx, dw, rows, dim, 1e-5f), PL_OK);
+        float *got = get_floats(b.cuda, dout, n);
+        snprintf(name, sizeof name, "rmsnorm %dx%d", rows, dim);
+        cr_assert(pl_allclose(name, want, got, n, TOL_NORM_ATOL, TOL_NORM_RTOL));
+        pl_free(got);
+        /* in place (out == x) */
+        cr_assert_eq(b.cuda->ops->rmsnorm(b.cuda, dx, dx, dw, rows, dim, 1e-5f), PL_OK);
+        got = get_floats(b.cuda, dx, n);
+        cr_assert(pl_allclose("rmsnorm in place", want, got, n, TOL_NORM_ATOL, TOL_NORM_RTOL));
+        pl_free(got);
+
+        /* fused: residual += delta; out = rmsnorm(residual) */
+        memcpy(res_want, x, n * 4);
+        cr_assert_eq(b.cuda->ops->upload(b.cuda, dx, x, n * 4), PL_OK);
+        cr_assert_eq(b.ref->ops->add_rmsnorm(b.ref, want, res_want, delta, w, rows, dim, 1e-6f),
+                     PL_OK);
+        cr_assert_eq(b.cuda->ops->add_rmsnorm(b.cuda, dout, dx, dd, dw, rows, dim, 1e-6f), PL_OK,
+                     "%s", pl_last_error());
+        got = get_floats(b.cuda, dout, n);
+        float *res_got = get_floats(b.cuda, dx, n);
+        snprintf(name, sizeof name, "add_rmsnorm %dx%d", rows, dim);
+        cr_assert(pl_allclose(name, want, got, n, TOL_NORM_ATOL, TOL_NORM_RTOL));
+        cr_assert(pl_allclose("add_rmsnorm residual", res_want, res_got, n, 0.f, 0.f));
+        pl_free(got);
+        pl_free(res_got);
+        pl_free(x);
+        pl_free(w);
+        pl_free(delta);
+        pl_free(want);
+        pl_free(res_want);
+        b.cuda->ops->free(b.cuda, dx);
+        b.cuda->ops->free(b.cuda, dw);
+        b.cuda->ops->free(b.cuda, dd);
+        b.cuda->ops->free(b.cuda, dout);
+    }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, rope_both_layouts) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 3);
+    /* n_tokens, n_heads, n_kv_heads, head_dim */
+    const int shapes[][4] = {{1, 1, 1, 2}, {5, 4, 2, 8}, {3, 3, 1, 17}, {4, 8, 2, 64},
+                             {2, 4, 4, 128}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        for (int layout = 0; layout < 2; layout++) {
+            const int nt = shapes[si][0], nh = shapes[si][1], nkv = shapes[si][2],
+                      hd = shapes[si][3];
+            const size_t nq = (size_t)nt * nh * hd, nk = (size_t)nt * nkv * hd;
+            float *q = rand_floats(&r, nq, 1.f), *k = rand_floats(&r, nk, 1.f);
+            float *inv = pl_malloc((size_t)(hd / 2 + 1) * 4);
+            for (int j = 0; j < hd / 2; j++) inv[j] = powf(10000.f, -2.f * j / hd);
+            int32_t pos[8];
+            for (int i = 0; i < nt; i++) pos[i] = (int32_t)pl_test_rng_below(&r, 30000);
+            pos[0] = 0;
+            float *dq = put(b.cuda, q, nq * 4), *dk = put(b.cuda, k, nk * 4);
+            float *dinv = put(b.cuda, inv, (size_t)(hd / 2 + 1) * 4);
+            int32_t *dpos = put(b.cuda, pos, (size_t)nt * 4);
+            cr_assert_eq(b.ref->ops->rope(b.ref, q, k, pos, inv, nt, nh, nkv, hd,
+                                          (pl_rope_layout)layout),
+                         PL_OK);
+            cr_assert_eq(b.cuda->ops->rope(b.cuda, dq, dk, dpos, dinv, nt, nh, nkv, hd,
+                                           (pl_rope_layout)layout),
+                         PL_OK, "%s", pl_last_error());
+            float *gq = get_floats(b.cuda, dq, nq), *gk = get_floats(b.cuda, dk, nk);
+            char name[64];
+            snprintf(name, sizeof name, "rope q shape %zu layout %d", si, layout);
+            cr_assert(pl_allclose(name, q, gq, nq, TOL_ROPE_ATOL, TOL_ROPE_RTOL));
+            snprintf(name, sizeof name, "rope k shape %zu layout %d", si, layout);
+            cr_assert(pl_allclose(name, k, gk, nk, TOL_ROPE_ATOL, TOL_ROPE_RTOL));
+            pl_free(gq);
+            pl_free(gk);
+            pl_free(q);
+            pl_free(k);
+            pl_free(inv);
+            b.cuda->ops->free(b.cuda, dq);
+            b.cuda->ops->free(b.cuda, dk);
+            b.cuda->ops->free(b.cuda, dinv);
+            b.cuda->ops->free(b.cuda, dpos);
+        }
+    }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, silu_mul_and_gather_rows) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 4);
+    const size_t sizes[] = {1, 1000, 100003};
+    for (size_t si = 0; si < 3; si++) {
+        const size_t n = sizes[si];
+        float *g = rand_floats(&r, n, 8.f), *u = rand_floats(&r, n, 2.f);
+        float *want = pl_malloc(n * 4);
+        cr_assert_eq(b.ref->ops->silu_mul(b.ref, want, g, u, n), PL_OK);
+        float *dg = put(b.cuda, g, n * 4), *du = put(b.cuda, u, n * 4);
+        cr_assert_eq(b.cuda->ops->silu_mul(b.cuda, dg, dg, du, n), PL_OK, "out aliases gate");
+        float *got = get_floats(b.cuda, dg, n);
+        cr_assert(pl_allclose("silu_mul", want, got, n, TOL_SILU_ATOL, TOL_SILU_RTOL));
+        pl_free(got);
+        pl_free(g);
+        pl_free(u);
+        pl_free(want);
+        b.cuda->ops->free(b.cuda, dg);
+        b.cuda->ops->free(b.cuda, du);
+    }
+    const int rows_total = 9, dim = 33, n_rows = 5;
+    float *x = rand_floats(&r, (size_t)rows_total * dim, 1.f);
+    const int32_t rows[5] = {8, 0, 3, 3, 7};
+    float *want = pl_malloc((size_t)n_rows * dim * 4);
+    cr_assert_eq(b.ref->ops->gather_rows(b.ref, want, x, rows, n_rows, dim), PL_OK);
+    float *dx = put(b.cuda, x, (size_t)rows_total * dim * 4);
+    int32_t *drows = put(b.cuda, rows, sizeof rows);
+    float *dout = put(b.cuda, NULL, (size_t)n_rows * dim * 4);
+    cr_assert_eq(b.cuda->ops->gather_rows(b.cuda, dout, dx, drows, n_rows, dim), PL_OK);
+    float *got = get_floats(b.cuda, dout, (size_t)n_rows * dim);
+    cr_assert(memcmp(want, got, (size_t)n_rows * dim * 4) == 0, "gather_rows");
+    pl_free(got);
+    pl_free(want);
+    pl_free(x);
+    b.cuda->ops->free(b.cuda, dx);
+    b.cuda->ops->free(b.cuda, drows);
+    b.cuda->ops->free(b.cuda, dout);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, argmax_ties_nan_and_inf) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 5);
+    const int n_rows = 6, vocab = 1003;
+    float *l = rand_floats(&r, (size_t)n_rows * vocab, 5.f);
+    l[0 * vocab + 500] = 9.f; /* row 0: a tie, the lower index wins */
+    l[0 * vocab + 700] = 9.f;
+    for (int i = 0; i < vocab; i++) l[1 * vocab + i] = -INFINITY; /* row 1: all -inf -> 0 */
+    l[2 * vocab + 0] = NAN;                                      /* row 2: NaN never wins */
+    l[2 * vocab + 9] = 50.f;
+    for (int i = 0; i < vocab; i++) l[3 * vocab + i] = NAN;     /* row 3: all NaN -> 0 */
+    l[4 * vocab + vocab - 1] = 99.f;                            /* row 4: the last element */
+    int32_t want[6];
+    for (int row = 0; row < n_rows; row++) { /* the plain left-to-right scan */
+        const float *x = l + (size_t)row * vocab;
+        int best = -1;
+        for (int i = 0; i < vocab; i++)
+            if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+        want[row] = best < 0 ? 0 : best;
+    }
+    cr_assert_eq(want[0], 500);
+    cr_assert_eq(want[2], 9);
+    float *dl = put(b.cuda, l, (size_t)n_rows * vocab * 4);
+    int32_t *dout = put(b.cuda, NULL, sizeof want), got[6];
+    cr_assert_eq(pl_cuda_argmax(b.cuda, dout, dl, n_rows, vocab), PL_OK, "%s", pl_last_error());
+    get(b.cuda, got, dout, sizeof got);
+    for (int row = 0; row < n_rows; row++)
+        cr_assert_eq(got[row], want[row], "row %d: %d vs %d", row, got[row], want[row]);
+    b.cuda->ops->free(b.cuda, dl);
+    b.cuda->ops->free(b.cuda, dout);
+    pl_free(l);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmul
+
+static void matmul_case(backends *b, pl_test_rng *r, int n_rows, int d_in, int d_out,
+                        pl_dtype wt) {
+    const size_t nx = (size_t)n_rows * d_in, nw = (size_t)d_out * d_in, no = (size_t)n_rows * d_out;
+    float *x = rand_floats(r, nx, 1.f), *w = rand_floats(r, nw, 1.f);
+    float *want = pl_malloc(no * 4), *want_loose = pl_malloc(no * 4);
+    /* device weights: f32 stays f32 via alloc+upload; otherwise upload_weight from f32 (f16)
+     * or from bf16 (kept) */
+    void *dw = NULL;
+    pl_dtype dwt = wt;
+    uint16_t *w16 = NULL;
+    if (wt == PL_DTYPE_F32) {
+        dw = put(b->cuda, w, nw * 4);
+    } else {
+        w16 = to_16(w, nw, wt);
+        cr_assert_eq(b->cuda->ops->upload_weight(b->cuda, wt == PL_DTYPE_F16 ? (const void *)w : w16,
+                                                 wt == PL_DTYPE_F16 ? PL_DTYPE_F32 : wt, nw, &dw,
+                                                 &dwt),
+                     PL_OK, "%s", pl_last_error());
+        cr_assert_eq(dwt, wt);
+    }
+    const void *rw = wt == PL_DTYPE_F32 ? (const void *)w : (const void *)w16;
+    cr_assert_eq(b->ref->ops->matmul(b->ref, want_loose, x, rw, wt, n_rows, d_in, d_out), PL_OK);
+    /* x as the device sees it: rounded to the weights' 16-bit type */
+    float *xr = pl_malloc(nx * 4);
+    for (size_t i = 0; i < nx; i++)
+        xr[i] = wt == PL_DTYPE_F16    ? pl_f16_to_f32(pl_f32_to_f16(x[i]))
+                : wt == PL_DTYPE_BF16 ? pl_bf16_to_f32(pl_f32_to_bf16(x[i]))
+                                      : x[i];
+    cr_assert_eq(b->ref->ops->matmul(b->ref, want, xr, rw, wt, n_rows, d_in, d_out), PL_OK);
+    float *dx = put(b->cuda, x, nx * 4), *dout = put(b->cuda, NULL, no * 4);
+    cr_assert_eq(b->cuda->ops->matmul(b->cuda, dout, dx, dw, wt, n_rows, d_in, d_out), PL_OK, "%s",
+                 pl_last_error());
+    float *got = get_floats(b->cuda, dout, no);
+    char name[96];
+    snprintf(name, sizeof name, "matmul %s %dx%d->%d", pl_dtype_name(wt), n_rows, d_in, d_out);
+    if (wt == PL_DTYPE_F32) {
+        cr_assert(pl_allclose(name, want, got, no, TOL_MATMUL_F32_ATOL, TOL_MATMUL_F32_RTOL));
+    } else {
+        cr_assert(pl_allclose(name, want, got, no, TOL_MATMUL_F16_ATOL, TOL_MATMUL_F16_RTOL));
+        if (wt == PL_DTYPE_F16) {
+            float bound = 0.f; /* 2^-11 * max_j sum_i |x_i w_ji| */
+            for (int row = 0; row < n_rows; row++)
+                for (int j = 0; j < d_out; j++) {
+                    float s = 0.f;
+                    for (int i = 0; i < d_in; i++)
+                        s += fabsf(x[(size_t)row * d_in + i] *
+                                   pl_f16_to_f32(w16[(size_t)j * d_in + i]));
+                    bound = s > bound ? s : bound;
+                }
+            cr_assert(pl_allclose(name, want_loose, got, no,
+                                  TOL_MATMUL_F16_LOOSE_REL * bound + TOL_MATMUL_F16_ATOL, 0.f));
+        }
+    }
+    pl_free(got);
+    pl_free(x);
+    pl_free(xr);
+    pl_free(w);
+    pl_free(w16);
+    pl_free(want);
+    pl_free(want_loose);
+    b->cuda->ops->free(b->cuda, dx);
+    b->cuda->ops->free(b->cuda, dout);
+    if (wt == PL_DTYPE_F32)
+        b->cuda->ops->free(b->cuda, dw);
+    else
+        b->cuda->ops->free_weight(b->cuda, dw, NULL);
+}
+
+Test(cuda_ops, matmul_f16_bf16_f32) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 6);
+    /* n_rows, d_in, d_out: batch 1, odd sizes, a row count past one GEMM tile */
+    const int shapes[][3] = {{1, 5, 1}, {3, 64, 7}, {17, 300, 130}, {1, 172, 64}};
+    const pl_dtype types[] = {PL_DTYPE_F16, PL_DTYPE_BF16, PL_DTYPE_F32};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int ti = 0; ti < 3; ti++)
+            matmul_case(&b, &r, shapes[si][0], shapes[si][1], shapes[si][2], types[ti]);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV store, copy_blocks and paged attention
+
+typedef struct {
+    int block_size, head_dim, n_kv_heads, group; /* n_heads = n_kv_heads * group */
+    int n_seqs;
+    int ctx[4];  /* context_lens after this step */
+    int qlen[4]; /* query rows this step: 1 = decode */
+} attn_case;
+
+static const attn_case k_attn_cases[] = {
+    /* decode only */
+    {16, 64, 2, 4, 3, {1, 37, 200}, {1, 1, 1}},
+    {8, 128, 1, 8, 2, {65, 130}, {1, 1}},
+    {32, 80, 2, 2, 2, {33, 96}, {1, 1}},
+    {16, 96, 1, 2, 1, {129}, {1}},
+    {8, 112, 2, 1, 2, {8, 64}, {1, 1}},
+    {16, 256, 1, 2, 2, {31, 70}, {1, 1}},
+    {16, 17, 3, 1, 2, {19, 50}, {1, 1}},
+    {8, 8, 4, 2, 3, {1, 9, 64}, {1, 1, 1}},
+    {32, 300, 1, 1, 1, {45}, {1}},
+    /* prefill: a whole prompt, and a chunk after earlier context (chunked prefill / prefix hit) */
+    {16, 64, 2, 2, 2, {40, 70}, {40, 20}},
+    {8, 17, 1, 4, 2, {33, 12}, {9, 12}},
+    {32, 128, 1, 1, 1, {90}, {90}},
+    {8, 256, 1, 2, 1, {30}, {17}},
+    {16, 300, 1, 1, 1, {20}, {11}},
+    /* mixed decode + prefill in one batch */
+    {16, 64, 2, 4, 3, {50, 45, 77}, {1, 30, 1}},
+    {8, 80, 1, 8, 2, {5, 66}, {5, 1}},
+};
+
+/* Runs one case on both backends with the given cache type and split policy. */
+static void attention_case(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode mode,
+                           int part_tokens, uint64_t seed) {
+    backends be = make_backends(kv);
+    cr_assert_eq(pl_cuda_set_attention_split(be.cuda, mode, part_tokens), PL_OK);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, seed);
+    const int bs = ac->block_size, hd = ac->head_dim, nkv = ac->n_kv_heads;
+    const int nh = nkv * ac->group, ns = ac->n_seqs;
+
+    /* block tables: every sequence's blocks scattered over a shuffled pool */
+    int n_blocks = 3, max_bps = 1, max_ctx = 0, max_q = 0, n_q = 0;
+    for (int s = 0; s < ns; s++) {
+        const int nb = (ac->ctx[s] + bs - 1) / bs;
+        n_blocks += nb;
+        max_bps = nb + 1 > max_bps ? nb + 1 : max_bps;
+        max_ctx = ac->ctx[s] > max_ctx ? ac->ctx[s] : max_ctx;
+        max_q = ac->qlen[s] > max_q ? ac->qlen[s] : max_q;
+        n_q += ac->qlen[s];
+    }
+    int32_t *perm = pl_malloc((size_t)n_blocks * 4);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)pl_test_rng_below(&r, (uint32_t)i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    /* unused table entries point far outside the cache: a kernel reading them faults */
+    int32_t *tables = pl_malloc((size_t)ns * max_bps * 4);
+    for (int i = 0; i < ns * max_bps; i++) tables[i] = 1 << 24;
+    int next = 0;
+    for (int s = 0; s < ns; s++)
+        for (int bi = 0; bi < (ac->ctx[s] + bs - 1) / bs; bi++)
+            tables[s * max_bps + bi] = perm[next++];
+
+    /* every context position's K/V written by one kv_store, with padding slots interleaved */
+    int n_store = 0;
+    for (int s = 0; s < ns; s++) n_store += ac->ctx[s] + ac->ctx[s] / 7 + 1;
+    int64_t *slots = pl_malloc((size_t)n_store * 8);
+    int w = 0;
+    for (int s = 0; s < ns; s++)
+        for (int t = 0; t < ac->ctx[s]; t++) {
+            if (t % 7 == 3) slots[w++] = -1;
+            slots[w++] = (int64_t)tables[s * max_bps + t / bs] * bs + t % bs;
+        }
+    while (w < n_store) slots[w++] = -5;
+    const size_t kv_tok = (size_t)nkv * hd;
+    float *k = rand_floats(&r, (size_t)n_store * kv_tok, 1.f);
+    float *v = rand_floats(&r, (size_t)n_store * kv_tok, 1.f);
+    const size_t cache_elems = (size_t)n_blocks * nkv * bs * hd, esz = pl_dtype_size(kv);
+
+    int32_t *qstart = pl_malloc((size_t)(ns + 1) * 4), *ctx = pl_malloc((size_t)ns * 4);
+    qstart[0] = 0;
+    for (int s = 0; s < ns; s++) {
+        qstart[s + 1] = qstart[s] + ac->qlen[s];
+        ctx[s] = ac->ctx[s];
+    }
+    const size_t nqe = (size_t)n_q * nh * hd;
+    float *q = rand_floats(&r, nqe, 1.f);
+
+    float *outs[2];
+    void *caches[2][2];
+    for (int bi = 0; bi < 2; bi++) {
+        pl_backend *b = bi ? be.cuda : be.ref;
+        void *kc = put(b, NULL, cache_elems * esz), *vc = put(b, NULL, cache_elems * esz);
+        void *dk = put(b, k, (size_t)n_store * kv_tok * 4), *dv = put(b, v, (size_t)n_store * kv_tok * 4);
+        void *dslots = put(b, slots, (size_t)n_store * 8);
+        cr_assert_eq(b->ops->kv_store(b, kc, vc, dk, dv, dslots, n_store, nkv, hd, bs), PL_OK,
+                     "%s kv_store: %s", b->ops->name, pl_last_error());
+        pl_attn_batch ab = {
+            .n_seqs = ns,
+            .n_tokens = n_q,
+            .query_start = put(b, qstart, (size_t)(ns + 1) * 4),
+            .context_lens = put(b, ctx, (size_t)ns * 4),
+            .block_tables = put(b, tables, (size_t)ns * max_bps * 4),
+            .max_blocks_per_seq = max_bps,
+            .max_query_len = max_q,
+            .max_context_len = max_ctx,
+            .n_heads = nh,
+            .n_kv_heads = nkv,
+            .head_dim = hd,
+            .block_size = bs,
+            .scale = 1.f / sqrtf((float)hd),
+        };
+        float *dq = put(b, q, nqe * 4), *dout = put(b, NULL, nqe * 4);
+        cr_assert_eq(b->ops->attention(b, dout, dq, kc, vc, &ab), PL_OK, "%s attention: %s",
+                     b->ops->name, pl_last_error());
+        outs[bi] = get_floats(b, dout, nqe);
+        for (int c = 0; c < 2; c++) {
+            caches[bi][c] = pl_malloc(cache_elems * esz);
+            get(b, caches[bi][c], c ? vc : kc, cache_elems * esz);
+        }
+        void *to_free[] = {kc, vc, dk, dv, dslots, (void *)ab.query_start, (void *)ab.context_lens,
+                           (void *)ab.block_tables, dq, dout};
+        for (size_t i = 0; i < sizeof to_free / sizeof to_free[0]; i++) b->ops->free(b, to_free[i]);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "attention bs %d hd %d kv %d x%d seqs %d kv %s split %d/%d", bs,
+             hd, nkv, ac->group, ns, pl_dtype_name(kv), (int)mode, part_tokens);
+    cr_assert(memcmp(caches[0][0], caches[1][0], cache_elems * esz) == 0, "%s: K caches differ",
+              name);
+    cr_assert(memcmp(caches[0][1], caches[1][1], cache_elems * esz) == 0, "%s: V caches differ",
+              name);
+    cr_assert(pl_allclose(name, outs[0], outs[1], nqe, TOL_ATTN_ATOL, TOL_ATTN_RTOL));
+    const double e = pl_nmse(outs[0], outs[1], nqe);
+    cr_assert(e < TOL_ATTN_NMSE, "%s: nmse %g", name, e);
+    for (int bi = 0; bi < 2; bi++) {
+        pl_free(outs[bi]);
+        pl_free(caches[bi][0]);
+        pl_free(caches[bi][1]);
+    }
+    pl_free(perm);
+    pl_free(tables);
+    pl_free(slots);
+    pl_free(k);
+    pl_free(v);
+    pl_free(qstart);
+    pl_free(ctx);
+    pl_free(q);
+    drop_backends(&be);
+}
+
+Test(cuda_ops, attention_f16_unsplit) {
+    for (size_t i = 0; i < sizeof k_attn_cases / sizeof k_attn_cases[0]; i++)
+        attention_case(&k_attn_cases[i], PL_DTYPE_F16, PL_CUDA_SPLIT_NEVER, 512, 100 + i);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, attention_f16_split_k) {
+    /* partitions of 32 and 64 tokens: contexts 33..200 cross 1 to 6 partition boundaries */
+    for (size_t i = 0; i < sizeof k_attn_cases / sizeof k_attn_cases[0]; i++)
+        attention_case(&k_attn_cases[i], PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, i % 2 ? 64 : 32,
+                       200 + i);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, attention_bf16_and_f32_cache) {
+    const size_t pick[] = {0, 6, 9, 14};
+    for (size_t i = 0; i < 4; i++) {
+        attention_case(&k_attn_cases[pick[i]], PL_DTYPE_BF16, PL_CUDA_SPLIT_ALWAYS, 32, 300 + i);
+        attention_case(&k_attn_cases[pick[i]], PL_DTYPE_F32, PL_CUDA_SPLIT_AUTO, 512, 400 + i);
+    }
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, copy_blocks_every_layer) {
+    const pl_dtype types[] = {PL_DTYPE_F16, PL_DTYPE_F32};
+    /* layers, blocks, kv heads, block_size, head_dim: the second has 34-byte blocks in f16,
+     * which takes the byte-copy path */
+    const int shapes[][5] = {{3, 6, 2, 8, 16}, {2, 5, 1, 1, 17}};
+    for (int ti = 0; ti < 2; ti++)
+        for (int si = 0; si < 2; si++) {
+            backends b = make_backends(types[ti]);
+            pl_kv_layout lay = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
+                                shapes[si][4], types[ti]};
+            const size_t bytes = 2 * (size_t)lay.n_layers * pl_kv_layer_elems(&lay) *
+                                 pl_dtype_size(types[ti]);
+            unsigned char *init = pl_malloc(bytes), *want = pl_malloc(bytes), *got = pl_malloc(bytes);
+            pl_test_rng r;
+            pl_test_rng_seed(&r, 7 + (uint64_t)si);
+            for (size_t i = 0; i < bytes; i++) init[i] = (unsigned char)pl_test_rng_u64(&r);
+            const int32_t pairs[] = {0, 4, 2, 1, 3, 3};
+            const int n_pairs = 3;
+            void *rc = put(b.ref, init, bytes), *cc = put(b.cuda, init, bytes);
+            int32_t *dp = put(b.cuda, pairs, sizeof pairs);
+            cr_assert_eq(b.ref->ops->copy_blocks(b.ref, rc, &lay, pairs, n_pairs), PL_OK, "%s",
+                         pl_last_error());
+            cr_assert_eq(b.cuda->ops->copy_blocks(b.cuda, cc, &lay, dp, n_pairs), PL_OK, "%s",
+                         pl_last_error());
+            get(b.ref, want, rc, bytes);
+            get(b.cuda, got, cc, bytes);
+            cr_assert(memcmp(want, got, bytes) == 0, "copy_blocks %s shape %d",
+                      pl_dtype_name(types[ti]), si);
+            cr_assert(memcmp(want, init, bytes) != 0, "the copy changed something");
+            b.ref->ops->free(b.ref, rc);
+            b.cuda->ops->free(b.cuda, cc);
+            b.cuda->ops->free(b.cuda, dp);
+            pl_free(init);
+            pl_free(want);
+            pl_free(got);
+            drop_backends(&b);
+        }
+    PL_ASSERT_NO_LEAKS();
+}

@@ -7,4 +7,8 @@
 
 int cmd_generate(int argc, char **argv);
 
+/* `bench` and `profile` are implemented in bench/ (library pl_bench): pl_bench_main and
+ * pl_bench_profile_main, same convention. */
+#include "bench/bench.h"
+
 #endif

@@ -1,0 +1,241 @@
+/*
+ * bench/bench_internal.h - what the benchmark commands share: the workload (random token-id
+ * prompts or a dataset file), the run loop that drives an engine through it, statistics,
+ * JSON/report helpers, the roofline measurements and the profile summary.
+ *
+ * Invariants
+ * - Only the public API (pagellm.h) and the command-line helpers (tools/cli.h) are used.
+ * - Functions returning int return an exit status (0 ok, 1 runtime failure, 2 usage error)
+ *   and have already printed a message naming the flag, file or request on stderr.
+ * - Whoever fills a struct that owns memory frees it with the matching *_free.
+ */
+#ifndef PL_BENCH_INTERNAL_H
+#define PL_BENCH_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pagellm.h"
+
+/* ------------------------------------------------------------------------------------------
+ * Workload
+ * ---------------------------------------------------------------------------------------- */
+
+/* One request: token ids or text, and how many tokens it asks for. */
+typedef struct pl_bench_prompt {
+    int32_t *ids;   /* (n_ids) token ids, owned; NULL when text is set */
+    size_t n_ids;
+    char *text;     /* NUL-terminated prompt, owned; NULL when ids are set */
+    int output_len; /* max_tokens of the request, >= 1 */
+} pl_bench_prompt;
+
+typedef struct pl_bench_workload {
+    pl_bench_prompt *prompts; /* (n), owned */
+    size_t n;
+} pl_bench_workload;
+
+/* The workload flags shared by throughput, sweep and profile (vLLM's names). */
+typedef struct pl_bench_workload_opts {
+    long long num_prompts;
+    bool num_prompts_set;     /* with a dataset: take only the first num_prompts */
+    long long input_len;      /* random prompts: tokens after the shared prefix */
+    long long output_len;
+    bool output_len_set;      /* with a dataset: overrides every item's own output length */
+    double range_ratio;       /* lengths uniform in [len*(1-r), len*(1+r)] */
+    long long prefix_len;     /* shared random prefix before every prompt */
+    const char *dataset;      /* JSONL prompts file or ShareGPT JSON; NULL = random */
+    uint64_t seed;
+    bool ignore_eos;
+} pl_bench_workload_opts;
+
+void pl_bench_workload_opts_default(pl_bench_workload_opts *o);
+/* If argv[*i] is a workload flag, parses it (advancing *i past its value) and returns 1;
+ * 0 when it is not one; -1 on a bad value (message printed). */
+int pl_bench_workload_flag(pl_bench_workload_opts *o, int argc, char **argv, int *i);
+void pl_bench_print_workload_flags(const pl_bench_workload_opts *defaults);
+
+/* Builds the prompts for an engine (its vocabulary and max_model_len bound the random ids and
+ * lengths). seed_offset is added to o->seed so repeated runs get fresh prompts. Returns an
+ * exit status; on failure *out is left empty. */
+int pl_bench_workload_build(const pl_bench_workload_opts *o, const pl_engine *e,
+                            uint64_t seed_offset, pl_bench_workload *out);
+void pl_bench_workload_free(pl_bench_workload *w);
+/* Describes the workload in one line ("64 random prompts, input 128, output 128"). */
+void pl_bench_workload_describe(const pl_bench_workload_opts *o, const pl_bench_workload *w,
+                                char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------------------------
+ * Running a workload
+ * ---------------------------------------------------------------------------------------- */
+
+/* What one finished request reported. */
+typedef struct pl_bench_request {
+    size_t n_prompt;
+    size_t n_output;
+    size_t n_cached;      /* prompt tokens served from the prefix cache */
+    double ttft_s;
+    double total_s;
+    pl_finish_reason finish;
+} pl_bench_request;
+
+typedef struct pl_bench_run {
+    double elapsed_s;          /* first submit -> last request finished (wall clock) */
+    pl_bench_request *reqs;    /* (n_reqs) in finish order, owned */
+    size_t n_reqs;
+    uint64_t prompt_tokens;
+    uint64_t output_tokens;
+    uint64_t steps;            /* engine steps taken by this run */
+    size_t n_errors;           /* finished with reason error */
+    size_t n_dropped;          /* finished with reason abort or overloaded */
+} pl_bench_run;
+
+/* Submits every prompt (feeding the waiting queue as it drains when it is bounded) and steps
+ * the engine until all have finished. progress: draw a bar on stderr if it is a terminal.
+ * Returns an exit status: 1 when the engine fails or a request is refused. */
+int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sampling_params *sp,
+                          bool progress, pl_bench_run *out);
+void pl_bench_run_free(pl_bench_run *r);
+/* The sampling parameters the benchmarks use (vLLM's: temperature 1, top_p 1). */
+void pl_bench_sampling_default(pl_sampling_params *sp, bool ignore_eos);
+
+/* ------------------------------------------------------------------------------------------
+ * Statistics
+ * ---------------------------------------------------------------------------------------- */
+
+/* Linear interpolation between closest ranks (numpy's default); sorted: (n) ascending. */
+double pl_bench_percentile(const double *sorted, size_t n, double pct);
+void pl_bench_sort(double *v, size_t n);
+double pl_bench_median(const double *v, size_t n); /* v is not modified */
+
+typedef struct pl_bench_summary {
+    size_t n;
+    double mean, median, p99, min, max;
+} pl_bench_summary;
+
+/* Sorts v (n) in place and summarises it; n == 0 gives zeros. */
+void pl_bench_summarize(double *v, size_t n, pl_bench_summary *out);
+/* TTFT and TPOT (time per output token after the first) over the run's requests, seconds. */
+int pl_bench_latency_summaries(const pl_bench_run *r, pl_bench_summary *ttft,
+                               pl_bench_summary *tpot);
+json_t *pl_bench_summary_json_ms(const pl_bench_summary *s);
+
+/* ------------------------------------------------------------------------------------------
+ * Reports
+ * ---------------------------------------------------------------------------------------- */
+
+double pl_bench_now_s(void); /* monotonic clock */
+/* Writes root (indented) to path; prints the error and returns false on failure. */
+bool pl_bench_write_json(const char *path, json_t *root);
+json_t *pl_bench_config_json(const pl_engine_config *cfg);
+/* Build type, optimisation and sanitizers of this build, and the pagellm version. */
+json_t *pl_bench_build_json(void);
+/* "release -O3" etc.; warns on stderr when the build is not optimised. */
+const char *pl_bench_build_describe(bool warn);
+int pl_bench_online_cpus(void);
+/* Prints "pagellm CMD: unknown or incomplete flag 'X' (see --help)" and returns 2. */
+int pl_bench_unknown_flag(const char *cmd, const char *flag);
+/* Creates the engine, printing the error (exit status 1) on failure. */
+int pl_bench_engine_create(const char *cmd, const pl_engine_config *cfg, pl_engine **out);
+
+/* ------------------------------------------------------------------------------------------
+ * Roofline: this machine's ceilings
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_bench_roofline_opts {
+    long long array_mib;  /* per array; 0 = sized from the last-level cache */
+    int n_threads;        /* 0 = all online CPUs */
+    int gemm_n;           /* square sgemm size */
+    int reps;             /* best of */
+} pl_bench_roofline_opts;
+
+typedef struct pl_bench_roofline {
+    int n_threads;
+    size_t array_bytes;    /* per array; three arrays */
+    size_t llc_bytes;      /* as the OS reports it; 0 unknown */
+    double read_gbs;       /* best read-and-sum bandwidth over the three arrays */
+    double triad_gbs;      /* best a = b + s*c (24 bytes per element counted, as STREAM) */
+    double gemm_gflops;    /* best f32 sgemm */
+    int gemm_n;
+    int blas_threads;
+    double seconds;        /* time the measurement took */
+} pl_bench_roofline;
+
+void pl_bench_roofline_opts_default(pl_bench_roofline_opts *o);
+/* --array-mib, --roofline-threads, --gemm-n, --roofline-reps: as pl_bench_workload_flag. */
+int pl_bench_roofline_flag(pl_bench_roofline_opts *o, int argc, char **argv, int *i);
+void pl_bench_print_roofline_flags(void);
+int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline *out);
+void pl_bench_roofline_print(FILE *f, const pl_bench_roofline *r);
+json_t *pl_bench_roofline_json(const pl_bench_roofline *r);
+
+/* ------------------------------------------------------------------------------------------
+ * Profile summary
+ * ---------------------------------------------------------------------------------------- */
+
+/* acc += p, entry by entry (entries are matched by position; names are static). */
+void pl_bench_profile_add(pl_profile *acc, const pl_profile *p);
+/* The table: share of step time per phase, share of forward time per op, and for ops with
+ * byte/FLOP counts the achieved GB/s and GFLOP/s, as fractions of roof when it is not NULL. */
+void pl_bench_profile_print(FILE *f, const pl_profile *p, const pl_bench_roofline *roof);
+json_t *pl_bench_profile_json(const pl_profile *p, const pl_bench_roofline *roof);
+/* The entry called name among the ops (NULL if absent). */
+const pl_profile_entry *pl_bench_profile_op(const pl_profile *p, const char *name);
+
+/* The --profile handling every bench command shares: ceilings measured first, profiling on
+ * with a trace around the measured part, then the table. */
+typedef struct pl_bench_profiling {
+    const char *trace_path;     /* NULL: profiling off */
+    bool no_roofline;           /* skip measuring ceilings for the table */
+    pl_bench_roofline_opts roof_opts;
+    pl_bench_roofline roof;
+    bool have_roof;
+} pl_bench_profiling;
+
+/* --profile FILE, --no-roofline and the roofline flags. */
+int pl_bench_profiling_flag(pl_bench_profiling *p, int argc, char **argv, int *i);
+/* Measures the ceilings when profiling is wanted (before the engine exists, so the two do
+ * not compete for memory bandwidth). */
+int pl_bench_profiling_prepare(pl_bench_profiling *p);
+/* Resets the engine's profile and turns profiling on, writing the trace to trace_path. */
+int pl_bench_profiling_start(pl_engine *e, const char *trace_path);
+/* Fills *out and turns profiling off (which completes the trace file). */
+int pl_bench_profiling_stop(pl_engine *e, pl_profile *out);
+
+/* ------------------------------------------------------------------------------------------
+ * Commands
+ * ---------------------------------------------------------------------------------------- */
+
+int pl_bench_throughput_main(int argc, char **argv);
+int pl_bench_latency_main(int argc, char **argv);
+int pl_bench_sweep_main(int argc, char **argv);
+int pl_bench_roofline_main(int argc, char **argv);
+
+/* ------------------------------------------------------------------------------------------
+ * Plots (bench_plot.c): a small self-contained SVG line chart, used when gnuplot is absent.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_bench_series {
+    const char *name;
+    const char *color;   /* CSS colour */
+    const double *x;     /* (n) */
+    const double *y;     /* (n) */
+    size_t n;
+} pl_bench_series;
+
+typedef struct pl_bench_panel {
+    const char *title;
+    const char *xlabel;
+    const char *ylabel;
+    bool log2_x;
+    const pl_bench_series *series; /* (n_series) */
+    size_t n_series;
+} pl_bench_panel;
+
+/* Writes the panels side by side as one SVG file. Returns false (errno set) on I/O failure. */
+bool pl_bench_svg_write(const char *path, const char *title, const pl_bench_panel *panels,
+                        size_t n_panels);
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * bench/bench_latency.c - `pagellm bench latency`: how long one batch takes, end to end.
+ *
+ * Modelled on `vllm bench latency`: a batch of --batch-size requests of --input-len prompt
+ * tokens and exactly --output-len output tokens (EOS ignored) is submitted at once and run to
+ * completion; that is one iteration. After --num-iters-warmup unmeasured iterations,
+ * --num-iters are timed. Output lines follow vLLM's ("Avg latency: X seconds",
+ * "P% percentile latency: X seconds"), then TTFT and TPOT over all measured requests.
+ *
+ * One engine serves every iteration. Each iteration draws fresh random prompts (seed +
+ * iteration) so the prefix cache cannot turn later iterations' prefill into cache hits.
+ * Unless --max-batch-size / --max-num-seqs are given, they are raised to --batch-size so the
+ * whole batch really runs together.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_internal.h"
+#include "tools/cli.h"
+
+#define DEFAULT_MODEL "dummy:stories15m"
+
+static const int k_pcts[] = {10, 25, 50, 75, 90, 99};
+#define N_PCTS (sizeof k_pcts / sizeof k_pcts[0])
+
+static void usage(void) {
+    printf("usage: pagellm bench latency [--model PATH|dummy:NAME] [--batch-size N (8)]\n"
+           "                             [--input-len N (32)] [--output-len N (128)]\n"
+           "                             [--num-iters-warmup N (2)] [--num-iters N (10)]\n"
+           "                             [--seed N] [--output-json FILE] [--profile FILE]\n"
+           "                             [engine flags]\n\n"
+           "Times whole batches: average latency and its 10/25/50/75/90/99th percentiles,\n"
+           "TTFT and TPOT. Default: --model " DEFAULT_MODEL ".\n"
+           "  --profile FILE   profile the measured iterations (trace + summary table)\n"
+           "  --no-roofline    with --profile: skip measuring the machine's ceilings\n\n");
+    pl_bench_print_roofline_flags();
+    cli_print_engine_flags();
+}
+
+static int one_iteration(pl_engine *e, const pl_bench_workload_opts *wo, uint64_t iter,
+                         const pl_sampling_params *sp, pl_bench_run *run) {
+    pl_bench_workload w;
+    int rc = pl_bench_workload_build(wo, e, iter, &w);
+    if (rc) return rc;
+    rc = pl_bench_run_workload(e, &w, sp, false, run);
+    size_t n = w.n;
+    pl_bench_workload_free(&w);
+    if (rc == 0 && run->n_reqs != n) {
+        fprintf(stderr, "pagellm bench latency: %zu of %zu requests finished\n", run->n_reqs, n);
+        rc = 1;
+    }
+    return rc;
+}
+
+int pl_bench_latency_main(int argc, char **argv) {
+    pl_engine_config cfg;
+    pl_engine_config_default(&cfg);
+    cfg.model_path = DEFAULT_MODEL;
+    cfg.max_batch_size = 0; /* 0: not given, follow --batch-size */
+    cfg.max_num_seqs = 0;
+    pl_bench_workload_opts wo;
+    pl_bench_workload_opts_default(&wo);
+    wo.num_prompts = 8;
+    wo.input_len = 32;
+    wo.output_len = 128;
+    long long warmup = 2, iters = 10;
+    pl_bench_profiling prof = {0};
+    pl_bench_roofline_opts_default(&prof.roof_opts);
+    const char *json_path = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = cli_engine_flag(&cfg, argc, argv, &i);
+        if (r == 0) r = pl_bench_profiling_flag(&prof, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        long long n;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage();
+            return 0;
+        } else if (!strcmp(a, "--batch-size")) {
+            if (!cli_int(a, v, 1, 1 << 20, &n)) return 2;
+            wo.num_prompts = n, i++;
+        } else if (!strcmp(a, "--input-len")) {
+            if (!cli_int(a, v, 1, 1 << 24, &n)) return 2;
+            wo.input_len = n, i++;
+        } else if (!strcmp(a, "--output-len")) {
+            if (!cli_int(a, v, 1, 1 << 24, &n)) return 2;
+            wo.output_len = n, i++;
+        } else if (!strcmp(a, "--num-iters-warmup")) {
+            if (!cli_int(a, v, 0, 1000000, &n)) return 2;
+            warmup = n, i++;
+        } else if (!strcmp(a, "--num-iters")) {
+            if (!cli_int(a, v, 1, 1000000, &n)) return 2;
+            iters = n, i++;
+        } else if (!strcmp(a, "--seed")) {
+            if (!cli_int(a, v, 0, INT64_MAX, &n)) return 2;
+            wo.seed = (uint64_t)n, i++;
+        } else if (!strcmp(a, "--output-json") && v) {
+            json_path = v, i++;
+        } else {
+            return pl_bench_unknown_flag("bench latency", a);
+        }
+    }
+    int batch = (int)wo.num_prompts;
+    if (cfg.max_batch_size == 0) cfg.max_batch_size = batch > 32 ? batch : 32;
+    if (cfg.max_num_seqs == 0) cfg.max_num_seqs = batch > 256 ? batch : 256;
+    if (cfg.max_num_seqs < cfg.max_batch_size) cfg.max_num_seqs = cfg.max_batch_size;
+
+    const char *build = pl_bench_build_describe(true);
+    if (pl_bench_profiling_prepare(&prof)) return 1;
+    pl_engine *e = NULL;
+    int rc = pl_bench_engine_create("bench latency", &cfg, &e);
+    if (rc) return rc;
+    printf("Model: %s (%d threads, build %s)\n", cfg.model_path,
+           cfg.n_threads ? cfg.n_threads : pl_bench_online_cpus(), build);
+    printf("Batch: %d requests x (%lld prompt + %lld output tokens); %lld warm-up, %lld measured "
+           "iterations\n", batch, wo.input_len, wo.output_len, warmup, iters);
+    fflush(stdout);
+
+    pl_sampling_params sp;
+    pl_bench_sampling_default(&sp, true);
+    double *lat = calloc((size_t)iters, sizeof *lat);
+    /* every measured request's TTFT and TPOT, gathered into one run for the summaries */
+    pl_bench_run all = {0};
+    all.reqs = calloc((size_t)iters * (size_t)batch, sizeof *all.reqs);
+    pl_profile profile;
+    json_t *root = NULL;
+    if (!lat || !all.reqs) {
+        fprintf(stderr, "pagellm bench latency: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    for (long long it = 0; it < warmup && rc == 0; it++) {
+        pl_bench_run run = {0};
+        rc = one_iteration(e, &wo, (uint64_t)it, &sp, &run);
+        pl_bench_run_free(&run);
+    }
+    if (rc == 0 && prof.trace_path) rc = pl_bench_profiling_start(e, prof.trace_path);
+    for (long long it = 0; it < iters && rc == 0; it++) {
+        pl_bench_run run = {0};
+        rc = one_iteration(e, &wo, (uint64_t)(warmup + it), &sp, &run);
+        if (rc == 0) {
+            lat[it] = run.elapsed_s;
+            memcpy(all.reqs + all.n_reqs, run.reqs, run.n_reqs * sizeof *run.reqs);
+            all.n_reqs += run.n_reqs;
+        }
+        pl_bench_run_free(&run);
+    }
+    if (prof.trace_path) {
+        int rc2 = pl_bench_profiling_stop(e, &profile);
+        if (!rc) rc = rc2;
+    }
+    if (rc) goto done;
+
+    double sum = 0;
+    for (long long it = 0; it < iters; it++) sum += lat[it];
+    json_t *lj = json_array();
+    for (long long it = 0; it < iters; it++) json_array_append_new(lj, json_real(lat[it]));
+    pl_bench_sort(lat, (size_t)iters);
+    double avg = sum / (double)iters;
+    printf("Avg latency: %.6f seconds\n", avg);
+    json_t *pj = json_object();
+    for (size_t k = 0; k < N_PCTS; k++) {
+        double p = pl_bench_percentile(lat, (size_t)iters, k_pcts[k]);
+        printf("%d%% percentile latency: %.6f seconds\n", k_pcts[k], p);
+        char key[8];
+        snprintf(key, sizeof key, "%d", k_pcts[k]);
+        json_object_set_new(pj, key, json_real(p));
+    }
+    pl_bench_summary ttft, tpot;
+    pl_bench_latency_summaries(&all, &ttft, &tpot);
+    printf("TTFT (ms): mean %.2f, median %.2f, p99 %.2f\n", ttft.mean * 1e3, ttft.median * 1e3,
+           ttft.p99 * 1e3);
+    printf("TPOT (ms): mean %.2f, median %.2f, p99 %.2f\n", tpot.mean * 1e3, tpot.median * 1e3,
+           tpot.p99 * 1e3);
+
+    root = json_object();
+    json_object_set_new(root, "avg_latency", json_real(avg));
+    json_object_set_new(root, "latencies", lj);
+    json_object_set_new(root, "percentiles", pj);
+    json_object_set_new(root, "ttft_ms", pl_bench_summary_json_ms(&ttft));
+    json_object_set_new(root, "tpot_ms", pl_bench_summary_json_ms(&tpot));
+    json_object_set_new(root, "batch_size", json_integer(batch));
+    json_object_set_new(root, "input_len", json_integer(wo.input_len));
+    json_object_set_new(root, "output_len", json_integer(wo.output_len));
+    json_object_set_new(root, "num_iters_warmup", json_integer(warmup));
+    json_object_set_new(root, "num_iters", json_integer(iters));
+    if (prof.trace_path) {
+        printf("\n");
+        if (prof.have_roof) pl_bench_roofline_print(stdout, &prof.roof);
+        pl_bench_profile_print(stdout, &profile, prof.have_roof ? &prof.roof : NULL);
+        printf("Trace: %s\n", prof.trace_path);
+        json_object_set_new(root, "profile",
+                            pl_bench_profile_json(&profile, prof.have_roof ? &prof.roof : NULL));
+    }
+    if (json_path) {
+        json_object_set_new(root, "config", pl_bench_config_json(&cfg));
+        json_object_set_new(root, "build", pl_bench_build_json());
+        if (!pl_bench_write_json(json_path, root)) rc = 1;
+    }
+done:
+    json_decref(root);
+    free(all.reqs);
+    free(lat);
+    pl_engine_destroy(e);
+    return rc;
+}

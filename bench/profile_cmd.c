@@ -1,0 +1,223 @@
+/*
+ * bench/profile_cmd.c - `pagellm profile`: where a workload's time goes, and what profiling
+ * itself costs.
+ *
+ * One engine, one warm-up run, then --reps pairs of runs of the same workload shape, one with
+ * profiling off and one with it on (per-op backend sync, Chrome trace written), in alternating
+ * order so that drift of a shared machine (other tenants, frequency) lands on both sides.
+ * Every run gets fresh random prompts (seed + run) so the prefix cache cannot make later runs
+ * cheaper. Reported:
+ * - this machine's ceilings (roofline.c), measured first, before the engine exists;
+ * - the overhead: median throughput off vs on, with each side's spread;
+ * - the summary table over all profiled runs (profile_report.c);
+ * - the trace of the last profiled run.
+ * "Off" still times the step phases (two clock reads per phase: the engine always does); what
+ * "on" adds is the per-op timing with its backend sync, and the trace writing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "bench/bench_internal.h"
+#include "tools/cli.h"
+
+#define DEFAULT_MODEL "dummy:stories15m"
+#define DEFAULT_TRACE "pagellm-trace.json"
+
+static void usage(const pl_bench_workload_opts *d) {
+    printf("usage: pagellm profile [--model PATH|dummy:NAME] [workload flags] [engine flags]\n"
+           "                       [--trace FILE] [--reps N] [--no-overhead] [--no-roofline]\n"
+           "                       [--output-json FILE]\n\n"
+           "Runs a workload with profiling on: writes a Chrome trace (Perfetto,\n"
+           "chrome://tracing), prints time per phase and per op, achieved GB/s and GFLOP/s as\n"
+           "fractions of this machine's ceilings measured in the same run, and the profiling\n"
+           "overhead (throughput off vs on).\n"
+           "  --trace FILE      trace file (default " DEFAULT_TRACE "; --profile is a synonym)\n"
+           "  --reps N (3)      off/on pairs for the overhead; medians are reported\n"
+           "  --no-overhead     one profiled run only\n"
+           "  --no-roofline     skip the ceilings (no fractions in the table)\n"
+           "  --output-json FILE\n\n");
+    pl_bench_print_workload_flags(d);
+    pl_bench_print_roofline_flags();
+    cli_print_engine_flags();
+}
+
+static void set_defaults(pl_bench_workload_opts *wo) {
+    pl_bench_workload_opts_default(wo);
+    wo->num_prompts = 16;
+    wo->input_len = 64;
+    wo->output_len = 64;
+}
+
+/* One run of the workload drawn with seed offset k; returns total tokens/s in *tok_s. */
+static int one_run(pl_engine *e, const pl_bench_workload_opts *wo, uint64_t k,
+                   const pl_sampling_params *sp, const char *trace, pl_profile *acc,
+                   double *tok_s) {
+    pl_bench_workload w;
+    int rc = pl_bench_workload_build(wo, e, k, &w);
+    if (rc) return rc;
+    pl_bench_run run = {0};
+    if (trace && (rc = pl_bench_profiling_start(e, trace))) goto done;
+    rc = pl_bench_run_workload(e, &w, sp, false, &run);
+    if (trace) {
+        pl_profile p;
+        int rc2 = pl_bench_profiling_stop(e, &p);
+        if (!rc) rc = rc2;
+        if (!rc && acc) pl_bench_profile_add(acc, &p);
+    }
+    if (!rc)
+        *tok_s = (double)(run.prompt_tokens + run.output_tokens) /
+                 (run.elapsed_s > 0 ? run.elapsed_s : 1e-9);
+done:
+    pl_bench_run_free(&run);
+    pl_bench_workload_free(&w);
+    return rc;
+}
+
+static json_t *array_json(const double *v, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
+    return a;
+}
+
+static void spread(const double *v, size_t n, double *lo, double *hi) {
+    *lo = *hi = n ? v[0] : 0;
+    for (size_t i = 1; i < n; i++) {
+        if (v[i] < *lo) *lo = v[i];
+        if (v[i] > *hi) *hi = v[i];
+    }
+}
+
+int pl_bench_profile_main(int argc, char **argv) {
+    pl_engine_config cfg;
+    pl_engine_config_default(&cfg);
+    cfg.model_path = DEFAULT_MODEL;
+    pl_bench_workload_opts wo;
+    set_defaults(&wo);
+    pl_bench_profiling prof = {0};
+    pl_bench_roofline_opts_default(&prof.roof_opts);
+    prof.trace_path = DEFAULT_TRACE;
+    const char *json_path = NULL;
+    long long reps = 3;
+    bool overhead = true;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r = cli_engine_flag(&cfg, argc, argv, &i);
+        if (r == 0) r = pl_bench_workload_flag(&wo, argc, argv, &i);
+        if (r == 0) r = pl_bench_profiling_flag(&prof, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            pl_bench_workload_opts d;
+            set_defaults(&d);
+            usage(&d);
+            return 0;
+        } else if (!strcmp(a, "--trace")) {
+            if (!v || !v[0]) {
+                fprintf(stderr, "pagellm: --trace: missing value\n");
+                return 2;
+            }
+            prof.trace_path = v, i++;
+        } else if (!strcmp(a, "--reps")) {
+            long long n;
+            if (!cli_int(a, v, 1, 1000, &n)) return 2;
+            reps = n, i++;
+        } else if (!strcmp(a, "--no-overhead")) {
+            overhead = false;
+        } else if (!strcmp(a, "--output-json") && v) {
+            json_path = v, i++;
+        } else {
+            return pl_bench_unknown_flag("profile", a);
+        }
+    }
+    const char *build = pl_bench_build_describe(true);
+    if (pl_bench_profiling_prepare(&prof)) return 1;
+    pl_engine *e = NULL;
+    int rc = pl_bench_engine_create("profile", &cfg, &e);
+    if (rc) return rc;
+
+    size_t n_runs = overhead ? (size_t)reps : 1;
+    double *off = calloc(n_runs, sizeof *off), *on = calloc(n_runs, sizeof *on);
+    pl_profile acc;
+    memset(&acc, 0, sizeof acc);
+    json_t *root = NULL;
+    if (!off || !on) {
+        fprintf(stderr, "pagellm profile: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    pl_sampling_params sp;
+    pl_bench_sampling_default(&sp, wo.ignore_eos);
+    printf("Model: %s (%d threads, build %s)\n", cfg.model_path,
+           cfg.n_threads ? cfg.n_threads : pl_bench_online_cpus(), build);
+    {
+        pl_bench_workload w;
+        if ((rc = pl_bench_workload_build(&wo, e, 0, &w))) goto done;
+        char desc[512];
+        pl_bench_workload_describe(&wo, &w, desc, sizeof desc);
+        pl_bench_workload_free(&w);
+        printf("Workload: %s\n", desc);
+        if (wo.dataset && cfg.enable_prefix_caching && overhead)
+            printf("Note: the dataset's prompts repeat in every run, so runs after the first "
+                   "hit the prefix cache (use --no-prefix-caching to avoid it)\n");
+    }
+    if (prof.have_roof) pl_bench_roofline_print(stdout, &prof.roof);
+    fflush(stdout);
+
+    /* Warm-up: thread pool, page faults of the KV pool and the weights. */
+    double ignored = 0;
+    uint64_t k = 1000;
+    if ((rc = one_run(e, &wo, k++, &sp, NULL, NULL, &ignored))) goto done;
+    for (size_t r = 0; r < n_runs; r++) {
+        bool on_first = r % 2 == 1;
+        for (int half = 0; half < 2 && rc == 0; half++) {
+            bool is_on = (half == 0) == on_first;
+            if (!overhead && !is_on) continue;
+            rc = one_run(e, &wo, k++, &sp, is_on ? prof.trace_path : NULL, is_on ? &acc : NULL,
+                         is_on ? &on[r] : &off[r]);
+        }
+        if (rc) goto done;
+    }
+
+    root = json_object();
+    if (overhead) {
+        double m_off = pl_bench_median(off, n_runs), m_on = pl_bench_median(on, n_runs);
+        double lo_off, hi_off, lo_on, hi_on;
+        spread(off, n_runs, &lo_off, &hi_off);
+        spread(on, n_runs, &lo_on, &hi_on);
+        double cost = m_off > 0 ? (m_off - m_on) / m_off : 0;
+        printf("\nProfiling overhead (%zu runs each, alternating):\n", n_runs);
+        printf("  off: median %.2f total tokens/s (range %.2f .. %.2f, spread %.1f%%)\n", m_off,
+               lo_off, hi_off, m_off > 0 ? 100.0 * (hi_off - lo_off) / m_off : 0.0);
+        printf("  on:  median %.2f total tokens/s (range %.2f .. %.2f, spread %.1f%%)\n", m_on,
+               lo_on, hi_on, m_on > 0 ? 100.0 * (hi_on - lo_on) / m_on : 0.0);
+        printf("  overhead: %.2f%% (on vs off medians; negative = within noise)\n", 100.0 * cost);
+        json_t *oj = json_object();
+        json_object_set_new(oj, "off_tokens_per_second", array_json(off, n_runs));
+        json_object_set_new(oj, "on_tokens_per_second", array_json(on, n_runs));
+        json_object_set_new(oj, "off_median", json_real(m_off));
+        json_object_set_new(oj, "on_median", json_real(m_on));
+        json_object_set_new(oj, "overhead_fraction", json_real(cost));
+        json_object_set_new(root, "overhead", oj);
+    }
+    printf("\n");
+    pl_bench_profile_print(stdout, &acc, prof.have_roof ? &prof.roof : NULL);
+    printf("Trace: %s (the last profiled run; open in https://ui.perfetto.dev)\n",
+           prof.trace_path);
+    json_object_set_new(root, "profile",
+                        pl_bench_profile_json(&acc, prof.have_roof ? &prof.roof : NULL));
+    json_object_set_new(root, "trace", json_string(prof.trace_path));
+    if (json_path) {
+        json_object_set_new(root, "config", pl_bench_config_json(&cfg));
+        json_object_set_new(root, "build", pl_bench_build_json());
+        if (!pl_bench_write_json(json_path, root)) rc = 1;
+    }
+done:
+    json_decref(root);
+    free(off);
+    free(on);
+    pl_engine_destroy(e);
+    return rc;
+}

@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""Tests of the pagellm benchmark and profiling commands, run on the built binary.
+
+usage: test_tools.py PAGELLM CASE
+
+Each CASE runs `pagellm` on dummy:tiny (random weights, no files) with a few short prompts
+and checks what a user relies on: exit status, the exact result lines, that the JSON parses
+and agrees with the printed lines, that token counts add up to what the flags asked for
+(expected values are computed here from the flags, never read back from the tool), that the
+trace is valid Chrome trace-event JSON with the phase and op events, and that bad flags are
+usage errors (exit 2) naming the flag. Exit 0 pass, 1 fail, 77 skip.
+"""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+PAGELLM = None
+TMP = None
+TINY = ["--model", "dummy:tiny"]
+THROUGHPUT_RE = re.compile(
+    r"^Throughput: (\d+\.\d\d) requests/s, (\d+\.\d\d) total tokens/s, "
+    r"(\d+\.\d\d) output tokens/s$")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def run(args, expect_rc=0, timeout=120):
+    p = subprocess.run([PAGELLM] + args, capture_output=True, text=True, timeout=timeout)
+    check(p.returncode >= 0, f"pagellm {' '.join(args)} died of signal {-p.returncode}\n{p.stderr}")
+    if expect_rc is not None:
+        check(p.returncode == expect_rc,
+              f"pagellm {' '.join(args)}: exit {p.returncode}, expected {expect_rc}\n"
+              f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def tmp(name):
+    return os.path.join(TMP, name)
+
+
+def load_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def close(a, b, rel=2e-3, abs_=0.006):
+    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
+def throughput_lines(stdout):
+    """The three vLLM lines, which must be consecutive and in this order."""
+    lines = stdout.splitlines()
+    idx = [i for i, l in enumerate(lines) if l.startswith("Throughput:")]
+    check(len(idx) == 1, f"expected one Throughput line:\n{stdout}")
+    i = idx[0]
+    m = THROUGHPUT_RE.match(lines[i])
+    check(m, f"Throughput line has the wrong format: {lines[i]!r}")
+    check(i + 2 < len(lines), "missing lines after Throughput")
+    mp = re.fullmatch(r"Total num prompt tokens: (\d+)", lines[i + 1])
+    mo = re.fullmatch(r"Total num output tokens: (\d+)", lines[i + 2])
+    check(mp and mo, f"token count lines wrong: {lines[i + 1]!r} {lines[i + 2]!r}")
+    return [float(x) for x in m.groups()], int(mp.group(1)), int(mo.group(1))
+
+
+def check_throughput_consistent(stdout, js):
+    (req_s, tok_s, out_s), n_prompt, n_out = throughput_lines(stdout)
+    check(js["total_num_prompt_tokens"] == n_prompt, "JSON prompt tokens differ from stdout")
+    check(js["total_num_output_tokens"] == n_out, "JSON output tokens differ from stdout")
+    check(js["total_num_tokens"] == n_prompt + n_out, "total_num_tokens != prompt + output")
+    el = js["elapsed_time"]
+    check(el > 0, "elapsed_time must be positive")
+    # printed with 2 decimals: equal to the JSON after rounding, and both equal count / time
+    for printed, key, count in ((req_s, "requests_per_second", js["num_requests"]),
+                                (tok_s, "tokens_per_second", n_prompt + n_out),
+                                (out_s, "output_tokens_per_second", n_out)):
+        check(close(printed, js[key]), f"{key}: printed {printed} vs JSON {js[key]}")
+        check(close(js[key], count / el), f"{key}: {js[key]} != {count} / {el}")
+    return n_prompt, n_out
+
+
+# ------------------------------------------------------------------------------------------
+# Cases
+# ------------------------------------------------------------------------------------------
+
+def case_throughput():
+    out = tmp("t.json")
+    p = run(["bench", "throughput"] + TINY + ["--num-prompts", "6", "--input-len", "12",
+                                              "--output-len", "7", "--output-json", out])
+    js = load_json(out)
+    n_prompt, n_out = check_throughput_consistent(p.stdout, js)
+    check(n_prompt == 6 * 12, f"prompt tokens {n_prompt} != 6 x 12")
+    check(n_out == 6 * 7, f"output tokens {n_out} != 6 x 7 (EOS is ignored by default)")
+    check(js["num_requests"] == 6, "num_requests != 6")
+    for label in ("Mean batch:", "Peak KV usage:", "Preemptions:", "Prefix cache hit rate:",
+                  "TTFT (ms): mean", "TPOT (ms): mean"):
+        check(label in p.stdout, f"missing {label!r} in output")
+    eng = js["engine"]
+    check(1 <= eng["mean_batch_seqs"] <= 6, f"mean batch {eng['mean_batch_seqs']} out of [1, 6]")
+    check(0 < eng["kv_usage_peak"] <= 1, "peak KV usage must be in (0, 1]")
+    check(js["ttft_ms"]["n"] == 6 and js["tpot_ms"]["n"] == 6, "TTFT/TPOT over 6 requests")
+    check(js["ttft_ms"]["median"] <= js["ttft_ms"]["p99"] + 1e-9, "TTFT median > p99")
+    check("\r" not in p.stderr, "progress bar drawn although stderr is not a terminal")
+    check(js["workload"]["num_prompts"] == 6 and js["config"]["model"] == "dummy:tiny",
+          "workload/config not recorded")
+
+
+def case_prefix():
+    # One sequence at a time, so later prompts find the shared prefix's full blocks cached.
+    out = tmp("p.json")
+    p = run(["bench", "throughput"] + TINY + [
+        "--num-prompts", "4", "--prefix-len", "32", "--input-len", "8", "--output-len", "3",
+        "--block-size", "16", "--max-batch-size", "1", "--output-json", out])
+    js = load_json(out)
+    n_prompt, n_out = check_throughput_consistent(p.stdout, js)
+    check(n_prompt == 4 * (32 + 8), f"prompt tokens {n_prompt} != 4 x (32 + 8)")
+    check(n_out == 4 * 3, f"output tokens {n_out} != 12")
+    check(js["engine"]["prefix_cache_hit_rate"] > 0, "a shared prefix gave no prefix-cache hits")
+    check(js["engine"]["prompt_tokens_computed"] < n_prompt,
+          "every prompt token was computed despite the shared prefix")
+
+
+def case_range():
+    out = tmp("r.json")
+    p = run(["bench", "throughput"] + TINY + [
+        "--num-prompts", "10", "--input-len", "20", "--output-len", "10",
+        "--random-range-ratio", "0.5", "--seed", "3", "--output-json", out])
+    n_prompt, n_out = check_throughput_consistent(p.stdout, load_json(out))
+    check(10 * 10 <= n_prompt <= 10 * 30, f"prompt tokens {n_prompt} outside [100, 300]")
+    check(10 * 5 <= n_out <= 10 * 15, f"output tokens {n_out} outside [50, 150]")
+    # same seed, same workload
+    p2 = run(["bench", "throughput"] + TINY + [
+        "--num-prompts", "10", "--input-len", "20", "--output-len", "10",
+        "--random-range-ratio", "0.5", "--seed", "3"])
+    _, n_prompt2, n_out2 = throughput_lines(p2.stdout)
+    check((n_prompt2, n_out2) == (n_prompt, n_out), "the same seed gave a different workload")
+
+
+def case_dataset():
+    path = tmp("prompts.jsonl")
+    prompts = [([5, 6, 7, 8], 5), ([9, 10], 6), ([11, 12, 13, 14, 15, 16], 7)]
+    with open(path, "w", encoding="utf-8") as f:
+        for ids, n in prompts:
+            f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": n}) + "\n")
+        f.write("\n")
+    out = tmp("d.json")
+    p = run(["bench", "throughput"] + TINY + ["--dataset", path, "--output-json", out])
+    n_prompt, n_out = check_throughput_consistent(p.stdout, load_json(out))
+    check(n_prompt == 12 and n_out == 18, f"dataset counts {n_prompt}/{n_out}, expected 12/18")
+    p = run(["bench", "throughput"] + TINY + ["--dataset", path, "--output-len", "4",
+                                              "--num-prompts", "2"])
+    _, n_prompt, n_out = throughput_lines(p.stdout)
+    check(n_prompt == 6 and n_out == 8, f"--num-prompts 2 --output-len 4 gave {n_prompt}/{n_out}")
+    # ShareGPT needs a tokenizer to count answer tokens; dummy models have none
+    sg = tmp("sharegpt.json")
+    with open(sg, "w", encoding="utf-8") as f:
+        json.dump([{"conversations": [{"from": "human", "value": "hello there friend"},
+                                      {"from": "gpt", "value": "hi to you too"}]}], f)
+    p = run(["bench", "throughput"] + TINY + ["--dataset", sg], expect_rc=2)
+    check("--dataset" in p.stderr and "tokenizer" in p.stderr, f"unclear error: {p.stderr}")
+    bad = tmp("bad.jsonl")
+    with open(bad, "w", encoding="utf-8") as f:
+        f.write('{"prompt_token_ids": [1, 2]}\n{"prompt_token_ids": "x"}\n')
+    p = run(["bench", "throughput"] + TINY + ["--dataset", bad], expect_rc=2)
+    check(":2:" in p.stderr, f"a bad line should be named FILE:2: {p.stderr}")
+
+
+def case_latency():
+    out = tmp("l.json")
+    p = run(["bench", "latency"] + TINY + [
+        "--batch-size", "3", "--input-len", "8", "--output-len", "6", "--num-iters-warmup", "1",
+        "--num-iters", "4", "--output-json", out])
+    js = load_json(out)
+    lat = js["latencies"]
+    check(len(lat) == 4 and all(x > 0 for x in lat), f"latencies: {lat}")
+    check(close(js["avg_latency"], sum(lat) / 4, rel=1e-9, abs_=1e-12), "avg != mean(latencies)")
+    pct = js["percentiles"]
+    keys = ["10", "25", "50", "75", "90", "99"]
+    check(sorted(pct, key=int) == keys, f"percentile keys {list(pct)}")
+    vals = [pct[k] for k in keys]
+    check(vals == sorted(vals) and min(lat) <= vals[0] and vals[-1] <= max(lat),
+          f"percentiles not monotonic within [min, max]: {vals}")
+    s = sorted(lat)  # numpy's linear interpolation, computed here
+    check(close(pct["50"], (s[1] + s[2]) / 2, rel=1e-9, abs_=1e-12), "median of 4 is not mid")
+    m = re.search(r"^Avg latency: ([\d.]+) seconds$", p.stdout, re.M)
+    check(m and close(float(m.group(1)), js["avg_latency"], rel=1e-5, abs_=2e-6),
+          f"Avg latency line missing or differs:\n{p.stdout}")
+    for k in keys:
+        check(re.search(rf"^{k}% percentile latency: [\d.]+ seconds$", p.stdout, re.M),
+              f"missing {k}% line")
+    check(js["ttft_ms"]["n"] == 3 * 4, "TTFT should cover 3 requests x 4 iterations")
+    check("TTFT (ms)" in p.stdout and "TPOT (ms)" in p.stdout, "TTFT/TPOT lines missing")
+
+
+def check_trace(path, want_ops=True):
+    ev = load_json(path)  # valid JSON or this raises
+    check(isinstance(ev, list) and ev, "trace must be a non-empty JSON array")
+    for e in ev:
+        check(isinstance(e, dict) and "ph" in e and "name" in e, f"not a trace event: {e}")
+        if e["ph"] == "X":
+            check(isinstance(e["ts"], (int, float)) and e["dur"] >= 0, f"bad X event: {e}")
+    phases = {e["name"] for e in ev if e["ph"] == "X" and e.get("cat") == "phase"}
+    for ph in ("schedule", "forward", "sample", "output"):
+        check(ph in phases, f"no {ph!r} phase events in the trace (have {sorted(phases)})")
+    ops = {e["name"] for e in ev if e["ph"] == "X" and e.get("cat") == "op"}
+    if want_ops:
+        for op in ("matmul", "attention"):
+            check(op in ops, f"no {op!r} op events in the trace (have {sorted(ops)})")
+    counters = {e["name"] for e in ev if e["ph"] == "C"}
+    check("batch" in counters, f"no batch counter events (have {sorted(counters)})")
+
+
+ROOF_SMALL = ["--array-mib", "4", "--gemm-n", "64", "--roofline-reps", "1"]
+
+
+def case_profile():
+    trace, out = tmp("trace.json"), tmp("prof.json")
+    p = run(["profile"] + TINY + ["--num-prompts", "3", "--input-len", "8", "--output-len", "4",
+                                  "--reps", "2", "--trace", trace, "--output-json", out]
+            + ROOF_SMALL)
+    check_trace(trace)
+    js = load_json(out)
+    ov = js["overhead"]
+    check(len(ov["off_tokens_per_second"]) == 2 and len(ov["on_tokens_per_second"]) == 2,
+          "overhead should hold 2 runs each")
+    check(all(x > 0 for x in ov["off_tokens_per_second"] + ov["on_tokens_per_second"]),
+          "overhead throughputs must be positive")
+    prof = js["profile"]
+    names = [e["name"] for e in prof["phases"]]
+    check("forward" in names and "schedule" in names, f"phases: {names}")
+    shares = sum(e["share"] for e in prof["phases"])
+    check(0.5 < shares <= 1.0 + 1e-6, f"phase shares sum to {shares}")
+    mm = [e for e in prof["ops"] if e["name"] == "matmul"]
+    check(mm and mm[0]["seconds"] > 0 and mm[0]["gbs"] > 0 and mm[0]["gflops"] > 0,
+          f"matmul rates missing: {mm}")
+    check(math.isclose(mm[0]["gbs"], mm[0]["bytes"] / mm[0]["seconds"] * 1e-9, rel_tol=1e-6),
+          "matmul GB/s != bytes / seconds")
+    roof = prof["roofline"]
+    check(roof["read_gbs"] > 0 and roof["gemm_gflops"] > 0, "roofline ceilings missing")
+    check(math.isclose(mm[0]["fraction_of_read_bw"], mm[0]["gbs"] / roof["read_gbs"],
+                       rel_tol=1e-6), "fraction of bandwidth inconsistent")
+    for label in ("Profiling overhead", "Memory read bandwidth:", "GEMM peak", "matmul",
+                  "%roof", "Trace: "):
+        check(label in p.stdout, f"missing {label!r} in profile output")
+
+
+def case_throughput_profile():
+    trace, out = tmp("tp_trace.json"), tmp("tp.json")
+    p = run(["bench", "throughput"] + TINY + ["--num-prompts", "3", "--input-len", "8",
+                                              "--output-len", "4", "--profile", trace,
+                                              "--output-json", out] + ROOF_SMALL)
+    check_trace(trace)
+    js = load_json(out)
+    check_throughput_consistent(p.stdout, js)
+    check("profile" in js and js["profile"]["steps"] > 0, "profile missing from JSON")
+    check("Profile:" in p.stdout and "op (forward)" in p.stdout, "profile table missing")
+    trace2 = tmp("lat_trace.json")
+    run(["bench", "latency"] + TINY + ["--batch-size", "2", "--input-len", "4",
+                                       "--output-len", "3", "--num-iters", "2",
+                                       "--num-iters-warmup", "0", "--profile", trace2,
+                                       "--no-roofline"])
+    check_trace(trace2)
+
+
+def case_roofline():
+    out = tmp("roof.json")
+    p = run(["bench", "roofline", "--output-json", out] + ROOF_SMALL)
+    js = load_json(out)
+    for k in ("read_gbs", "triad_gbs", "gemm_gflops"):
+        check(js[k] > 0 and math.isfinite(js[k]), f"{k} = {js[k]}")
+    check(js["array_bytes"] == 4 << 20 and js["gemm_n"] == 64, "sizes not as asked")
+    m = re.search(r"^Memory read bandwidth: ([\d.]+) GB/s", p.stdout, re.M)
+    check(m and close(float(m.group(1)), js["read_gbs"], abs_=0.006), "printed vs JSON")
+    check(re.search(r"^GEMM peak .*: [\d.]+ GFLOP/s$", p.stdout, re.M), "GEMM line missing")
+
+
+def case_sweep():
+    prefix = tmp("sweep")
+    p = run(["bench", "sweep"] + TINY + [
+        "--max-batch-size-limit", "4", "--num-prompts", "3", "--input-len", "8",
+        "--output-len", "4", "--input-lens", "4,8", "--output-lens", "2", "--no-progress",
+        "--plot", prefix, "--gnuplot-script", tmp("no-such-script.gp"),
+        "--output-json", tmp("sweep.json")])
+    rows = [l.split(",") for l in p.stdout.strip().splitlines()]
+    header = rows[0]
+    check(header[:4] == ["sweep", "max_batch_size", "input_len", "output_len"],
+          f"CSV header: {header}")
+    data = [dict(zip(header, r)) for r in rows[1:]]
+    check(all(len(r) == len(header) for r in rows), "ragged CSV")
+    got = [(d["sweep"], int(d["max_batch_size"]), int(d["input_len"]), int(d["output_len"]),
+            int(d["num_prompts"])) for d in data]
+    want = [("batch", 1, 8, 4, 3), ("batch", 2, 8, 4, 4), ("batch", 4, 8, 4, 8),
+            ("input_len", 32, 4, 4, 64), ("input_len", 32, 8, 4, 64),
+            ("output_len", 32, 8, 2, 64)]
+    check(got == want, f"sweep points {got}\n  expected {want}")
+    for d in data:
+        check(float(d["total_tokens_per_s"]) > float(d["output_tokens_per_s"]) > 0,
+              f"throughputs in row {d}")
+        check(float(d["mean_batch_seqs"]) <= int(d["max_batch_size"]) + 1e-9,
+              f"mean batch above the limit in row {d}")
+    with open(prefix + ".csv", encoding="utf-8") as f:
+        check(f.read().strip().splitlines() == p.stdout.strip().splitlines(),
+              "PREFIX.csv differs from the CSV on stdout")
+    check("no PNG" in p.stderr, f"missing gnuplot notice: {p.stderr}")
+    root = ET.parse(prefix + ".svg").getroot()  # well-formed XML or this raises
+    check(root.tag.endswith("svg"), "not an SVG document")
+    polylines = [e for e in root.iter() if e.tag.endswith("polyline")]
+    check(len(polylines) >= 2, "the SVG has no data lines")
+    js = load_json(tmp("sweep.json"))
+    check(len(js["points"]) == len(want), "JSON points != CSV rows")
+
+
+BAD_FLAGS = [
+    (["bench", "throughput", "--num-prompts", "abc"], "--num-prompts"),
+    (["bench", "throughput", "--num-prompts", "0"], "--num-prompts"),
+    (["bench", "throughput", "--num-prompts"], "--num-prompts"),
+    (["bench", "throughput", "--bogus"], "--bogus"),
+    (["bench", "throughput", "--random-range-ratio", "1.5"], "--random-range-ratio"),
+    (["bench", "throughput"] + TINY + ["--input-len", "400", "--output-len", "200"],
+     "--input-len"),
+    (["bench", "throughput", "--max-batch-size", "0"], "--max-batch-size"),
+    (["bench", "throughput", "--profile"], "--profile"),
+    (["bench", "throughput"] + TINY + ["--dataset", "/nonexistent/prompts.jsonl"], "--dataset"),
+    (["bench", "latency", "--batch-size", "-1"], "--batch-size"),
+    (["bench", "latency", "--num-iters"], "--num-iters"),
+    (["bench", "latency", "--num-iters", "0"], "--num-iters"),
+    (["bench", "sweep", "--input-lens", "8,x"], "--input-lens"),
+    (["bench", "sweep", "--sweep", "sideways"], "--sweep"),
+    (["bench", "sweep", "--max-batch-size-limit", "0"], "--max-batch-size-limit"),
+    (["bench", "roofline", "--gemm-n", "1"], "--gemm-n"),
+    (["bench", "roofline", "--array-mib", "lots"], "--array-mib"),
+    (["profile", "--reps", "0"], "--reps"),
+    (["profile", "--frobnicate"], "--frobnicate"),
+    (["bench", "nosuch"], "nosuch"),
+    (["bench"], "usage"),
+]
+
+
+def case_bad_flags():
+    for args, flag in BAD_FLAGS:
+        p = run(args, expect_rc=2, timeout=60)
+        check(flag in p.stderr, f"pagellm {' '.join(args)}: stderr does not name {flag}:\n"
+                                f"{p.stderr}")
+    # runtime failures are exit 1 with a message, never a crash
+    p = run(["bench", "throughput"] + TINY + ["--num-prompts", "2", "--input-len", "4",
+                                              "--output-len", "2", "--output-json",
+                                              "/nonexistent/dir/out.json"], expect_rc=1)
+    check("/nonexistent/dir/out.json" in p.stderr, f"unclear error: {p.stderr}")
+    p = run(["bench", "throughput", "--model", "dummy:nosuch"], expect_rc=1)
+    check("nosuch" in p.stderr, f"unclear error: {p.stderr}")
+    for sub in (["bench", "throughput"], ["bench", "latency"], ["bench", "sweep"],
+                ["bench", "roofline"], ["profile"], ["bench"]):
+        p = run(sub + ["--help"])
+        check("usage:" in p.stdout, f"{' '.join(sub)} --help has no usage")
+
+
+def case_sharegpt():
+    models = os.environ.get("PAGELLM_TEST_MODELS")
+    if not models:
+        print("PAGELLM_TEST_MODELS is not set: skipping the ShareGPT case")
+        sys.exit(77)
+    model = os.path.join(models, "stories260K.bin")
+    tok = os.path.join(models, "tok512.model")
+    if not (os.path.exists(model) and os.path.exists(tok)):
+        print(f"{model} or {tok} missing: skipping")
+        sys.exit(77)
+    sg = tmp("sharegpt.json")
+    conv = [
+        {"conversations": [{"from": "human", "value": "Once upon a time there was a cat"},
+                           {"from": "gpt", "value": "who liked to play in the sun all day"}]},
+        {"conversations": [{"from": "human", "value": "hi"}]},  # one turn: skipped
+        {"conversations": [{"from": "human", "value": "The little dog ran to the park"},
+                           {"from": "gpt", "value": "and found a big red ball"}]},
+    ]
+    with open(sg, "w", encoding="utf-8") as f:
+        json.dump(conv, f)
+    out = tmp("sg.json")
+    p = run(["bench", "throughput", "--model", model, "--tokenizer", tok, "--dataset", sg,
+             "--output-json", out])
+    js = load_json(out)
+    check(js["num_requests"] == 2, f"expected the 2 two-turn conversations, got {js}")
+    check_throughput_consistent(p.stdout, js)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    global PAGELLM, TMP
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        print(f"usage: {sys.argv[0]} PAGELLM CASE  (CASE: {', '.join(sorted(CASES))})")
+        return 2
+    PAGELLM = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory(prefix="pagellm-tools-") as d:
+        TMP = d
+        try:
+            CASES[sys.argv[2]]()
+        except Failure as e:
+            print(f"FAIL {sys.argv[2]}: {e}")
+            return 1
+    print(f"PASS {sys.argv[2]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,7 +32,7 @@ static int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 /* Runs one scenario on every backend of e and compares caches and outputs with ref. */
 static void run_scenario(pl_kt_env *e, const shape *sh, const scenario *sc, pl_test_rng *r,
-                         float q_scale) {
+                         float q_scale, pl_tol tol) {
     const int hd = sh->head_dim, nkv = sh->n_kv_heads, nh = sh->n_heads, bs = sh->block_size;
     pl_dtype kvt = e->ref->kv_dtype;
     size_t esize = pl_dtype_size(kvt);
@@ -112,7 +112,7 @@ static void run_scenario(pl_kt_env *e, const shape *sh, const scenario *sc, pl_t
         memset(got, 0xff, nq * 4);
         cr_assert_eq(be->ops->attention(be, got, q, ck, cv, &batch), PL_OK, "%s",
                      pl_last_error());
-        cr_assert(pl_kt_close(e->name[b], want, got, nq, TOL_ATTENTION),
+        cr_assert(pl_kt_close(e->name[b], want, got, nq, tol),
                   "attention %s heads %d/%d hd %d bs %d, %d seqs (first q_len %d ctx %d)",
                   pl_dtype_name(kvt), nh, nkv, hd, bs, sc->n_seqs, sc->q_len[0], sc->ctx[0]);
         be->ops->free(be, ck);
@@ -143,14 +143,16 @@ static void sweep(pl_dtype kvt) {
             scenario prefill = {2, {19, 45}, {19, 45}};
             /* a chunk after earlier context, decodes, and a fresh prompt in one batch */
             scenario mixed = {4, {40, 1, 7, 1}, {170, 129, 7, 1}};
-            run_scenario(&e, &sh, &decode, &r, 1.0f);
-            run_scenario(&e, &sh, &prefill, &r, 1.0f);
-            run_scenario(&e, &sh, &mixed, &r, 3.0f); /* peakier softmax */
+            run_scenario(&e, &sh, &decode, &r, 1.0f, TOL_ATTENTION);
+            run_scenario(&e, &sh, &prefill, &r, 1.0f, TOL_ATTENTION);
+            run_scenario(&e, &sh, &mixed, &r, 3.0f, TOL_ATTENTION); /* peakier softmax */
         }
     /* one KV head for all query heads (MQA) */
     shape mqa = {.n_heads = 8, .n_kv_heads = 1, .head_dim = 64, .block_size = 16};
     scenario mixed = {3, {33, 1, 1}, {80, 17, 16}};
-    run_scenario(&e, &mqa, &mixed, &r, 1.0f);
+    run_scenario(&e, &mqa, &mixed, &r, 1.0f, TOL_ATTENTION);
+    /* scores tens apart: most softmax weights underflow (the cpu exp flushes them to 0) */
+    run_scenario(&e, &mqa, &mixed, &r, 40.0f, TOL_ATTENTION_PEAKY);
     pl_kt_env_fini(&e);
 }
 

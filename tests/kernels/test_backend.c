@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/cpu/cpu.h"
 #include "tests/kernels/kernels_test.h"
@@ -258,8 +259,8 @@ static void spread_task(void *arg, int task, int thread) {
     spread_ctx *c = arg;
     atomic_fetch_add(&c->seen[thread], 1);
     /* long enough that the caller cannot drain the queue alone before workers wake */
-    volatile double x = 0;
-    for (int i = 0; i < 200000; i++) x += i;
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
 }
 
 Test(threadpool, workers_share_the_work) {

@@ -1,0 +1,347 @@
+/*
+ * bench/internal/kernels/bench_kernels.c - micro-benchmarks of the cpu backend's hot ops,
+ * against this machine's own read bandwidth measured in the same run.
+ *
+ *   bench_kernels [--threads N] [--isa scalar|avx2|avx512] [--quick] [--only SECTION]
+ *
+ * Prints key=value lines (one measurement per line, medians of repeats):
+ * - stream: read bandwidth of a plain vector sum over 1 GiB on the pool (the roof for decode),
+ *   whole passes and the median of 4 MiB pieces (see bench_stream).
+ * - gemv: matmul at 1 row for dummy:stories110m shapes (d_out x d_in), f32/f16/bf16, as weight
+ *   GB/s and % of stream. Weights rotate through a 1 GiB arena so every call reads DRAM, as a
+ *   decode step does (a whole model does not fit in cache).
+ * - batch: 2048x768 at 1..256 rows through both regimes (own GEMV kernel, tiled sgemm), the
+ *   data behind the backend's gemm_min_rows default.
+ * - gemm: 64 and 256 rows on the model shapes, GFLOP/s, f32 and f16.
+ * - attention: decode batches and a prefill chunk over paged KV (block 16), as KV GB/s and
+ *   GFLOP/s.
+ * Correctness is the test suite's job (tests/kernels); this program only times.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "util/dtype.h"
+#include "util/threadpool.h"
+#include "util/timer.h"
+
+#ifndef PL_BUILDTYPE
+#define PL_BUILDTYPE "unknown"
+#endif
+
+#define ARENA_BYTES ((size_t)1 << 30)
+
+static int g_quick;
+static const char *g_only; /* run only this section (stream always runs) */
+
+static int want(const char *section) { return !g_only || !strcmp(g_only, section); }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void check(pl_status st, const char *what) {
+    if (st != PL_OK) {
+        fprintf(stderr, "bench_kernels: %s: %s\n", what, pl_last_error());
+        exit(1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// stream read bandwidth
+
+typedef struct stream_job {
+    const float *p;
+    size_t n, per_task;
+    double *sums; /* (n_tasks) */
+} stream_job;
+
+#ifdef PL_CPU_X86
+static PL_TARGET_AVX2 double sum_avx2(const float *p, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+    }
+    double s = pl_avx2_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+#endif
+
+static void stream_task(void *arg, int task, int thread) {
+    (void)thread;
+    stream_job *J = arg;
+    size_t i0 = (size_t)task * J->per_task;
+    size_t n = J->n - i0 < J->per_task ? J->n - i0 : J->per_task;
+#ifdef PL_CPU_X86
+    J->sums[task] = sum_avx2(J->p + i0, n);
+#else
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += J->p[i0 + i];
+    J->sums[task] = s;
+#endif
+}
+
+/* Read bandwidth two ways: whole 1 GiB passes, and 4 MiB pieces (the size of one weight matrix
+ * of the GEMV runs) cycling through the arena, each timed alone. On a shared machine a long
+ * pass almost always includes a time slice lost to another process; the median piece does
+ * not, and it is what the GEMV medians (calls of 0.1-15 ms) compare with. */
+static double bench_stream(pl_threadpool *pool, const float *arena) {
+    enum { TASKS = 64, PIECE_TASKS = 16 };
+    double sums[TASKS], t[7];
+    stream_job J = {.p = arena, .n = ARENA_BYTES / 4, .per_task = ARENA_BYTES / 4 / TASKS,
+                    .sums = sums};
+    int reps = g_quick ? 3 : 7;
+    for (int r = -1; r < reps; r++) {
+        uint64_t t0 = pl_now_ns();
+        pl_threadpool_run(pool, TASKS, stream_task, &J);
+        if (r >= 0) t[r] = (double)(pl_now_ns() - t0) * 1e-9;
+    }
+    double pass = (double)ARENA_BYTES / median(t, reps) / 1e9;
+
+    const size_t piece = (size_t)4 << 20, n_pieces = ARENA_BYTES / piece;
+    double tp[256];
+    for (size_t k = 0; k < n_pieces; k++) {
+        stream_job P = {.p = arena + k * (piece / 4), .n = piece / 4,
+                        .per_task = piece / 4 / PIECE_TASKS, .sums = sums};
+        uint64_t t0 = pl_now_ns();
+        pl_threadpool_run(pool, PIECE_TASKS, stream_task, &P);
+        tp[k] = (double)(pl_now_ns() - t0) * 1e-9;
+    }
+    double gbs = (double)piece / median(tp, (int)n_pieces) / 1e9;
+    printf("stream bytes=%zu pass_GBps=%.2f piece_bytes=%zu piece_GBps=%.2f\n", ARENA_BYTES, pass,
+           piece, gbs);
+    return gbs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+/* Median seconds per matmul call, each call on weights at a new place in the arena. */
+static double time_matmul(pl_backend *be, float *out, const float *x, const unsigned char *arena,
+                          pl_dtype t, int rows, int d_in, int d_out, int reps) {
+    size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(t);
+    size_t slots = ARENA_BYTES / wbytes;
+    if (slots < 1) slots = 1;
+    double *ts = malloc((size_t)reps * sizeof *ts);
+    for (int r = -2; r < reps; r++) {
+        const void *w = arena + ((size_t)(r + 2) % slots) * wbytes;
+        uint64_t t0 = pl_now_ns();
+        check(be->ops->matmul(be, out, x, w, t, rows, d_in, d_out), "matmul");
+        if (r >= 0) ts[r] = (double)(pl_now_ns() - t0) * 1e-9;
+    }
+    double m = median(ts, reps);
+    free(ts);
+    return m;
+}
+
+static int reps_for(size_t bytes, double flops) {
+    /* ~0.15 s (0.05 s quick) per measurement, assuming ~15 GB/s and ~100 GFLOP/s */
+    double est = fmax((double)bytes / 15e9, flops / 100e9);
+    int r = (int)((g_quick ? 0.05 : 0.15) / fmax(est, 1e-6));
+    return r < 5 ? 5 : r > 400 ? 400 : r;
+}
+
+static const int SHAPES[][2] = {{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}; /* out, in */
+
+static void bench_gemv(pl_backend *be, const unsigned char *arena, float *x, float *out,
+                       double stream_gbs) {
+    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    for (int ti = 0; ti < 3; ti++)
+        for (int si = 0; si < 4; si++) {
+            int d_out = SHAPES[si][0], d_in = SHAPES[si][1];
+            size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
+            double s = time_matmul(be, out, x, arena, types[ti], 1, d_in, d_out,
+                                   reps_for(wbytes, 0));
+            double gbs = (double)wbytes / s / 1e9;
+            printf("gemv dtype=%s rows=1 d_out=%d d_in=%d time_us=%.1f weight_GBps=%.2f "
+                   "pct_of_stream=%.0f\n",
+                   pl_dtype_name(types[ti]), d_out, d_in, s * 1e6, gbs, 100.0 * gbs / stream_gbs);
+        }
+}
+
+static void bench_batch(pl_backend *be, const unsigned char *arena, float *x, float *out) {
+    pl_cpu_ctx *c = be->ctx;
+    int saved = c->gemm_min_rows;
+    const int rows[] = {1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256};
+    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16};
+    int d_out = 2048, d_in = 768;
+    for (int ti = 0; ti < 2; ti++)
+        for (int ri = 0; ri < (int)(sizeof rows / sizeof rows[0]); ri++) {
+            double flops = 2.0 * rows[ri] * d_in * d_out;
+            size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
+            int reps = reps_for(wbytes, flops);
+            c->gemm_min_rows = 0;
+            double s_gemv = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
+            c->gemm_min_rows = 1;
+            double s_gemm = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
+            printf("batch dtype=%s rows=%d d_out=%d d_in=%d gemv_us=%.1f gemv_GFLOPs=%.1f "
+                   "gemv_weight_GBps=%.2f sgemm_us=%.1f sgemm_GFLOPs=%.1f faster=%s\n",
+                   pl_dtype_name(types[ti]), rows[ri], d_out, d_in, s_gemv * 1e6,
+                   flops / s_gemv / 1e9, (double)wbytes / s_gemv / 1e9, s_gemm * 1e6,
+                   flops / s_gemm / 1e9, s_gemv < s_gemm ? "gemv" : "sgemm");
+        }
+    c->gemm_min_rows = saved;
+}
+
+static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, float *out) {
+    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16};
+    const int rows[] = {64, 256};
+    pl_cpu_ctx *c = be->ctx;
+    int saved = c->gemm_min_rows;
+    for (int ti = 0; ti < 2; ti++)
+        for (int ri = 0; ri < 2; ri++)
+            for (int si = 0; si < 4; si++) {
+                int d_out = SHAPES[si][0], d_in = SHAPES[si][1];
+                double flops = 2.0 * rows[ri] * d_in * d_out;
+                size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
+                int reps = reps_for(wbytes, flops);
+                c->gemm_min_rows = 1;
+                double s = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
+                c->gemm_min_rows = 0;
+                double g = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
+                printf("gemm dtype=%s rows=%d d_out=%d d_in=%d sgemm_GFLOPs=%.1f "
+                       "own_kernel_GFLOPs=%.1f\n",
+                       pl_dtype_name(types[ti]), rows[ri], d_out, d_in, flops / s / 1e9,
+                       flops / g / 1e9);
+            }
+    c->gemm_min_rows = saved;
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+static void bench_attention(pl_backend *be, int n_heads, int n_kv, int hd, int n_seqs, int q_len,
+                            int ctx, const char *label) {
+    const int bs = 16;
+    int bps = (ctx + bs - 1) / bs, n_blocks = n_seqs * bps;
+    size_t layer = (size_t)n_blocks * n_kv * bs * hd, esize = pl_dtype_size(be->kv_dtype);
+    void *kc, *vc;
+    check(be->ops->alloc(be, layer * esize, &kc), "alloc K");
+    check(be->ops->alloc(be, layer * esize, &vc), "alloc V");
+    /* values in [-1, 1]: random bytes would include subnormals, which take microcode assists */
+    for (size_t i = 0; i < layer; i++) {
+        float f = (float)((int)(i * 7919u % 2001u) - 1000) / 1000.0f;
+        if (be->kv_dtype == PL_DTYPE_F16)
+            ((uint16_t *)kc)[i] = pl_f32_to_f16(f);
+        else
+            ((float *)kc)[i] = f;
+    }
+    memcpy(vc, kc, layer * esize);
+    int32_t *tables = malloc((size_t)n_seqs * bps * sizeof *tables);
+    for (int i = 0; i < n_seqs * bps; i++) tables[i] = (int32_t)((i * 7919L) % n_blocks);
+    int32_t *qs = malloc(((size_t)n_seqs + 1) * sizeof *qs), *cl = malloc((size_t)n_seqs * 4);
+    for (int s = 0; s <= n_seqs; s++) qs[s] = s * q_len;
+    for (int s = 0; s < n_seqs; s++) cl[s] = ctx;
+    int n_tok = n_seqs * q_len;
+    float *q = malloc((size_t)n_tok * n_heads * hd * 4), *out = malloc((size_t)n_tok * n_heads * hd * 4);
+    for (size_t i = 0; i < (size_t)n_tok * n_heads * hd; i++) q[i] = (float)((int)(i % 17) - 8) / 16.0f;
+    pl_attn_batch b = {.n_seqs = n_seqs, .n_tokens = n_tok, .query_start = qs, .context_lens = cl,
+                       .block_tables = tables, .max_blocks_per_seq = bps, .max_query_len = q_len,
+                       .max_context_len = ctx, .n_heads = n_heads, .n_kv_heads = n_kv,
+                       .head_dim = hd, .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
+    /* KV bytes each sequence's unit reads (K and V of all its positions, every KV head) and
+     * the multiply-adds of scores and V sums over the causal triangle */
+    double kv_bytes = 2.0 * n_seqs * ctx * n_kv * hd * (double)esize;
+    double pairs = 0;
+    for (int j = 0; j < q_len; j++) pairs += ctx - q_len + j + 1;
+    double flops = 4.0 * n_seqs * pairs * n_heads * hd;
+    int reps = reps_for((size_t)kv_bytes, flops);
+    double *ts = malloc((size_t)reps * sizeof *ts);
+    for (int r = -2; r < reps; r++) {
+        uint64_t t0 = pl_now_ns();
+        check(be->ops->attention(be, out, q, kc, vc, &b), "attention");
+        if (r >= 0) ts[r] = (double)(pl_now_ns() - t0) * 1e-9;
+    }
+    double s = median(ts, reps);
+    printf("attention case=%s kv=%s heads=%d/%d hd=%d seqs=%d q_len=%d ctx=%d time_us=%.1f "
+           "kv_GBps=%.2f GFLOPs=%.2f\n",
+           label, pl_dtype_name(be->kv_dtype), n_heads, n_kv, hd, n_seqs, q_len, ctx, s * 1e6,
+           kv_bytes / s / 1e9, flops / s / 1e9);
+    be->ops->free(be, kc);
+    be->ops->free(be, vc);
+    free(tables), free(qs), free(cl), free(q), free(out), free(ts);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    int n_threads = 2;
+    if (getenv("FTZ")) _mm_setcsr(_mm_getcsr() | 0x8040);
+    pl_cpu_isa isa = PL_CPU_ISA_AVX512;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            n_threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *v = argv[++i];
+            isa = !strcmp(v, "scalar") ? PL_CPU_ISA_SCALAR
+                  : !strcmp(v, "avx2") ? PL_CPU_ISA_AVX2
+                                       : PL_CPU_ISA_AVX512;
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            g_only = argv[++i];
+        } else if (!strcmp(argv[i], "--quick")) {
+            g_quick = 1;
+        } else {
+            fprintf(stderr, "usage: %s [--threads N] [--isa scalar|avx2|avx512] [--quick]\n"
+                    "       [--only gemv|batch|gemm|attention]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (!strcmp(PL_BUILDTYPE, "debug") || !strcmp(PL_BUILDTYPE, "plain"))
+        fprintf(stderr, "bench_kernels: warning: buildtype %s is unoptimised\n", PL_BUILDTYPE);
+
+    pl_backend *be, *be16;
+    pl_backend_options opt = {.n_threads = n_threads, .kv_dtype = PL_DTYPE_F32};
+    check(pl_cpu_backend_create_isa(&opt, isa, &be), "cpu backend");
+    opt.kv_dtype = PL_DTYPE_F16;
+    check(pl_cpu_backend_create_isa(&opt, isa, &be16), "cpu backend (f16 KV)");
+    pl_cpu_ctx *c = be->ctx;
+    printf("config buildtype=%s isa=%s threads=%d gemm_min_rows=%d\n", PL_BUILDTYPE,
+           pl_cpu_isa_name(c->isa), c->n_threads, c->gemm_min_rows);
+
+    /* The arena holds every weight matrix the GEMV/GEMM runs read: finite values in every
+     * dtype (f16/bf16 bit patterns below 0x3c00 are small normals or zero). */
+    unsigned char *arena;
+    check(be->ops->alloc(be, ARENA_BYTES, (void **)&arena), "arena");
+    uint32_t *a32 = (uint32_t *)arena;
+    for (size_t i = 0; i < ARENA_BYTES / 4; i++) {
+        uint32_t r = (uint32_t)(i * 2654435761u);
+        a32[i] = ((r >> 4) & 0x3bff3bffu) | 0x20002000u; /* as f32: ~1e-19..; as f16: normal */
+    }
+    size_t xn = (size_t)256 * 32000;
+    float *x = malloc(xn * 4), *out = malloc(xn * 4);
+    for (size_t i = 0; i < xn; i++) x[i] = (float)((int)(i % 29) - 14) / 14.0f;
+
+    double gbs = bench_stream(c->pool, (const float *)arena);
+    if (want("gemv")) bench_gemv(be, arena, x, out, gbs);
+    if (want("batch")) bench_batch(be, arena, x, out);
+    if (want("gemm")) bench_gemm(be, arena, x, out);
+    for (int k = 0; k < 2 && want("attention"); k++) {
+        pl_backend *b = k ? be16 : be;
+        bench_attention(b, 12, 12, 64, 1, 1, 256, "decode");
+        bench_attention(b, 12, 12, 64, 32, 1, 256, "decode");
+        bench_attention(b, 12, 12, 64, 64, 1, 512, "decode");
+        bench_attention(b, 32, 4, 64, 16, 1, 1024, "decode_gqa");
+        bench_attention(b, 12, 12, 64, 1, 128, 128, "prefill");
+        bench_attention(b, 12, 12, 64, 4, 128, 512, "prefill_chunk");
+    }
+    be->ops->free(be, arena);
+    free(x), free(out);
+    pl_backend_destroy(be);
+    pl_backend_destroy(be16);
+    return 0;
+}

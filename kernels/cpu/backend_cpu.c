@@ -77,7 +77,8 @@ static pl_status cpu_alloc(pl_backend *be, size_t n_bytes, void **out) {
     (void)be;
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "alloc: out is NULL");
     *out = aligned_calloc(n_bytes);
-    if (!*out) return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", n_bytes);
+    if (!*out)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", n_bytes);
     return PL_OK;
 }
 

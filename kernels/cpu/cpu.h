@@ -14,6 +14,8 @@
  * - Work is split by output rows (or (sequence, KV head) units for attention) into tasks for
  *   the persistent pool in util/threadpool.h; small ops run inline on the caller, because a
  *   wake-up costs more than they do.
+ * - One caller at a time: ops of one backend must not run concurrently (they share the pool
+ *   and the scratch), as the runner calls them from its step loop.
  * - OpenBLAS is called single-threaded from inside the pool's tasks (the backend sets
  *   openblas_set_num_threads(1) process-wide), so OpenBLAS's own spinning threads never
  *   compete with the pool for the same cores.

@@ -45,7 +45,8 @@ static void gemv_scalar(const mm_job *J, int o_begin, int o_end, float *wrow_f32
         if (J->dt == PL_DTYPE_F32) {
             wr = (const float *)J->w + (size_t)o * ld;
         } else {
-            for (size_t i = 0; i < ld; i++) wrow_f32[i] = pl_load_f32(J->w, J->dt, (size_t)o * ld + i);
+            for (size_t i = 0; i < ld; i++)
+                wrow_f32[i] = pl_load_f32(J->w, J->dt, (size_t)o * ld + i);
             wr = wrow_f32;
         }
         for (int r = 0; r < J->n_rows; r++) {

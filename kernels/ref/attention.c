@@ -49,7 +49,8 @@ pl_status pl_ref_attention(pl_backend *be, float *out, const float *q, const voi
                 for (int t = 0; t <= pos; t++) {
                     size_t off = cache_offset(b, table, t, kh);
                     double dot = 0.0;
-                    for (int d = 0; d < hd; d++) dot += (double)qh[d] * pl_load_f32(k_cache, kt, off + d);
+                    for (int d = 0; d < hd; d++)
+                        dot += (double)qh[d] * pl_load_f32(k_cache, kt, off + d);
                     score[t] = dot * b->scale;
                     if (score[t] > mx) mx = score[t];
                 }
@@ -61,7 +62,8 @@ pl_status pl_ref_attention(pl_backend *be, float *out, const float *q, const voi
                 for (int d = 0; d < hd; d++) acc[d] = 0.0;
                 for (int t = 0; t <= pos; t++) {
                     size_t off = cache_offset(b, table, t, kh);
-                    for (int d = 0; d < hd; d++) acc[d] += score[t] * pl_load_f32(v_cache, kt, off + d);
+                    for (int d = 0; d < hd; d++)
+                        acc[d] += score[t] * pl_load_f32(v_cache, kt, off + d);
                 }
                 float *oh = out + ((size_t)(q0 + j) * b->n_heads + h) * hd; /* (hd) */
                 for (int d = 0; d < hd; d++) oh[d] = (float)(acc[d] / sum);

@@ -187,7 +187,8 @@ pl_status pl_ref_check_copy_blocks(const pl_backend *be, const void *kv_cache,
                        "heads %d, block_size %d, head_dim %d)",
                        layout->n_layers, layout->n_blocks, layout->n_kv_heads,
                        layout->block_size, layout->head_dim);
-    if (n_pairs < 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "copy_blocks: n_pairs %d < 0", n_pairs);
+    if (n_pairs < 0)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "copy_blocks: n_pairs %d < 0", n_pairs);
     if (n_pairs == 0) return PL_OK;
     NEED(kv_cache, "copy_blocks", "kv_cache");
     NEED(pairs, "copy_blocks", "pairs");
@@ -235,7 +236,8 @@ static pl_status ref_alloc(pl_backend *be, size_t n_bytes, void **out) {
     (void)be;
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "alloc: out is NULL");
     *out = pl_calloc(1, n_bytes ? n_bytes : 1);
-    if (!*out) return pl_fail(PL_ERR_OUT_OF_MEMORY, "ref backend: cannot allocate %zu bytes", n_bytes);
+    if (!*out)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "ref backend: cannot allocate %zu bytes", n_bytes);
     return PL_OK;
 }
 

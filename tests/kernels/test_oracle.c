@@ -72,7 +72,8 @@ Test(oracle, rope_identity_at_zero_and_a_known_rotation) {
             cr_assert_eq(be->ops->rope(be, q, k, (int32_t[]){0}, inv_freq, 1, 1, 1, 9,
                                        (pl_rope_layout)layout),
                          PL_OK);
-            cr_assert(pl_kt_close(name, q0, q, 9, TOL_EXACT) && pl_kt_close(name, q0, k, 9, TOL_EXACT));
+            cr_assert(pl_kt_close(name, q0, q, 9, TOL_EXACT) &&
+                      pl_kt_close(name, q0, k, 9, TOL_EXACT));
             /* head_dim 2, position 3, inv_freq 1: (1, 0) turns by 3 radians to (cos 3, sin 3),
              * the same in both layouts (the one pair is (0, 1)) */
             float a[2] = {1, 0}, b[2] = {0, 1};
@@ -81,7 +82,8 @@ Test(oracle, rope_identity_at_zero_and_a_known_rotation) {
                          PL_OK);
             const float wa[2] = {(float)cos(3.0), (float)sin(3.0)};
             const float wb[2] = {(float)-sin(3.0), (float)cos(3.0)};
-            cr_assert(pl_kt_close(name, wa, a, 2, TOL_ORACLE) && pl_kt_close(name, wb, b, 2, TOL_ORACLE));
+            cr_assert(pl_kt_close(name, wa, a, 2, TOL_ORACLE) &&
+                      pl_kt_close(name, wb, b, 2, TOL_ORACLE));
         }
     }
     /* which elements pair up: head_dim 4, position 1, inv_freq {pi/2, 0}: pair 0 turns by a
@@ -127,7 +129,8 @@ Test(oracle, embed_picks_rows) {
     const float want[6] = {-0.25f, 8, 0.5f, -1, -0.25f, 8};
     float got[6];
     FOR_EACH_BACKEND(e, be, name) {
-        cr_assert_eq(be->ops->embed(be, got, (int32_t[]){2, 0, 2}, 3, table, PL_DTYPE_F32, 2), PL_OK);
+        cr_assert_eq(be->ops->embed(be, got, (int32_t[]){2, 0, 2}, 3, table, PL_DTYPE_F32, 2),
+                     PL_OK);
         cr_assert(pl_kt_close(name, want, got, 6, TOL_EXACT));
         cr_assert_eq(be->ops->embed(be, got, (int32_t[]){2, 0, 2}, 3, th, PL_DTYPE_F16, 2), PL_OK);
         cr_assert(pl_kt_close(name, want, got, 6, TOL_EXACT));

@@ -247,8 +247,10 @@ static void bench_attention(pl_backend *be, int n_heads, int n_kv, int hd, int n
     for (int s = 0; s <= n_seqs; s++) qs[s] = s * q_len;
     for (int s = 0; s < n_seqs; s++) cl[s] = ctx;
     int n_tok = n_seqs * q_len;
-    float *q = malloc((size_t)n_tok * n_heads * hd * 4), *out = malloc((size_t)n_tok * n_heads * hd * 4);
-    for (size_t i = 0; i < (size_t)n_tok * n_heads * hd; i++) q[i] = (float)((int)(i % 17) - 8) / 16.0f;
+    float *q = malloc((size_t)n_tok * n_heads * hd * 4),
+          *out = malloc((size_t)n_tok * n_heads * hd * 4);
+    for (size_t i = 0; i < (size_t)n_tok * n_heads * hd; i++)
+        q[i] = (float)((int)(i % 17) - 8) / 16.0f;
     pl_attn_batch b = {.n_seqs = n_seqs, .n_tokens = n_tok, .query_start = qs, .context_lens = cl,
                        .block_tables = tables, .max_blocks_per_seq = bps, .max_query_len = q_len,
                        .max_context_len = ctx, .n_heads = n_heads, .n_kv_heads = n_kv,

@@ -239,6 +239,12 @@ static void drain_intake(pl_engine *e) {
         if (a) finish_request(e, a, PL_FINISH_ABORT);
     }
     in->n_aborts = 0;
+    /* The drained requests now count as waiting: a submit made while this step runs must see
+     * them, or it passes the max_waiting check and the next drain finds the queue full (the
+     * request then ends "overloaded" under REJECT_NEWEST instead of being refused). */
+    pl_sched_counts c;
+    pl_sched_get_counts(e->sched, &c);
+    in->n_waiting_new = c.n_waiting_new;
     pthread_mutex_unlock(&in->mu);
 }
 

@@ -13,7 +13,9 @@
 
 #include "bench/bench_internal.h"
 
-enum { PANEL_W = 560, PANEL_H = 400, TITLE_H = 36, ML = 72, MR = 20, MT = 36, MB = 56 };
+/* Panel geometry in pixels; the bottom margin holds the x labels and a two-column legend
+ * (up to four series) so that no legend covers data. */
+enum { PANEL_W = 560, PANEL_H = 440, TITLE_H = 36, ML = 72, MR = 20, MT = 36, MB = 96 };
 
 static void xml_text(FILE *f, const char *s) {
     for (; s && *s; s++) {
@@ -121,10 +123,10 @@ static void panel(FILE *f, const pl_bench_panel *p, double ox, double oy) {
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(tx),
                     PY(se->y[i]), se->color);
         }
-        double ly = y0 + 14 + 16.0 * (double)s;
+        double lx = x0 + (double)(s % 2) * pw / 2, ly = y0 + ph + 60 + 16.0 * (double)(s / 2);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                   "stroke-width=\"2\"/>\n", x0 + 10, ly - 4, x0 + 30, ly - 4, se->color);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", x0 + 36, ly);
+                   "stroke-width=\"2\"/>\n", lx, ly - 4, lx + 20, ly - 4, se->color);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", lx + 26, ly);
         xml_text(f, se->name);
         fputs("</text>\n", f);
     }

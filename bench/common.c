@@ -227,7 +227,11 @@ static void progress_draw(progress *p, size_t done, uint64_t out_tokens, bool fi
         eta = 0;
     enum { WIDTH = 30 };
     char bar[WIDTH + 1];
-    size_t fill = p->total ? done * WIDTH / p->total : WIDTH;
+    /* Requests of one length all finish together at the end: fill by tokens as well. */
+    double frac = p->total ? (double)done / (double)p->total : 1.0;
+    if (p->total_tokens && (double)out_tokens / (double)p->total_tokens > frac)
+        frac = (double)out_tokens / (double)p->total_tokens;
+    size_t fill = (size_t)(frac * WIDTH);
     for (size_t i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
     bar[WIDTH] = '\0';
     fprintf(stderr, "\r[%s] %zu/%zu requests  %.0f output tok/s  ", bar, done, p->total, rate);

@@ -85,7 +85,7 @@ typedef struct pl_bench_run {
     double elapsed_s;          /* first submit -> last request finished (wall clock) */
     pl_bench_request *reqs;    /* (n_reqs) in finish order, owned */
     size_t n_reqs;
-    uint64_t prompt_tokens;
+    uint64_t prompt_tokens;    /* of requests not dropped (abort, overloaded) */
     uint64_t output_tokens;
     uint64_t steps;            /* engine steps taken by this run */
     size_t n_errors;           /* finished with reason error */

@@ -167,7 +167,7 @@ static int run_point(const sweep_opts *o, point *pt, bool *skipped) {
         }
         if (rc == 0) {
             double el = run.elapsed_s > 0 ? run.elapsed_s : 1e-9;
-            req[r] = (double)run.n_reqs / el;
+            req[r] = (double)(run.n_reqs - run.n_dropped) / el;
             tok[r] = (double)(run.prompt_tokens + run.output_tokens) / el;
             out[r] = (double)run.output_tokens / el;
             pl_engine_metrics(e, &m);

@@ -43,13 +43,14 @@ static void usage(const pl_bench_workload_opts *d) {
 static json_t *report(const pl_bench_run *run, const pl_metrics *m) {
     double el = run->elapsed_s > 0 ? run->elapsed_s : 1e-9;
     uint64_t total = run->prompt_tokens + run->output_tokens;
-    double req_s = (double)run->n_reqs / el, tok_s = (double)total / el;
+    size_t n_done = run->n_reqs - run->n_dropped;
+    double req_s = (double)n_done / el, tok_s = (double)total / el;
     double out_s = (double)run->output_tokens / el;
     printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", req_s, tok_s,
            out_s);
     printf("Total num prompt tokens: %llu\n", (unsigned long long)run->prompt_tokens);
     printf("Total num output tokens: %llu\n", (unsigned long long)run->output_tokens);
-    printf("Elapsed: %.3f s for %zu requests\n", run->elapsed_s, run->n_reqs);
+    printf("Elapsed: %.3f s for %zu requests\n", run->elapsed_s, n_done);
     printf("Mean batch: %.2f sequences/step, %.2f tokens/step over %llu steps\n",
            m->mean_batch_seqs, m->mean_batch_tokens, (unsigned long long)m->steps);
     printf("Peak KV usage: %.2f%% of %d blocks of %d tokens\n", 100.0 * m->kv_usage_peak,
@@ -67,7 +68,7 @@ static json_t *report(const pl_bench_run *run, const pl_metrics *m) {
     /* vLLM's keys first, then ours. */
     json_t *o = json_object();
     json_object_set_new(o, "elapsed_time", json_real(run->elapsed_s));
-    json_object_set_new(o, "num_requests", json_integer((json_int_t)run->n_reqs));
+    json_object_set_new(o, "num_requests", json_integer((json_int_t)n_done));
     json_object_set_new(o, "total_num_tokens", json_integer((json_int_t)total));
     json_object_set_new(o, "requests_per_second", json_real(req_s));
     json_object_set_new(o, "tokens_per_second", json_real(tok_s));

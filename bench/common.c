@@ -296,11 +296,13 @@ int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sam
             *q = (pl_bench_request){.n_prompt = c->n_prompt_ids, .n_output = c->n_output_ids,
                                     .n_cached = c->n_cached_prompt_ids, .ttft_s = c->ttft_s,
                                     .total_s = c->total_s, .finish = c->finish_reason};
-            out->prompt_tokens += c->n_prompt_ids;
             out->output_tokens += c->n_output_ids;
             if (c->finish_reason == PL_FINISH_ERROR) out->n_errors++;
+            /* A dropped request's prompt was never (fully) computed: it is not throughput. */
             if (c->finish_reason == PL_FINISH_ABORT || c->finish_reason == PL_FINISH_OVERLOADED)
                 out->n_dropped++;
+            else
+                out->prompt_tokens += c->n_prompt_ids;
         }
         if (next == w->n && out->n_reqs < w->n && !pl_engine_has_pending_work(e)) {
             fprintf(stderr, "pagellm: the engine went idle with %zu of %zu requests unreported\n",

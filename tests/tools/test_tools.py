@@ -150,6 +150,26 @@ def case_range():
     check((n_prompt2, n_out2) == (n_prompt, n_out), "the same seed gave a different workload")
 
 
+def case_overflow():
+    # A bounded waiting queue that refuses: the benchmark feeds it as it drains, all finish.
+    out = tmp("o.json")
+    p = run(["bench", "throughput"] + TINY + ["--num-prompts", "20", "--input-len", "8",
+                                              "--output-len", "4", "--max-waiting", "2",
+                                              "--output-json", out])
+    n_prompt, n_out = check_throughput_consistent(p.stdout, load_json(out))
+    check((n_prompt, n_out) == (160, 80), f"bounded queue: counts {n_prompt}/{n_out} != 160/80")
+    # One that drops the oldest: dropped requests are not counted as throughput.
+    p = run(["bench", "throughput"] + TINY + ["--num-prompts", "20", "--input-len", "8",
+                                              "--output-len", "4", "--max-waiting", "2",
+                                              "--overflow-policy", "drop-oldest",
+                                              "--max-batch-size", "2", "--output-json", out])
+    js = load_json(out)
+    n_prompt, n_out = check_throughput_consistent(p.stdout, js)
+    done, dropped = js["num_requests"], js["num_dropped"]
+    check(done + dropped == 20 and dropped > 0, f"{done} done + {dropped} dropped != 20")
+    check((n_prompt, n_out) == (8 * done, 4 * done), f"counts {n_prompt}/{n_out} for {done}")
+
+
 def case_dataset():
     path = tmp("prompts.jsonl")
     prompts = [([5, 6, 7, 8], 5), ([9, 10], 6), ([11, 12, 13, 14, 15, 16], 7)]

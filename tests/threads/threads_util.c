@@ -5,12 +5,17 @@
  * atomic array of accepted ids the aborter picks from, the atomic per-id abort marks, the
  * atomic step counter and the count of submitters done. Everything the main thread records
  * per id (what was reported, in which step) is read only after the threads are joined.
+ *
+ * No Criterion here: its runner cannot start under ThreadSanitizer (Criterion issue #274,
+ * "Could not initialize inheritable arena"), so the TSan build runs this harness from a plain
+ * main, and Criterion's asserts may only fail on the test's own thread anyway. Every thread
+ * records the first failure in one message and stops.
  */
 #include "threads_util.h"
 
-#include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +23,32 @@
 #include <time.h>
 
 #include "test_support.h"
+
+static pthread_mutex_t g_fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_fail[512];
+static atomic_bool g_failed;
+
+static void record_failure(const char *fmt, ...) {
+    pthread_mutex_lock(&g_fail_mu);
+    if (!atomic_load(&g_failed)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g_fail, sizeof g_fail, fmt, ap);
+        va_end(ap);
+    }
+    atomic_store(&g_failed, true);
+    pthread_mutex_unlock(&g_fail_mu);
+}
+
+const char *thr_failure(void) { return atomic_load(&g_failed) ? g_fail : NULL; }
+
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            record_failure(__VA_ARGS__);                                                     \
+            goto out;                                                                        \
+        }                                                                                    \
+    } while (0)
 
 void thr_jobs_free(thr_job *jobs, int n_jobs) {
     for (int i = 0; i < n_jobs; i++) free(jobs[i].ref);
@@ -30,30 +61,32 @@ static pl_status submit(pl_engine *e, const thr_job *j, pl_sampling_params *sp,
                    : pl_engine_submit_tokens(e, j->ids, (size_t)j->n_ids, sp, id);
 }
 
-void thr_reference(const pl_engine_config *cfg, thr_job *jobs, int n_jobs) {
-    pl_engine *e;
-    cr_assert_eq(pl_engine_create(cfg, &e), PL_OK, "%s", pl_last_error());
+bool thr_reference(const pl_engine_config *cfg, thr_job *jobs, int n_jobs) {
+    pl_engine *e = NULL;
+    pl_completion *c = NULL;
+    size_t n = 0;
     pl_request_id *ids = calloc((size_t)n_jobs, sizeof *ids);
+    CHECK(pl_engine_create(cfg, &e) == PL_OK, "reference: %s", pl_last_error());
     for (int i = 0; i < n_jobs; i++) {
         pl_sampling_params sp = jobs[i].sp;
         sp.n = 1;
-        cr_assert_eq(submit(e, &jobs[i], &sp, &ids[i]), PL_OK, "%s", pl_last_error());
+        CHECK(submit(e, &jobs[i], &sp, &ids[i]) == PL_OK, "reference: %s", pl_last_error());
     }
-    pl_completion *c;
-    size_t n;
-    cr_assert_eq(pl_engine_run(e, &c, &n), PL_OK, "%s", pl_last_error());
-    cr_assert_eq(n, (size_t)n_jobs);
+    CHECK(pl_engine_run(e, &c, &n) == PL_OK, "reference: %s", pl_last_error());
+    CHECK(n == (size_t)n_jobs, "reference: %zu completions for %d jobs", n, n_jobs);
     for (size_t k = 0; k < n; k++) { /* submit order: c[k] is jobs[k] */
-        cr_assert_eq(c[k].id, ids[k]);
+        CHECK(c[k].id == ids[k], "reference: completion order");
         thr_job *j = &jobs[k];
         j->n_ref = (int)c[k].n_output_ids;
         j->ref = malloc((c[k].n_output_ids + 1) * sizeof(int32_t));
         memcpy(j->ref, c[k].output_ids, c[k].n_output_ids * sizeof(int32_t));
         j->ref_reason = c[k].finish_reason;
     }
+out:
     pl_completions_free(c, n);
     free(ids);
     pl_engine_destroy(e);
+    return thr_failure() == NULL;
 }
 
 /* What the stepping thread saw of one sample. */
@@ -79,23 +112,6 @@ typedef struct thr_shared {
     atomic_long rejected, aborts_accepted, aborts_refused;
 } thr_shared;
 
-/* Criterion's asserts may only fail on the test's own thread: worker threads record their
- * first failure here and stop; the main thread asserts on it after joining. */
-static pthread_mutex_t g_fail_mu = PTHREAD_MUTEX_INITIALIZER;
-static char g_fail[512];
-static atomic_bool g_failed;
-
-#define THR_CHECK(cond, ...)                                                                 \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            pthread_mutex_lock(&g_fail_mu);                                                  \
-            if (!atomic_load(&g_failed)) snprintf(g_fail, sizeof g_fail, __VA_ARGS__);       \
-            atomic_store(&g_failed, true);                                                   \
-            pthread_mutex_unlock(&g_fail_mu);                                                \
-            goto out;                                                                        \
-        }                                                                                    \
-    } while (0)
-
 typedef struct thr_arg {
     thr_shared *sh;
     int k;
@@ -119,8 +135,8 @@ static void *submitter(void *p) {
             atomic_fetch_add(&sh->rejected, 1);
             nap(&r, 200);
         }
-        THR_CHECK(s == PL_OK, "submitter %d, job %d: %s", a->k, i, pl_last_error());
-        THR_CHECK(id > 0 && id <= (pl_request_id)sh->max_id, "id %llu", (unsigned long long)id);
+        CHECK(s == PL_OK, "submitter %d, job %d: %s", a->k, i, pl_last_error());
+        CHECK(id > 0 && id <= (pl_request_id)sh->max_id, "id %llu", (unsigned long long)id);
         sh->job_of_id[id] = i;
         int slot = atomic_fetch_add(&sh->n_accepted_slots, 1);
         atomic_store(&sh->accepted_ids[slot], id);
@@ -148,15 +164,15 @@ static void *aborter(void *p) {
                     long expect = -1;
                     atomic_compare_exchange_strong(&sh->abort_step[id], &expect, done);
                 } else {
-                    THR_CHECK(s == PL_ERR_NOT_FOUND, "abort: %s", pl_last_error());
+                    CHECK(s == PL_ERR_NOT_FOUND, "abort: %s", pl_last_error());
                     atomic_fetch_add(&sh->aborts_refused, 1);
                 }
             }
         } else {
             /* ids never handed out */
-            THR_CHECK(pl_engine_abort(sh->e, 0) == PL_ERR_NOT_FOUND, "abort of id 0");
-            THR_CHECK(pl_engine_abort(sh->e, (pl_request_id)sh->max_id + 1000) ==
-                      PL_ERR_NOT_FOUND, "abort of an id never given");
+            CHECK(pl_engine_abort(sh->e, 0) == PL_ERR_NOT_FOUND, "abort of id 0");
+            CHECK(pl_engine_abort(sh->e, (pl_request_id)sh->max_id + 1000) == PL_ERR_NOT_FOUND,
+                  "abort of an id never given");
         }
         nap(&r, 400);
     }
@@ -164,95 +180,174 @@ out:
     return NULL;
 }
 
-void thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submitters,
-             bool with_aborter, thr_result *out) {
-    cr_assert_eq(n_jobs % n_submitters, 0);
+/* Every sample of every request reported once, with the reference's answer. */
+static void verify(thr_shared *sh, thr_seen (*seen)[2], thr_result *r) {
+    CHECK(r->accepted == sh->n_jobs, "%ld of %d jobs accepted", r->accepted, sh->n_jobs);
+    for (int id = 1; id <= sh->n_jobs; id++) {
+        const thr_job *j = &sh->jobs[sh->job_of_id[id]];
+        long ab_done = atomic_load(&sh->abort_step[id]);
+        for (int i = 0; i < 2; i++) {
+            const thr_seen *s = &seen[id][i];
+            bool exists = i < j->sp.n;
+            CHECK(s->n_reported == (exists ? 1 : 0), "request %d sample %d reported %d times",
+                  id, i, s->n_reported);
+            if (!exists) continue;
+            r->completions++;
+            if (s->reason == PL_FINISH_ABORT) {
+                CHECK(ab_done >= 0, "request %d finished as aborted but no abort was accepted",
+                      id);
+                CHECK(s->n_out <= j->n_ref, "request %d: aborted with %d tokens, reference %d",
+                      id, s->n_out, j->n_ref);
+                r->aborted++;
+            } else {
+                CHECK(ab_done < 0 || s->step < ab_done + 2, "request %d sample %d finished %s "
+                      "in step %ld, after an abort accepted by step %ld", id, i,
+                      pl_finish_reason_name(s->reason), s->step, ab_done);
+                CHECK(s->reason == j->ref_reason, "request %d: %s, reference %s", id,
+                      pl_finish_reason_name(s->reason), pl_finish_reason_name(j->ref_reason));
+                CHECK(s->n_out == j->n_ref, "request %d: %d tokens, reference %d", id, s->n_out,
+                      j->n_ref);
+            }
+            for (int t = 0; t < s->n_out; t++)
+                CHECK(s->out[t] == j->ref[t], "request %d sample %d token %d: %d, reference %d",
+                      id, i, t, s->out[t], j->ref[t]);
+        }
+    }
+out:;
+}
+
+bool thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submitters,
+             bool with_aborter, thr_result *out_result) {
+    if (n_jobs % n_submitters != 0 || n_submitters > 16) {
+        record_failure("thr_run: %d jobs over %d submitters", n_jobs, n_submitters);
+        return false;
+    }
     thr_shared sh = {.jobs = jobs, .n_jobs = n_jobs, .per_thread = n_jobs / n_submitters,
                      .max_id = n_jobs, .n_submitters = n_submitters};
-    cr_assert_eq(pl_engine_create(cfg, &sh.e), PL_OK, "%s", pl_last_error());
     sh.accepted_ids = calloc((size_t)n_jobs, sizeof *sh.accepted_ids);
     sh.job_of_id = calloc((size_t)n_jobs + 1, sizeof *sh.job_of_id);
     sh.abort_step = calloc((size_t)n_jobs + 1, sizeof *sh.abort_step);
     for (int i = 0; i <= n_jobs; i++) atomic_init(&sh.abort_step[i], -1);
     thr_seen (*seen)[2] = calloc((size_t)n_jobs + 1, sizeof *seen);
-
     pthread_t th[16], ab;
     thr_arg args[16];
-    cr_assert_leq(n_submitters, 16);
-    for (int k = 0; k < n_submitters; k++) {
-        args[k] = (thr_arg){&sh, k};
-        cr_assert_eq(pthread_create(&th[k], NULL, submitter, &args[k]), 0);
-    }
-    if (with_aborter) cr_assert_eq(pthread_create(&ab, NULL, aborter, &sh), 0);
-
+    int n_started = 0;
+    bool aborter_started = false;
     long step = 0;
+
+    if (pl_engine_create(cfg, &sh.e) != PL_OK) {
+        record_failure("create: %s", pl_last_error());
+        goto cleanup;
+    }
+    for (; n_started < n_submitters; n_started++) {
+        args[n_started] = (thr_arg){&sh, n_started};
+        if (pthread_create(&th[n_started], NULL, submitter, &args[n_started]) != 0) break;
+    }
+    aborter_started = with_aborter && pthread_create(&ab, NULL, aborter, &sh) == 0;
+    /* a submitter that failed to start counts as done so the loop below ends */
+    atomic_fetch_add(&sh.submitters_done, n_submitters - n_started);
     while (atomic_load(&sh.submitters_done) < n_submitters || pl_engine_has_pending_work(sh.e)) {
         pl_step_result res;
-        cr_assert_eq(pl_engine_step(sh.e, &res), PL_OK, "step: %s", pl_last_error());
+        pl_status st = pl_engine_step(sh.e, &res);
+        if (st != PL_OK) {
+            record_failure("step: %s", pl_last_error());
+            break;
+        }
         step++;
         for (size_t k = 0; k < res.n_finished; k++) {
             const pl_completion *c = &res.finished[k];
-            cr_assert(c->id > 0 && c->id <= (pl_request_id)n_jobs && c->index >= 0 &&
-                      c->index < 2, "completion id %llu index %d", (unsigned long long)c->id,
-                      c->index);
+            if (!(c->id > 0 && c->id <= (pl_request_id)n_jobs && c->index >= 0 && c->index < 2)) {
+                record_failure("completion id %llu index %d", (unsigned long long)c->id,
+                               c->index);
+                continue;
+            }
             thr_seen *s = &seen[c->id][c->index];
             s->n_reported++;
             s->step = step;
             s->reason = c->finish_reason;
             s->n_out = (int)c->n_output_ids;
+            free(s->out);
             s->out = malloc((c->n_output_ids + 1) * sizeof(int32_t));
             memcpy(s->out, c->output_ids, c->n_output_ids * sizeof(int32_t));
         }
         atomic_store(&sh.steps_done, step);
         if (res.n_scheduled_seqs == 0) sched_yield();
     }
-    for (int k = 0; k < n_submitters; k++) pthread_join(th[k], NULL);
-    if (with_aborter) pthread_join(ab, NULL);
-    cr_assert(!atomic_load(&g_failed), "%s", g_fail);
+    for (int k = 0; k < n_started; k++) pthread_join(th[k], NULL);
+    if (aborter_started) pthread_join(ab, NULL);
 
     thr_result r = {.accepted = atomic_load(&sh.n_accepted_slots),
                     .rejected = atomic_load(&sh.rejected),
                     .aborts_accepted = atomic_load(&sh.aborts_accepted),
                     .aborts_refused = atomic_load(&sh.aborts_refused), .steps = step};
-    cr_assert_eq(r.accepted, n_jobs);
-    for (int id = 1; id <= n_jobs; id++) {
-        const thr_job *j = &jobs[sh.job_of_id[id]];
-        long ab_done = atomic_load(&sh.abort_step[id]);
-        for (int i = 0; i < 2; i++) {
-            thr_seen *s = &seen[id][i];
-            bool exists = i < j->sp.n;
-            cr_assert_eq(s->n_reported, exists ? 1 : 0, "request %d sample %d reported %d times",
-                         id, i, s->n_reported);
-            if (!exists) continue;
-            r.completions++;
-            if (s->reason == PL_FINISH_ABORT) {
-                cr_assert_geq(ab_done, 0, "request %d finished as aborted but no abort was "
-                              "accepted", id);
-                cr_assert_leq(s->n_out, j->n_ref);
-                r.aborted++;
-            } else {
-                cr_assert(ab_done < 0 || s->step < ab_done + 2, "request %d sample %d finished "
-                          "%s in step %ld, after an abort accepted by step %ld", id, i,
-                          pl_finish_reason_name(s->reason), s->step, ab_done);
-                cr_assert_eq(s->reason, j->ref_reason, "request %d: %s, reference %s", id,
-                             pl_finish_reason_name(s->reason),
-                             pl_finish_reason_name(j->ref_reason));
-                cr_assert_eq(s->n_out, j->n_ref, "request %d: %d tokens, reference %d", id,
-                             s->n_out, j->n_ref);
-            }
-            for (int t = 0; t < s->n_out; t++)
-                cr_assert_eq(s->out[t], j->ref[t], "request %d sample %d token %d: %d, "
-                             "reference %d", id, i, t, s->out[t], j->ref[t]);
-            free(s->out);
-        }
-    }
+    if (!thr_failure()) verify(&sh, seen, &r);
     pl_metrics m;
     pl_engine_metrics(sh.e, &m);
-    cr_assert_eq(m.kv_blocks_used, 0);
+    if (!thr_failure() && m.kv_blocks_used != 0)
+        record_failure("%d KV blocks still used at the end", m.kv_blocks_used);
+    *out_result = r;
+cleanup:
     pl_engine_destroy(sh.e);
+    for (int i = 0; i <= n_jobs; i++) {
+        free(seen[i][0].out);
+        free(seen[i][1].out);
+    }
     free(seen);
     free(sh.abort_step);
     free(sh.job_of_id);
     free(sh.accepted_ids);
-    *out = r;
+    return thr_failure() == NULL;
+}
+
+thr_job *thr_make_jobs(int n, uint64_t seed) {
+    pl_test_rng r;
+    pl_test_rng_seed(&r, seed);
+    thr_job *jobs = calloc((size_t)n, sizeof *jobs);
+    for (int i = 0; i < n; i++) {
+        thr_job *j = &jobs[i];
+        j->n_ids = 1 + (int)pl_test_rng_below(&r, 40);
+        j->ids[0] = 1;
+        for (int k = 1; k < j->n_ids; k++) j->ids[k] = 3 + (int32_t)pl_test_rng_below(&r, 500);
+        pl_sampling_params_default(&j->sp);
+        j->sp.temperature = 0.0f;
+        j->sp.max_tokens = 1 + (int)pl_test_rng_below(&r, 24);
+        j->sp.n = pl_test_rng_below(&r, 4) == 0 ? 2 : 1;
+        j->sp.priority = (int)pl_test_rng_below(&r, 2);
+        j->sp.ignore_eos = pl_test_rng_below(&r, 2) == 0;
+    }
+    return jobs;
+}
+
+void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks) {
+    pl_engine_config_default(c);
+    c->model_path = "dummy:tiny";
+    c->backend = backend;
+    c->n_threads = 2;
+    c->block_size = 4;
+    c->max_model_len = 96;
+    c->max_batch_size = 8;
+    c->max_num_seqs = 16;
+    c->max_total_tokens = 64;
+    c->max_num_blocks = max_num_blocks;
+    c->max_waiting = 12;
+}
+
+bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64_t seed) {
+    int n = n_submitters * per_thread;
+    thr_job *jobs = thr_make_jobs(n, seed);
+    pl_engine_config c;
+    thr_config(&c, backend, 512);
+    c.max_waiting = 0;
+    thr_result r = {0};
+    bool ok = thr_reference(&c, jobs, n);
+    thr_config(&c, backend, 36);
+    if (ok) ok = thr_run(&c, jobs, n, n_submitters, true, &r);
+    if (ok)
+        fprintf(stderr, "threads: %s backend, %d submitters + 1 aborter, %ld requests accepted "
+                "(%ld QUEUE_FULL retries), %ld aborts accepted, %ld refused, %ld completions "
+                "(%ld aborted), %ld steps\n", backend == PL_BACKEND_REF ? "ref" : "cpu",
+                n_submitters, r.accepted, r.rejected, r.aborts_accepted, r.aborts_refused,
+                r.completions, r.aborted, r.steps);
+    thr_jobs_free(jobs, n);
+    return ok;
 }

@@ -33,12 +33,25 @@ typedef struct thr_result {
     long accepted, rejected, aborts_accepted, aborts_refused, completions, aborted, steps;
 } thr_result;
 
-/* Fills ref/n_ref/ref_reason of every job with a one-thread run of an engine made from cfg. */
-void thr_reference(const pl_engine_config *cfg, thr_job *jobs, int n_jobs);
-/* The concurrent run: n_submitters threads (n_jobs divisible by it) plus one aborter when
- * with_aborter. Fails the test on any violation. */
-void thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submitters,
+/* Fills ref/n_ref/ref_reason of every job with a one-thread run of an engine made from cfg.
+ * False on failure (thr_failure() says why). */
+bool thr_reference(const pl_engine_config *cfg, thr_job *jobs, int n_jobs);
+/* The concurrent run: n_submitters (<= 16) threads, n_jobs divisible by it, plus one aborter
+ * when with_aborter. False on any violation (thr_failure() says which). */
+bool thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submitters,
              bool with_aborter, thr_result *out);
+/* The first failure recorded by any thread, or NULL. Process-wide. */
+const char *thr_failure(void);
+/* Workload for the tests: n greedy jobs over dummy:tiny's vocabulary (prompts of 1-40 ids,
+ * 1-24 output tokens, a quarter with n = 2, two priorities, half ignoring EOS). */
+thr_job *thr_make_jobs(int n, uint64_t seed);
+/* The config both the reference and the concurrent run use: dummy:tiny, block size 4,
+ * max_model_len 96, batch 8, 16 sequences, 64 tokens per step, max_waiting 12 (0 for the
+ * reference), max_num_blocks as given. */
+void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks);
+/* The whole check: reference (pool of 512 blocks), then the concurrent run with a 36-block
+ * pool; prints a summary line. False on failure. */
+bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64_t seed);
 void thr_jobs_free(thr_job *jobs, int n_jobs);
 
 #endif

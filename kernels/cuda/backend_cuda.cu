@@ -268,11 +268,16 @@ extern "C" pl_status pl_backend_cuda_create(const pl_backend_options *opt, pl_ba
     if (device < 0 || device >= n_dev)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "backend cuda: device %d out of range (%d devices)",
                        device, n_dev);
-    pl_dtype kv = opt ? opt->kv_dtype : PL_DTYPE_AUTO;
-    if (kv == PL_DTYPE_AUTO) kv = PL_DTYPE_F16;
-    if (kv != PL_DTYPE_F16 && kv != PL_DTYPE_BF16 && kv != PL_DTYPE_F32)
+    /* Read as an int: C callers may store any int in the enum, and in C++ loading an
+     * out-of-range enum value is undefined (UBSan's -fsanitize=enum flags it). */
+    int kv_raw = PL_DTYPE_AUTO;
+    static_assert(sizeof(pl_dtype) == sizeof(int), "pl_dtype is int-sized");
+    if (opt) memcpy(&kv_raw, &opt->kv_dtype, sizeof kv_raw);
+    if (kv_raw == PL_DTYPE_AUTO) kv_raw = PL_DTYPE_F16;
+    if (kv_raw != PL_DTYPE_F16 && kv_raw != PL_DTYPE_BF16 && kv_raw != PL_DTYPE_F32)
         return pl_fail(PL_ERR_UNSUPPORTED, "backend cuda: kv_dtype %d is not f16, bf16 or f32",
-                       (int)kv);
+                       kv_raw);
+    const pl_dtype kv = (pl_dtype)kv_raw;
 
     pl_backend *be = (pl_backend *)pl_calloc(1, sizeof *be);
     pl_cuda_ctx *c = (pl_cuda_ctx *)pl_calloc(1, sizeof *c);

@@ -420,7 +420,7 @@ struct State {
     size_t used = 0;
     size_t total = (size_t)256 << 20;
     int n_devices = 1;
-    long malloc_fail_after = -1; // test hook: cudaMalloc fails after this many successes
+    long malloc_fail_after = -1; // test hook: cudaMalloc/cudaMallocHost fail after n successes
     bool check_args = true;
     std::map<const void *, int> max_dyn_smem;
     cudaError_t pending = cudaSuccess; // a failed launch, reported by the next sync
@@ -1228,6 +1228,12 @@ inline cudaError_t cudaFree(void *p) {
 }
 inline cudaError_t cudaMallocHost(void **p, size_t n) {
     *p = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(cuemu::state().mu);
+        long &fail = cuemu::state().malloc_fail_after;
+        if (fail == 0) return cuemu::set_error(cudaErrorMemoryAllocation);
+        if (fail > 0) fail--;
+    }
     void *m = nullptr;
     if (posix_memalign(&m, 64, n ? n : 1) != 0) return cuemu::set_error(cudaErrorMemoryAllocation);
     std::lock_guard<std::mutex> lk(cuemu::state().mu);

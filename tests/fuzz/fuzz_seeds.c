@@ -1,0 +1,218 @@
+/*
+ * tests/fuzz/fuzz_seeds.c - writes the seed corpora of the fuzz targets:
+ *
+ *   fuzz_seeds OUTDIR
+ *
+ * OUTDIR/llama2c/      [dtype byte] + llama2.c legacy and ak42 files of tiny random models
+ * OUTDIR/safetensors/  [dtype byte][u16 config length] + config.json + model.safetensors
+ *                      (f32, f16, bf16, misaligned header, tied with lm_head, no tie key)
+ * OUTDIR/prompts/      JSONL files: every field, ids and text, stop forms, edge values
+ * OUTDIR/config/       encoded engine configs (fuzz_config_codec.h): defaults, small valid
+ *                      engines with request shapes, boundary values
+ * The tokenizer corpus is trained by scripts/fuzz.sh with spm_train (no C writer for the
+ * SentencePiece protobuf here). Models are written by tests/support/model_fixtures, the
+ * writers the loader tests use, so every seed is a valid file the mutations start from.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fuzz_config_codec.h"
+#include "model_fixtures.h"
+
+static _Noreturn void die(const char *what) {
+    fprintf(stderr, "fuzz_seeds: %s\n", what);
+    exit(1);
+}
+
+static void mkdir_p(const char *d) {
+    if (mkdir(d, 0755) != 0 && errno != EEXIST) die(d);
+}
+
+static void write_seed(const char *dir, const char *name, const void *a, size_t na,
+                       const void *b, size_t nb) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(a, 1, na, f) != na || (nb && fwrite(b, 1, nb, f) != nb) || fclose(f))
+        die(path);
+}
+
+/* Tiny llama2.c-compatible configs: a few KB per file. */
+static void tiny_config(pl_model_config *c, int variant) {
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 99);
+    pl_fixture_random_config(&r, c);
+    c->dim = variant == 2 ? 16 : 8;
+    c->n_heads = 2;
+    c->n_kv_heads = variant == 1 ? 1 : 2;
+    c->head_dim = c->dim / c->n_heads;
+    c->hidden_dim = variant == 2 ? 20 : 12;
+    c->n_layers = variant == 2 ? 2 : 1;
+    c->vocab_size = 16 + 3 * variant;
+    c->max_seq_len = 8;
+    c->tied_embeddings = variant != 1;
+}
+
+static void llama2c_seeds(const char *out, const char *tmp) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/llama2c", out);
+    mkdir_p(dir);
+    for (int v = 0; v < 3; v++) {
+        pl_model_config c;
+        tiny_config(&c, v);
+        pl_model *m = pl_fixture_model(&c, 1000 + (uint64_t)v);
+        if (!m) die("fixture model");
+        for (int fmt = 0; fmt < 2; fmt++) {
+            const char *p = pl_fixture_path(tmp, "m.bin");
+            bool ok = fmt == 0 ? pl_fixture_write_llama2c(m, p) : pl_fixture_write_ak42(m, p);
+            uint8_t *bytes;
+            size_t n;
+            if (!ok || !pl_fixture_read_file(p, &bytes, &n)) die("llama2c writer");
+            for (uint8_t dt = 0; dt < 4; dt += (uint8_t)(v == 0 ? 1 : 4)) {
+                char name[64];
+                snprintf(name, sizeof name, "%s_v%d_dt%d.bin", fmt ? "ak42" : "legacy", v, dt);
+                write_seed(dir, name, &dt, 1, bytes, n);
+            }
+            free(bytes);
+        }
+        pl_model_free(m);
+    }
+}
+
+static void safetensors_seeds(const char *out, const char *tmp) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/safetensors", out);
+    mkdir_p(dir);
+    static const struct {
+        const char *name;
+        pl_fixture_hf_options o;
+        int variant;
+    } kinds[] = {
+        {"f32", {.dtype = PL_DTYPE_F32}, 0},
+        {"f16", {.dtype = PL_DTYPE_F16}, 1},
+        {"bf16", {.dtype = PL_DTYPE_BF16}, 2},
+        {"misaligned", {.dtype = PL_DTYPE_F32, .misalign = true}, 1},
+        {"tied_lm_head", {.dtype = PL_DTYPE_F16, .lm_head_when_tied = true}, 0},
+        {"no_tie_key", {.dtype = PL_DTYPE_F32, .omit_tie_key = true}, 2},
+    };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        pl_model_config c;
+        tiny_config(&c, kinds[k].variant);
+        pl_model *m = pl_fixture_model(&c, 2000 + k);
+        char hf[512];
+        snprintf(hf, sizeof hf, "%s/hf%zu", tmp, k);
+        if (!m || !pl_fixture_write_hf(m, hf, &kinds[k].o)) die("hf writer");
+        char cfg_path[600], st_path[600];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hf);
+        snprintf(st_path, sizeof st_path, "%s/model.safetensors", hf);
+        uint8_t *cj, *st;
+        size_t ncj, nst;
+        if (!pl_fixture_read_file(cfg_path, &cj, &ncj) || !pl_fixture_read_file(st_path, &st, &nst))
+            die("hf read back");
+        if (ncj > 0xFFFF) die("config.json too long for the seed layout");
+        uint8_t *buf = malloc(3 + ncj + nst);
+        buf[0] = (uint8_t)(k % 4); /* load dtype */
+        buf[1] = (uint8_t)(ncj & 0xFF);
+        buf[2] = (uint8_t)(ncj >> 8);
+        memcpy(buf + 3, cj, ncj);
+        memcpy(buf + 3 + ncj, st, nst);
+        char name[64];
+        snprintf(name, sizeof name, "%s.bin", kinds[k].name);
+        write_seed(dir, name, buf, 3 + ncj + nst, NULL, 0);
+        free(buf);
+        free(cj);
+        free(st);
+        pl_model_free(m);
+    }
+}
+
+static void prompts_seeds(const char *out) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/prompts", out);
+    mkdir_p(dir);
+    static const char *files[][2] = {
+        {"text.jsonl", "{\"prompt\": \"Once upon a time\"}\n"},
+        {"ids.jsonl", "{\"prompt_token_ids\": [1, 5, 9, 511], \"max_tokens\": 8}\n"},
+        {"all_fields.jsonl",
+         "{\"prompt\": \"Hi\", \"max_tokens\": 4, \"min_tokens\": 1, \"temperature\": 0.7, "
+         "\"top_p\": 0.9, \"top_k\": 40, \"min_p\": 0.05, \"seed\": 7, \"ignore_eos\": true, "
+         "\"n\": 2, \"stop\": [\".\", \"\\n\"], \"priority\": -1, \"repetition_penalty\": 1.1, "
+         "\"presence_penalty\": 0.5, \"frequency_penalty\": -0.5}\n"},
+        {"many.jsonl",
+         "{\"prompt\": \"a\"}\n\n  \n{\"prompt_token_ids\": [1]}\r\n"
+         "{\"prompt\": \"h\\u00e9llo \\u2713\", \"stop\": \"llo\"}\n"},
+        {"edge.jsonl",
+         "{\"prompt_token_ids\": [0, 2147483647], \"max_tokens\": 16777216, \"top_p\": 0}\n"},
+        {"bad_json.jsonl", "{\"prompt\": \"unterminated}\n"},
+        {"nul.jsonl", "{\"prompt\": \"a\\u0000b\"}\n"},
+        {"dup.jsonl", "{\"prompt\": \"a\", \"prompt\": \"b\"}\n"},
+        {"not_object.jsonl", "[1, 2, 3]\n"},
+        {"stop_array.jsonl", "{\"prompt\": \"x\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\",\"f\","
+                             "\"g\",\"h\",\"i\"]}\n"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        write_seed(dir, files[i][0], files[i][1], strlen(files[i][1]), NULL, 0);
+}
+
+static void config_seeds(const char *out) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/config", out);
+    mkdir_p(dir);
+    uint8_t buf[256];
+    pl_engine_config c;
+    for (int k = 0; k < 8; k++) {
+        pl_engine_config_default(&c);
+        uint8_t sel = 0;
+        /* a small valid engine the target will run */
+        c.backend = PL_BACKEND_REF;
+        c.max_num_blocks = 64;
+        c.block_size = 4;
+        c.max_batch_size = 4;
+        c.max_num_seqs = 8;
+        c.max_total_tokens = 32;
+        c.max_model_len = 64;
+        switch (k) {
+        case 0: pl_engine_config_default(&c); break; /* defaults: validated, not run */
+        case 1: break;
+        case 2: c.enable_chunked_prefill = false; break;
+        case 3: c.overflow_policy = PL_OVERFLOW_DROP_OLDEST; c.max_waiting = 1; break;
+        case 4: c.block_size = 1; c.max_num_blocks = 200; c.long_prefill_threshold = 3; break;
+        case 5: c.backend = PL_BACKEND_CPU; c.n_threads = 1; c.watermark = 0.2; break;
+        case 6: c.max_num_blocks = 0; c.memory_limit_bytes = 8u << 20; c.memory_threshold = 0.5;
+                break;
+        case 7: sel = 3; break; /* an unknown dummy preset */
+        }
+        size_t n = fz_encode_config(&c, sel, buf);
+        /* request shapes: prompt 6, max_tokens 5, n 2, 3 requests */
+        buf[n++] = 5;
+        buf[n++] = 4;
+        buf[n++] = 1;
+        buf[n++] = 3;
+        char name[32];
+        snprintf(name, sizeof name, "config%d.bin", k);
+        write_seed(dir, name, buf, n, NULL, 0);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_seeds OUTDIR\n");
+        return 2;
+    }
+    const char *out = argv[1];
+    mkdir_p(out);
+    const char *tmp = pl_test_tmpdir();
+    if (!tmp) die("temporary directory");
+    char tmpdir[512];
+    snprintf(tmpdir, sizeof tmpdir, "%s", tmp);
+    llama2c_seeds(out, tmpdir);
+    safetensors_seeds(out, tmpdir);
+    prompts_seeds(out);
+    config_seeds(out);
+    pl_fixture_remove_dir(tmpdir);
+    printf("fuzz_seeds: corpora written under %s\n", out);
+    return 0;
+}

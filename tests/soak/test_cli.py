@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""The command line refuses bad input: a non-zero exit and a message on stderr naming the
+flag, file or line, never a crash (a signal) and never exit 0.
+
+Usage: test_cli.py PATH/TO/pagellm   (run by meson in suite e2e)
+
+Cases: truncated and hostile model files, a missing tokenizer, invalid JSONL lines, unknown
+flags and bad flag values, missing files, out-of-vocabulary token ids. One valid run makes sure
+the refusals are not the command failing for everyone. Prints TAP-like lines and a closing
+"N passed, N failed".
+"""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+EXE = sys.argv[1]
+passed = failed = 0
+
+
+def run(args, timeout=60):
+    p = subprocess.run([EXE] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def check(name, args, want_rc, needles):
+    """want_rc: an exit code, or None for 'any non-zero exit that is not a signal'."""
+    global passed, failed
+    rc, out, err = run(args)
+    problems = []
+    if rc < 0:
+        problems.append(f"killed by signal {-rc}")
+    elif want_rc is None and rc == 0:
+        problems.append("exit 0")
+    elif want_rc is not None and rc != want_rc:
+        problems.append(f"exit {rc}, want {want_rc}")
+    for n in needles:
+        if n not in err:
+            problems.append(f"stderr lacks {n!r}")
+    if rc != 0 and not err.strip():
+        problems.append("no message on stderr")
+    if "AddressSanitizer" in err or "runtime error" in err:
+        problems.append("sanitizer report")
+    if problems:
+        failed += 1
+        print(f"not ok - {name}: {'; '.join(problems)}\n  args: {args}\n  stderr: {err[-600:]}")
+    else:
+        passed += 1
+        print(f"ok - {name}")
+
+
+def llama2c_header(dim=8, hidden=12, layers=1, heads=2, kv=2, vocab=16, seq=8):
+    return struct.pack("<7i", dim, hidden, layers, heads, kv, vocab, seq)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="pl_cli_")
+    p = lambda name: os.path.join(tmp, name)
+    ids = ["--prompt-ids", "1,5,9"]
+
+    # a working run first: what follows must fail for its own reason
+    check("valid run", ["generate", "--model", "dummy:tiny", "--max-tokens", "3",
+                        "--temperature", "0", "--json"] + ids, 0, [])
+
+    # model files
+    with open(p("trunc.bin"), "wb") as f:
+        f.write(llama2c_header() + b"\0" * 100)  # claims far more weights than it holds
+    check("truncated llama2.c model", ["generate", "--model", p("trunc.bin")] + ids, 1,
+          ["trunc.bin"])
+    with open(p("short.bin"), "wb") as f:
+        f.write(b"\x08\x00")  # not even a header
+    check("file shorter than a header", ["generate", "--model", p("short.bin")] + ids, 1,
+          ["short.bin"])
+    with open(p("huge.bin"), "wb") as f:
+        f.write(llama2c_header(dim=1 << 30, layers=1000000000, vocab=1 << 30) + b"\0" * 64)
+    check("absurd dimensions", ["generate", "--model", p("huge.bin")] + ids, 1, ["huge.bin"])
+    with open(p("neg.bin"), "wb") as f:
+        f.write(llama2c_header(dim=-8, layers=-1) + b"\0" * 64)
+    check("negative dimensions", ["generate", "--model", p("neg.bin")] + ids, 1, ["neg.bin"])
+    with open(p("empty.bin"), "wb") as f:
+        pass
+    check("empty model file", ["generate", "--model", p("empty.bin")] + ids, 1, ["empty.bin"])
+    os.mkdir(p("hf"))
+    with open(p("hf/config.json"), "w") as f:
+        f.write('{"architectures": ["LlamaForCausalLM"], "hidden_size": 8,')  # cut short
+    check("truncated config.json", ["generate", "--model", p("hf")] + ids, 1, ["config.json"])
+    with open(p("hf/config.json"), "w") as f:
+        f.write('{"architectures": ["LlamaForCausalLM"], "hidden_size": 8, '
+                '"intermediate_size": 12, "num_hidden_layers": 1, "num_attention_heads": 2, '
+                '"vocab_size": 16, "max_position_embeddings": 8, "rms_norm_eps": 1e-5}')
+    with open(p("hf/model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", 1 << 40) + b"{}")  # header length past the end
+    check("safetensors header past the end", ["generate", "--model", p("hf")] + ids, 1,
+          ["model.safetensors"])
+    check("missing model", ["generate", "--model", p("nope.bin")] + ids, 1, ["nope.bin"])
+    check("unknown dummy preset", ["generate", "--model", "dummy:nope"] + ids, 1, ["nope"])
+
+    # tokenizer
+    check("missing tokenizer", ["generate", "--model", "dummy:tiny", "--tokenizer",
+                                p("missing.model"), "--prompt", "hi"], 1, ["missing.model"])
+    with open(p("bad.model"), "wb") as f:
+        f.write(b"\x0a\xff\xff\xff\xff\x0f garbage")
+    check("corrupt tokenizer", ["generate", "--model", "dummy:tiny", "--tokenizer",
+                                p("bad.model"), "--prompt", "hi"], 1, ["bad.model"])
+    check("text prompt without a tokenizer", ["generate", "--model", "dummy:tiny",
+                                              "--prompt", "hello"], 1, ["tokenizer"])
+
+    # prompts files
+    def jsonl(name, text):
+        with open(p(name), "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        return p(name)
+    cases = [
+        ("invalid JSON on line 2", "ok2.jsonl",
+         '{"prompt_token_ids": [1, 2]}\n{"prompt_token_ids": [1, 2\n', ":2:"),
+        ("not an object", "arr.jsonl", "[1, 2]\n", ":1:"),
+        ("both prompt forms", "both.jsonl", '{"prompt": "a", "prompt_token_ids": [1]}\n',
+         "prompt"),
+        ("wrong type", "type.jsonl", '{"prompt_token_ids": [1], "max_tokens": "9"}\n',
+         "max_tokens"),
+        ("negative id", "negid.jsonl", '{"prompt_token_ids": [1, -3]}\n', "prompt_token_ids"),
+        ("NUL in prompt", "nul.jsonl", '{"prompt": "a\\u0000b"}\n', "NUL"),
+        ("empty stop", "stop.jsonl", '{"prompt_token_ids": [1], "stop": [""]}\n', "stop"),
+        ("too many stops", "stops.jsonl",
+         '{"prompt_token_ids": [1], "stop": ["a","b","c","d","e","f","g","h","i"]}\n', "stop"),
+        ("duplicate key", "dup.jsonl", '{"prompt_token_ids": [1], "n": 1, "n": 2}\n', ":1:"),
+        ("blank file", "blank.jsonl", "\n   \n", "no prompts"),
+        ("n out of range", "n.jsonl", '{"prompt_token_ids": [1], "n": 1000}\n', "n"),
+    ]
+    for name, fname, text, needle in cases:
+        check("prompts file: " + name, ["generate", "--model", "dummy:tiny", "--prompts",
+                                        jsonl(fname, text)], 2, [fname, needle])
+    with open(p("latin1.jsonl"), "wb") as f:
+        f.write(b'{"prompt": "caf\xe9"}\n')  # not UTF-8
+    check("prompts file: invalid UTF-8", ["generate", "--model", "dummy:tiny", "--prompts",
+                                          p("latin1.jsonl")], 2, ["latin1.jsonl:1:"])
+    check("prompts file: missing", ["generate", "--model", "dummy:tiny", "--prompts",
+                                    p("none.jsonl")], 2, ["none.jsonl"])
+    check("prompts file: a directory", ["generate", "--model", "dummy:tiny", "--prompts", tmp],
+          None, [tmp])
+    # valid JSON, values the engine refuses: named with the prompt's number
+    check("prompts file: id outside the vocabulary", ["generate", "--model", "dummy:tiny",
+          "--prompts", jsonl("oov.jsonl", '{"prompt_token_ids": [1]}\n'
+                                          '{"prompt_token_ids": [1, 99999]}\n')],
+          1, ["prompt 2", "vocabulary"])
+    check("prompts file: sampling value refused", ["generate", "--model", "dummy:tiny",
+          "--prompts", jsonl("topp.jsonl", '{"prompt_token_ids": [1], "top_p": 0}\n')],
+          1, ["top_p"])
+
+    # flags
+    flag_cases = [
+        ("unknown flag", ["--frobnicate"], "--frobnicate"),
+        ("flag without value", ["--max-tokens"], "--max-tokens"),
+        ("non-numeric value", ["--max-tokens", "abc"], "--max-tokens"),
+        ("trailing junk", ["--max-tokens", "12x"], "--max-tokens"),
+        ("overflowing value", ["--max-tokens", "99999999999999999999"], "--max-tokens"),
+        ("negative value", ["--block-size", "-16"], "--block-size"),
+        ("NaN temperature", ["--temperature", "nan"], "--temperature"),
+        ("infinite top-p", ["--top-p", "inf"], "--top-p"),
+        ("unknown backend", ["--backend", "tpu"], "--backend"),
+        ("unknown dtype", ["--dtype", "int3"], "--dtype"),
+        ("bad prompt ids", ["--prompt-ids", "1,x,3"], "--prompt-ids"),
+        ("empty prompt ids", ["--prompt-ids", ","], "--prompt-ids"),
+    ]
+    for name, extra, needle in flag_cases:
+        args = ["generate", "--model", "dummy:tiny"] + extra
+        if "--prompt-ids" not in extra:
+            args += ids
+        check("flag: " + name, args, 2, [needle])
+    check("no --model", ["generate"] + ids, 2, ["--model"])
+    check("no prompt", ["generate", "--model", "dummy:tiny"], 2, ["--prompt"])
+    check("two prompt forms", ["generate", "--model", "dummy:tiny", "--prompt", "a"] + ids, 2,
+          ["--prompt"])
+    check("unknown command", ["frobnicate"], 2, ["frobnicate"])
+    check("block size not a power of two", ["generate", "--model", "dummy:tiny",
+                                            "--block-size", "24"] + ids, None, ["block"])
+    check("max-model-len beyond the model", ["generate", "--model", "dummy:tiny",
+                                             "--max-model-len", "100000"] + ids, None,
+          ["max_model_len"])
+    check("prompt id outside the vocabulary", ["generate", "--model", "dummy:tiny",
+                                               "--prompt-ids", "1,512"], 1, ["vocabulary"])
+    check("request longer than max_model_len", ["generate", "--model", "dummy:tiny",
+                                                "--max-tokens", "1000"] + ids, 1, ["max_model_len"])
+
+    # the shared models, when present: invalid UTF-8 text through a real tokenizer
+    models = os.environ.get("PAGELLM_TEST_MODELS")
+    if models and os.path.exists(os.path.join(models, "tok512.model")):
+        check("invalid UTF-8 prompt", ["generate", "--model", "dummy:tiny", "--tokenizer",
+                                       os.path.join(models, "tok512.model"), "--prompt",
+                                       b"caf\xe9".decode("latin-1").encode("latin-1")
+                                       .decode("utf-8", "surrogateescape")], 1, ["UTF-8"])
+        with open(os.path.join(models, "stories260K.bin"), "rb") as f:
+            head = f.read(4096)
+        with open(p("stories_cut.bin"), "wb") as f:
+            f.write(head)
+        check("truncated stories260K", ["generate", "--model", p("stories_cut.bin")] + ids, 1,
+              ["stories_cut.bin"])
+
+    for f in sorted(os.listdir(tmp), reverse=True):
+        path = p(f)
+        if os.path.isdir(path):
+            for g in os.listdir(path):
+                os.remove(os.path.join(path, g))
+            os.rmdir(path)
+        else:
+            os.remove(path)
+    os.rmdir(tmp)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

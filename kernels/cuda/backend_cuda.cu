@@ -174,6 +174,12 @@ static pl_status cuda_upload_weight(pl_backend *be, const void *src, pl_dtype sr
             }
             st = pl_cuda_convert_f32(c, (uint16_t *)w + off, stored, c->wstage, n);
         }
+        /* Not kept between uploads: the engine sizes the KV pool from memory_info after the
+         * weights, and 16 MiB of idle staging would be taken from it. cudaFree waits for the
+         * conversions. */
+        if (cudaFree(c->wstage) != cudaSuccess) (void)cudaGetLastError();
+        c->wstage = NULL;
+        c->wstage_bytes = 0;
     }
     if (st != PL_OK) {
         cuda_free(be, w);

@@ -28,7 +28,7 @@ struct pl_cuda_ctx {
     size_t act16_bytes;
     float *attn_part;         /* split-K partials: (n_seqs, n_heads, n_parts) x (2 + head_dim) */
     size_t attn_part_bytes;
-    float *wstage;            /* upload_weight: one f32 chunk before conversion on device */
+    float *wstage;            /* upload_weight: one f32 chunk before conversion (freed after) */
     size_t wstage_bytes;
 
     /* pinned host staging for small uploads (per-step metadata): two halves used in turn;

@@ -14,13 +14,24 @@
 #include "threads_util.h"
 
 Test(threads, submitters_and_aborter_ref_backend, .timeout = 240) {
-    bool ok = thr_check(PL_BACKEND_REF, 3, 60, pl_test_run_seed("threads"));
+    bool ok = thr_check(PL_BACKEND_REF, 3, 60, pl_test_run_seed("threads"), NULL);
     cr_assert(ok, "%s", thr_failure());
     PL_ASSERT_NO_LEAKS();
 }
 
 Test(threads, submitters_and_aborter_cpu_backend, .timeout = 240) {
-    bool ok = thr_check(PL_BACKEND_CPU, 4, 40, pl_test_run_seed("threads"));
+    bool ok = thr_check(PL_BACKEND_CPU, 4, 40, pl_test_run_seed("threads"), NULL);
+    cr_assert(ok, "%s", thr_failure());
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Text prompts: tokenization (the sentencepiece shim) runs on the submitting threads. Uses
+ * tok512 from PAGELLM_TEST_MODELS (512 pieces, as dummy:tiny's vocabulary). */
+Test(threads, text_submitters_with_tokenizer, .timeout = 240) {
+    char tok[512];
+    if (!pl_test_models_dir() || !pl_test_model_path("tok512.model", tok, sizeof tok))
+        cr_skip_test("PAGELLM_TEST_MODELS unset: no tokenizer");
+    bool ok = thr_check(PL_BACKEND_CPU, 3, 40, pl_test_run_seed("threads"), tok);
     cr_assert(ok, "%s", thr_failure());
     PL_ASSERT_NO_LEAKS();
 }

@@ -57,7 +57,7 @@ void thr_jobs_free(thr_job *jobs, int n_jobs) {
 
 static pl_status submit(pl_engine *e, const thr_job *j, pl_sampling_params *sp,
                         pl_request_id *id) {
-    return j->text ? pl_engine_submit_request(e, j->text, sp, id)
+    return j->text[0] ? pl_engine_submit_request(e, j->text, sp, id)
                    : pl_engine_submit_tokens(e, j->ids, (size_t)j->n_ids, sp, id);
 }
 
@@ -151,9 +151,13 @@ static void *aborter(void *p) {
     thr_shared *sh = p;
     pl_test_rng r;
     pl_test_rng_seed(&r, 4242);
+    long last_step = -100;
     while (atomic_load(&sh->submitters_done) < sh->n_submitters) {
         int n = atomic_load(&sh->n_accepted_slots);
-        if (n > 0 && pl_test_rng_below(&r, 5) == 0) {
+        /* paced by steps, not time, so a slow (sanitized) engine is not aborted to nothing */
+        long now = atomic_load(&sh->steps_done);
+        if (n > 0 && now - last_step >= 4 && pl_test_rng_below(&r, 3) == 0) {
+            last_step = now;
             uint64_t id = atomic_load(&sh->accepted_ids[pl_test_rng_below(&r, (uint32_t)n)]);
             if (id) {
                 pl_status s = pl_engine_abort(sh->e, id);
@@ -299,15 +303,31 @@ cleanup:
     return thr_failure() == NULL;
 }
 
-thr_job *thr_make_jobs(int n, uint64_t seed) {
+static const char *const k_words[] = {
+    "Once", "upon", "a", "time", "there", "was", "little", "girl", "named", "Lily", "she",
+    "liked", "to", "play", "in", "the", "park", "with", "her", "dog", "one", "day", "saw",
+    "big", "red", "ball", "and", "said", "happy", "mom", "tree", "sun", "went", "home", "."};
+
+thr_job *thr_make_jobs(int n, uint64_t seed, bool text) {
     pl_test_rng r;
     pl_test_rng_seed(&r, seed);
     thr_job *jobs = calloc((size_t)n, sizeof *jobs);
     for (int i = 0; i < n; i++) {
         thr_job *j = &jobs[i];
-        j->n_ids = 1 + (int)pl_test_rng_below(&r, 40);
-        j->ids[0] = 1;
-        for (int k = 1; k < j->n_ids; k++) j->ids[k] = 3 + (int32_t)pl_test_rng_below(&r, 500);
+        if (text) {
+            int words = 1 + (int)pl_test_rng_below(&r, 30);
+            size_t len = 0;
+            for (int k = 0; k < words; k++) {
+                const char *w = k_words[pl_test_rng_below(&r, sizeof k_words / sizeof *k_words)];
+                len += (size_t)snprintf(j->text + len, sizeof j->text - len, "%s%s",
+                                        k ? " " : "", w);
+            }
+        } else {
+            j->n_ids = 1 + (int)pl_test_rng_below(&r, 40);
+            j->ids[0] = 1;
+            for (int k = 1; k < j->n_ids; k++)
+                j->ids[k] = 3 + (int32_t)pl_test_rng_below(&r, 500);
+        }
         pl_sampling_params_default(&j->sp);
         j->sp.temperature = 0.0f;
         j->sp.max_tokens = 1 + (int)pl_test_rng_below(&r, 24);
@@ -318,9 +338,11 @@ thr_job *thr_make_jobs(int n, uint64_t seed) {
     return jobs;
 }
 
-void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks) {
+void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks,
+                const char *tokenizer) {
     pl_engine_config_default(c);
     c->model_path = "dummy:tiny";
+    c->tokenizer_path = tokenizer;
     c->backend = backend;
     c->n_threads = 2;
     c->block_size = 4;
@@ -332,20 +354,22 @@ void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks
     c->max_waiting = 12;
 }
 
-bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64_t seed) {
+bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64_t seed,
+               const char *tokenizer) {
     int n = n_submitters * per_thread;
-    thr_job *jobs = thr_make_jobs(n, seed);
+    thr_job *jobs = thr_make_jobs(n, seed, tokenizer != NULL);
     pl_engine_config c;
-    thr_config(&c, backend, 512);
+    thr_config(&c, backend, 512, tokenizer);
     c.max_waiting = 0;
     thr_result r = {0};
     bool ok = thr_reference(&c, jobs, n);
-    thr_config(&c, backend, 36);
+    thr_config(&c, backend, 36, tokenizer);
     if (ok) ok = thr_run(&c, jobs, n, n_submitters, true, &r);
     if (ok)
-        fprintf(stderr, "threads: %s backend, %d submitters + 1 aborter, %ld requests accepted "
-                "(%ld QUEUE_FULL retries), %ld aborts accepted, %ld refused, %ld completions "
-                "(%ld aborted), %ld steps\n", backend == PL_BACKEND_REF ? "ref" : "cpu",
+        fprintf(stderr, "threads: %s backend, %s prompts, %d submitters + 1 aborter, %ld "
+                "requests accepted (%ld QUEUE_FULL retries), %ld aborts accepted, %ld refused, "
+                "%ld completions (%ld aborted), %ld steps\n",
+                backend == PL_BACKEND_REF ? "ref" : "cpu", tokenizer ? "text" : "token",
                 n_submitters, r.accepted, r.rejected, r.aborts_accepted, r.aborts_refused,
                 r.completions, r.aborted, r.steps);
     thr_jobs_free(jobs, n);

@@ -19,7 +19,7 @@
 #include "pagellm.h"
 
 typedef struct thr_job {
-    const char *text;         /* submit_request when set (borrowed), else ids */
+    char text[256];           /* submit_request when not empty, else ids */
     int32_t ids[64];          /* (n_ids) */
     int n_ids;
     pl_sampling_params sp;    /* greedy; n in {1, 2} */
@@ -43,15 +43,20 @@ bool thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submi
 /* The first failure recorded by any thread, or NULL. Process-wide. */
 const char *thr_failure(void);
 /* Workload for the tests: n greedy jobs over dummy:tiny's vocabulary (prompts of 1-40 ids,
- * 1-24 output tokens, a quarter with n = 2, two priorities, half ignoring EOS). */
-thr_job *thr_make_jobs(int n, uint64_t seed);
-/* The config both the reference and the concurrent run use: dummy:tiny, block size 4,
- * max_model_len 96, batch 8, 16 sequences, 64 tokens per step, max_waiting 12 (0 for the
- * reference), max_num_blocks as given. */
-void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks);
+ * or with text 1-30 common words; 1-24 output tokens, a quarter with n = 2, two priorities,
+ * half ignoring EOS). */
+thr_job *thr_make_jobs(int n, uint64_t seed, bool text);
+/* The config both the reference and the concurrent run use: dummy:tiny (with tokenizer, a
+ * SentencePiece model of at most 512 pieces, or NULL), block size 4, max_model_len 96,
+ * batch 8, 16 sequences, 64 tokens per step, max_waiting 12 (0 for the reference),
+ * max_num_blocks as given. */
+void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks,
+                const char *tokenizer);
 /* The whole check: reference (pool of 512 blocks), then the concurrent run with a 36-block
- * pool; prints a summary line. False on failure. */
-bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64_t seed);
+ * pool; text prompts through submit_request when tokenizer is given. Prints a summary line.
+ * False on failure. */
+bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64_t seed,
+               const char *tokenizer);
 void thr_jobs_free(thr_job *jobs, int n_jobs);
 
 #endif

@@ -3,7 +3,8 @@
  * ThreadSanitizer build (Criterion's runner cannot start under TSan). Exit 0 when every check
  * passed (and, under TSan, halt_on_error turns any race report into a non-zero exit).
  *
- * usage: tsan_threads [ROUNDS]   (default 2: each round runs the ref and the cpu backend)
+ * usage: tsan_threads [ROUNDS]   (default 2: each round runs the ref and the cpu backend on
+ * token prompts, and text prompts through tok512 when PAGELLM_TEST_MODELS is set)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,14 @@
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 2;
     uint64_t seed = pl_test_run_seed("tsan_threads");
+    /* text prompts too when the shared tok512 model is there */
+    char tok[512];
+    const char *tk = pl_test_models_dir() && pl_test_model_path("tok512.model", tok, sizeof tok)
+                         ? tok : NULL;
     for (int i = 0; i < rounds; i++) {
-        if (!thr_check(PL_BACKEND_REF, 3, 40, seed + (uint64_t)i) ||
-            !thr_check(PL_BACKEND_CPU, 4, 30, seed + (uint64_t)i)) {
+        if (!thr_check(PL_BACKEND_REF, 3, 40, seed + (uint64_t)i, NULL) ||
+            !thr_check(PL_BACKEND_CPU, 4, 30, seed + (uint64_t)i, NULL) ||
+            (tk && !thr_check(PL_BACKEND_CPU, 3, 30, seed + (uint64_t)i, tk))) {
             fprintf(stderr, "tsan_threads: FAILED: %s\n", thr_failure());
             return 1;
         }

@@ -21,10 +21,14 @@ ninja -C "$dir" -j2 >/dev/null || { ninja -C "$dir" -j1 | tail -30; echo "0 pass
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
   # the e2e suite's Criterion binaries (not the Python command-line test)
-  mapfile -t tests < <(meson test -C "$dir" --list --suite e2e 2>/dev/null |
-    sed -E 's/^[^/]*\/ *//' | grep -v -x -e cli_refusals -e bench_soak_small)
+  mapfile -t tests < <(meson introspect "$dir" --tests | python3 -c '
+import json, sys
+for t in json.load(sys.stdin):
+    if any(s.split(":")[-1] == "e2e" for s in t["suite"]) and t["name"] not in (
+            "cli_refusals", "bench_soak_small"):
+        print(t["name"])')
 fi
-logdir="$dir/valgrind-logs"
+logdir="$(realpath -m "$dir/valgrind-logs")"
 rm -rf "$logdir"
 mkdir -p "$logdir"
 # one BLAS thread: OpenBLAS's thread pool only slows valgrind down
@@ -33,7 +37,7 @@ pass=0 fail=0
 for t in "${tests[@]}"; do
   start=$(date +%s)
   meson test -C "$dir" --no-rebuild --timeout-multiplier 20 \
-    --wrapper "valgrind --leak-check=full --error-exitcode=1 --trace-children=yes --num-callers=30 --log-file=$PWD/$logdir/$t.%p.log" \
+    --wrapper "valgrind --leak-check=full --error-exitcode=1 --trace-children=yes --num-callers=30 --log-file=$logdir/$t.%p.log" \
     "$t" >"$logdir/$t.meson.txt" 2>&1
   mrc=$?
   secs=$(( $(date +%s) - start ))

@@ -24,7 +24,7 @@ uint32_t pl_test_rng_below(pl_test_rng *r, uint32_t n) {
 }
 
 float pl_test_rng_float(pl_test_rng *r) {
-    return (float)((pl_test_rng_u64(r) >> 40) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
+    return (float)((pl_test_rng_u64(r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; /* 24 bits */
 }
 
 void pl_test_fill(pl_test_rng *r, float *x, size_t n, float scale) {

@@ -13,8 +13,11 @@ pc="$(dirname "$(find "$tmp/root" -name pagellm.pc | head -n 1)")"
 export PKG_CONFIG_PATH="$pc"
 export PKG_CONFIG_SYSROOT_DIR="$tmp/root"
 flags="$(pkg-config --cflags --libs pagellm)"
-cc -std=c11 -Wall -Werror "$src/tests/unit/install_example.c" -o "$tmp/example" $flags
 libdir="$(dirname "$(find "$tmp/root" -name 'libpagellm.so' | head -n 1)")"
+# a sanitizer build's library needs the program built with the same runtime
+san=""
+ldd "$libdir/libpagellm.so" | grep -q libasan && san="-fsanitize=address,undefined"
+cc -std=c11 -Wall -Werror $san "$src/tests/unit/install_example.c" -o "$tmp/example" $flags
 LD_LIBRARY_PATH="$libdir" "$tmp/example"
 # the program must have used the shared library, not a static copy
 LD_LIBRARY_PATH="$libdir" ldd "$tmp/example" | grep -q "libpagellm.so" || { echo "not linked to libpagellm.so"; exit 1; }

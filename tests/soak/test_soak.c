@@ -31,7 +31,8 @@
 #include "test_support.h"
 
 #ifdef PL_HAVE_LSAN
-#include <sanitizer/allocator_interface.h>
+/* from the sanitizer runtime (gcc ships no header declaring it) */
+size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 /* One request of the workload. */

@@ -130,6 +130,15 @@ Test(backend, memory_functions) {
     cr_assert_eq(e.cpu[0]->ops->alloc(e.cpu[0], 333, &p), PL_OK);
     cr_assert_eq((uintptr_t)p % 64, 0);
     e.cpu[0]->ops->free(e.cpu[0], p);
+    /* large buffers take the huge-page path: still zeroed, aligned and wholly usable */
+    size_t big = (size_t)5 << 20;
+    unsigned char *q;
+    cr_assert_eq(e.cpu[0]->ops->alloc(e.cpu[0], big, (void **)&q), PL_OK);
+    cr_assert_eq((uintptr_t)q % 64, 0);
+    for (size_t i = 0; i < big; i += 4093) cr_assert_eq(q[i], 0);
+    cr_assert_eq(q[big - 1], 0);
+    memset(q, 1, big);
+    e.cpu[0]->ops->free(e.cpu[0], q);
     pl_kt_env_fini(&e);
     PL_ASSERT_NO_LEAKS();
 }

@@ -40,6 +40,46 @@ static const char *prompts[] = {
 };
 #define N_PROMPTS (int)(sizeof prompts / sizeof prompts[0])
 
+/* One request run step by step: what was streamed and what it finished with (all owned). */
+typedef struct streamed_run {
+    char *streamed;       /* concatenation of every delta */
+    char *text;           /* the completion's text */
+    int32_t *ids;         /* (n_ids) output ids */
+    size_t n_ids;
+    pl_finish_reason reason;
+} streamed_run;
+
+static void run_streaming(pl_engine *e, const char *prompt, const pl_sampling_params *sp,
+                          streamed_run *out) {
+    cr_assert_eq(pl_engine_submit_request(e, prompt, sp, NULL), PL_OK, "%s", pl_last_error());
+    size_t cap = 1 << 16, len = 0;
+    *out = (streamed_run){.streamed = calloc(cap, 1)};
+    while (pl_engine_has_pending_work(e)) {
+        pl_step_result r;
+        cr_assert_eq(pl_engine_step(e, &r), PL_OK);
+        for (size_t i = 0; i < r.n_deltas; i++) {
+            cr_assert_lt(len + r.deltas[i].text_len, cap);
+            memcpy(out->streamed + len, r.deltas[i].text, r.deltas[i].text_len);
+            len += r.deltas[i].text_len;
+        }
+        if (r.n_finished) {
+            const pl_completion *c = &r.finished[0];
+            out->text = strdup(c->text);
+            out->n_ids = c->n_output_ids;
+            out->ids = malloc((c->n_output_ids + 1) * sizeof(int32_t));
+            memcpy(out->ids, c->output_ids, c->n_output_ids * sizeof(int32_t));
+            out->reason = c->finish_reason;
+        }
+    }
+    cr_assert(out->text, "the request finished");
+}
+
+static void streamed_run_free(streamed_run *r) {
+    free(r->streamed);
+    free(r->text);
+    free(r->ids);
+}
+
 Test(stories, greedy_matches_dense_reference_for_256_tokens, .timeout = 240) {
     paths();
     pl_model *m;
@@ -87,42 +127,18 @@ Test(stories, text_is_the_decode_of_the_ids_and_the_story_ends_at_bos, .timeout 
     pl_sampling_params_default(&sp);
     sp.temperature = 0.0f;
     sp.max_tokens = 400;
-    pl_request_id id;
-    cr_assert_eq(pl_engine_submit_request(e, prompts[0], &sp, &id), PL_OK);
-    /* stream: the concatenated deltas are the completion's text */
-    size_t cap = 1 << 16, len = 0;
-    char *streamed = calloc(cap, 1);
-    pl_completion done = {0};
-    char *final_text = NULL;
-    int32_t *out_ids = NULL;
-    while (pl_engine_has_pending_work(e)) {
-        pl_step_result r;
-        cr_assert_eq(pl_engine_step(e, &r), PL_OK);
-        for (size_t i = 0; i < r.n_deltas; i++) {
-            cr_assert_lt(len + r.deltas[i].text_len, cap);
-            memcpy(streamed + len, r.deltas[i].text, r.deltas[i].text_len);
-            len += r.deltas[i].text_len;
-        }
-        if (r.n_finished) {
-            done = r.finished[0];
-            final_text = strdup(done.text);
-            out_ids = malloc((done.n_output_ids + 1) * sizeof(int32_t));
-            memcpy(out_ids, done.output_ids, done.n_output_ids * sizeof(int32_t));
-        }
-    }
-    cr_assert(final_text);
-    cr_assert_eq(done.finish_reason, PL_FINISH_STOP, "a TinyStories story ends with BOS");
-    cr_assert_eq(out_ids[done.n_output_ids - 1], 1);
-    cr_assert_gt(done.n_output_ids, 20);
-    cr_assert_str_eq(streamed, final_text);
+    streamed_run run;
+    run_streaming(e, prompts[0], &sp, &run);
+    cr_assert_eq(run.reason, PL_FINISH_STOP, "a TinyStories story ends with BOS");
+    cr_assert_eq(run.ids[run.n_ids - 1], 1);
+    cr_assert_gt(run.n_ids, 20);
+    cr_assert_str_eq(run.streamed, run.text, "the concatenated deltas are the text");
     char *decoded;
-    cr_assert_eq(pl_tok_decode(t, out_ids, done.n_output_ids, &decoded), PL_OK);
-    cr_assert_str_eq(final_text, decoded, "text %s\nvs decode %s", final_text, decoded);
-    cr_assert(strlen(final_text) > 50, "a story: %s", final_text);
+    cr_assert_eq(pl_tok_decode(t, run.ids, run.n_ids, &decoded), PL_OK);
+    cr_assert_str_eq(run.text, decoded, "text %s\nvs decode %s", run.text, decoded);
+    cr_assert(strlen(run.text) > 50, "a story: %s", run.text);
     pl_free(decoded);
-    free(streamed);
-    free(final_text);
-    free(out_ids);
+    streamed_run_free(&run);
     pl_tok_free(t);
     pl_engine_destroy(e);
     PL_ASSERT_NO_LEAKS();
@@ -162,28 +178,6 @@ Test(stories, ref_and_cpu_backends_and_block_sizes_agree, .timeout = 240) {
     PL_ASSERT_NO_LEAKS();
 }
 
-/* Runs one greedy request and returns (strdup'd) the concatenated stream and final text. */
-static void run_text(pl_engine *e, const char *prompt, const pl_sampling_params *sp,
-                     char **streamed_out, char **text_out, pl_finish_reason *reason) {
-    cr_assert_eq(pl_engine_submit_request(e, prompt, sp, NULL), PL_OK, "%s", pl_last_error());
-    size_t cap = 1 << 16, len = 0;
-    char *streamed = calloc(cap, 1);
-    while (pl_engine_has_pending_work(e)) {
-        pl_step_result r;
-        cr_assert_eq(pl_engine_step(e, &r), PL_OK);
-        for (size_t i = 0; i < r.n_deltas; i++) {
-            cr_assert_lt(len + r.deltas[i].text_len, cap);
-            memcpy(streamed + len, r.deltas[i].text, r.deltas[i].text_len);
-            len += r.deltas[i].text_len;
-        }
-        if (r.n_finished) {
-            *text_out = strdup(r.finished[0].text);
-            *reason = r.finished[0].finish_reason;
-        }
-    }
-    *streamed_out = streamed;
-}
-
 Test(stories, stop_strings_end_the_text_and_are_never_streamed, .timeout = 120) {
     paths();
     pl_engine *e = stories_engine(PL_BACKEND_CPU, 16);
@@ -191,29 +185,26 @@ Test(stories, stop_strings_end_the_text_and_are_never_streamed, .timeout = 120) 
     pl_sampling_params_default(&sp);
     sp.temperature = 0.0f;
     sp.max_tokens = 200;
-    char *streamed, *full;
-    pl_finish_reason why;
-    run_text(e, prompts[0], &sp, &streamed, &full, &why);
-    cr_assert_str_eq(streamed, full);
+    streamed_run full;
+    run_streaming(e, prompts[0], &sp, &full);
+    cr_assert_str_eq(full.streamed, full.text);
     /* stop at the second sentence's start: a string that spans several tokens */
-    const char *dot = strstr(full, ". ");
-    cr_assert(dot && strlen(dot) > 8, "%s", full);
+    const char *dot = strstr(full.text, ". ");
+    cr_assert(dot && strlen(dot) > 8, "%s", full.text);
     char stop[8];
     memcpy(stop, dot, 5);
     stop[5] = '\0';
-    size_t want_len = (size_t)(strstr(full, stop) - full);
-    free(streamed);
+    size_t want_len = (size_t)(strstr(full.text, stop) - full.text);
     sp.stop[0] = stop;
     sp.n_stop = 1;
-    char *text;
-    run_text(e, prompts[0], &sp, &streamed, &text, &why);
-    cr_assert_eq(why, PL_FINISH_STOP);
-    cr_assert_eq(strlen(text), want_len, "'%s' stop '%s' in '%s'", text, stop, full);
-    cr_assert_eq(strncmp(text, full, want_len), 0);
-    cr_assert_str_eq(streamed, text, "the stream never showed the stop string");
-    free(streamed);
-    free(text);
-    free(full);
+    streamed_run cut;
+    run_streaming(e, prompts[0], &sp, &cut);
+    cr_assert_eq(cut.reason, PL_FINISH_STOP);
+    cr_assert_eq(strlen(cut.text), want_len, "'%s' stop '%s' in '%s'", cut.text, stop, full.text);
+    cr_assert_eq(strncmp(cut.text, full.text, want_len), 0);
+    cr_assert_str_eq(cut.streamed, cut.text, "the stream never showed the stop string");
+    streamed_run_free(&full);
+    streamed_run_free(&cut);
     pl_engine_destroy(e);
     PL_ASSERT_NO_LEAKS();
 }

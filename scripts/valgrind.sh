@@ -33,10 +33,11 @@ fi
 logdir="$(realpath -m "$dir/valgrind-logs")"
 rm -rf "$logdir"
 mkdir -p "$logdir"
-# one BLAS thread: OpenBLAS's thread pool only slows valgrind down; a shorter soak (its
-# 1500 requests would outlast the test's Criterion timeout under valgrind)
+# one BLAS thread: OpenBLAS's thread pool only slows valgrind down; shorter soaks (their full
+# size would outlast the tests' Criterion timeouts under valgrind)
 export OPENBLAS_NUM_THREADS=1
 export PL_SOAK_REQUESTS="${PL_SOAK_REQUESTS:-300}"
+export PL_SOAK_STORIES_REQUESTS="${PL_SOAK_STORIES_REQUESTS:-80}"
 pass=0 fail=0
 for t in "${tests[@]}"; do
   start=$(date +%s)

@@ -113,8 +113,7 @@ int pl_bench_latency_main(int argc, char **argv) {
     pl_engine *e = NULL;
     int rc = pl_bench_engine_create("bench latency", &cfg, &e);
     if (rc) return rc;
-    printf("Model: %s (%d threads, build %s)\n", cfg.model_path,
-           cfg.n_threads ? cfg.n_threads : pl_bench_online_cpus(), build);
+    pl_bench_print_model(stdout, &cfg, e, build);
     printf("Batch: %d requests x (%lld prompt + %lld output tokens); %lld warm-up, %lld measured "
            "iterations\n", batch, wo.input_len, wo.output_len, warmup, iters);
     fflush(stdout);
@@ -197,6 +196,7 @@ int pl_bench_latency_main(int argc, char **argv) {
     }
     if (json_path) {
         json_object_set_new(root, "config", pl_bench_config_json(&cfg));
+        json_object_set_new(root, "model", pl_bench_model_json(&cfg, e));
         json_object_set_new(root, "build", pl_bench_build_json());
         if (!pl_bench_write_json(json_path, root)) rc = 1;
     }

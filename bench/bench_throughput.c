@@ -136,8 +136,7 @@ int pl_bench_throughput_main(int argc, char **argv) {
     }
     char desc[512];
     pl_bench_workload_describe(&wo, &w, desc, sizeof desc);
-    printf("Model: %s (%d threads, build %s)\n", cfg.model_path,
-           cfg.n_threads ? cfg.n_threads : pl_bench_online_cpus(), build);
+    pl_bench_print_model(stdout, &cfg, e, build);
     printf("Workload: %s\n", desc);
     fflush(stdout);
 
@@ -168,6 +167,7 @@ int pl_bench_throughput_main(int argc, char **argv) {
     }
     if (json_path) {
         json_object_set_new(root, "config", pl_bench_config_json(&cfg));
+        json_object_set_new(root, "model", pl_bench_model_json(&cfg, e));
         json_t *wj = json_object();
         json_object_set_new(wj, "description", json_string(desc));
         json_object_set_new(wj, "num_prompts", json_integer((json_int_t)w.n));

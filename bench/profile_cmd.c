@@ -75,6 +75,24 @@ done:
     return rc;
 }
 
+/* The floor of a step's forward pass: every matmul weight is read once per step whatever the
+ * batch, so no step can be faster than the weights over the measured read bandwidth. */
+static void print_floor(const pl_profile *p, const pl_bench_roofline *roof, const pl_engine *e) {
+    double fwd = 0;
+    uint64_t calls = 0;
+    for (int k = 0; k < p->n_phases; k++)
+        if (p->phases[k].name && !strcmp(p->phases[k].name, "forward")) {
+            fwd = p->phases[k].seconds;
+            calls = p->phases[k].calls;
+        }
+    double wb = (double)pl_engine_weight_bytes(e);
+    if (calls == 0 || roof->read_gbs <= 0 || wb <= 0) return;
+    double floor_ms = wb / (roof->read_gbs * 1e9) * 1e3, got_ms = fwd / (double)calls * 1e3;
+    printf("Forward: %.2f ms per step on average; reading the %.1f MB of matmul weights once at "
+           "%.2f GB/s takes %.2f ms (%.0f%% of the step)\n",
+           got_ms, wb * 1e-6, roof->read_gbs, floor_ms, got_ms > 0 ? 100.0 * floor_ms / got_ms : 0);
+}
+
 static json_t *array_json(const double *v, size_t n) {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
@@ -150,8 +168,7 @@ int pl_bench_profile_main(int argc, char **argv) {
     }
     pl_sampling_params sp;
     pl_bench_sampling_default(&sp, wo.ignore_eos);
-    printf("Model: %s (%d threads, build %s)\n", cfg.model_path,
-           cfg.n_threads ? cfg.n_threads : pl_bench_online_cpus(), build);
+    pl_bench_print_model(stdout, &cfg, e, build);
     {
         pl_bench_workload w;
         if ((rc = pl_bench_workload_build(&wo, e, 0, &w))) goto done;
@@ -204,6 +221,7 @@ int pl_bench_profile_main(int argc, char **argv) {
     }
     printf("\n");
     pl_bench_profile_print(stdout, &acc, prof.have_roof ? &prof.roof : NULL);
+    if (prof.have_roof) print_floor(&acc, &prof.roof, e);
     printf("Trace: %s (the last profiled run; open in https://ui.perfetto.dev)\n",
            prof.trace_path);
     json_object_set_new(root, "profile",
@@ -211,6 +229,7 @@ int pl_bench_profile_main(int argc, char **argv) {
     json_object_set_new(root, "trace", json_string(prof.trace_path));
     if (json_path) {
         json_object_set_new(root, "config", pl_bench_config_json(&cfg));
+        json_object_set_new(root, "model", pl_bench_model_json(&cfg, e));
         json_object_set_new(root, "build", pl_bench_build_json());
         if (!pl_bench_write_json(json_path, root)) rc = 1;
     }

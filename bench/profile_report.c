@@ -82,7 +82,7 @@ void pl_bench_profile_print(FILE *f, const pl_profile *p, const pl_bench_rooflin
         fprintf(f, "%-14s %10.4f %7.1f%% %10llu\n", e->name, e->seconds, share(e->seconds, step),
                 (unsigned long long)e->calls);
     }
-    if (step > phase_sum)
+    if (step - phase_sum > 1e-3 * step)
         fprintf(f, "%-14s %10.4f %7.1f%%\n", "(untimed)", step - phase_sum,
                 share(step - phase_sum, step));
 
@@ -106,7 +106,7 @@ void pl_bench_profile_print(FILE *f, const pl_profile *p, const pl_bench_rooflin
         }
         fputc('\n', f);
     }
-    if (fwd > op_sum)
+    if (fwd - op_sum > 1e-3 * fwd)
         fprintf(f, "%-14s %10.4f %7.1f%%\n", "(between ops)", fwd - op_sum,
                 share(fwd - op_sum, fwd));
     if (roof)

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -342,6 +343,19 @@ def case_sweep():
     check(len(polylines) >= 2, "the SVG has no data lines")
     js = load_json(tmp("sweep.json"))
     check(len(js["points"]) == len(want), "JSON points != CSV rows")
+    # With gnuplot installed, the project's script draws PNG and SVG.
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                          "plot_sweep.gp")
+    if shutil.which("gnuplot"):
+        gp = tmp("gp")
+        p = run(["bench", "sweep"] + TINY + [
+            "--max-batch-size-limit", "2", "--num-prompts", "2", "--input-len", "4",
+            "--output-len", "2", "--input-lens", "4", "--output-lens", "2", "--no-progress",
+            "--plot", gp, "--gnuplot-script", script])
+        check("gnuplot wrote" in p.stderr, f"gnuplot did not run: {p.stderr}")
+        with open(gp + ".png", "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", "gnuplot's PNG is not a PNG")
+        check(ET.parse(gp + ".svg").getroot().tag.endswith("svg"), "gnuplot's SVG is not SVG")
 
 
 BAD_FLAGS = [

@@ -16,9 +16,13 @@ flags="$(pkg-config --cflags --libs pagellm)"
 libdir="$(dirname "$(find "$tmp/root" -name 'libpagellm.so' | head -n 1)")"
 # a sanitizer build's library needs the program built with the same runtime
 san=""
-ldd "$libdir/libpagellm.so" | grep -q libasan && san="-fsanitize=address,undefined"
+case "$(ldd "$libdir/libpagellm.so")" in *libasan*) san="-fsanitize=address,undefined" ;; esac
 cc -std=c11 -Wall -Werror $san "$src/tests/unit/install_example.c" -o "$tmp/example" $flags
 LD_LIBRARY_PATH="$libdir" "$tmp/example"
 # the program must have used the shared library, not a static copy
-LD_LIBRARY_PATH="$libdir" ldd "$tmp/example" | grep -q "libpagellm.so" || { echo "not linked to libpagellm.so"; exit 1; }
+# (no `ldd | grep -q`: with pipefail, grep closing the pipe early fails the check)
+case "$(LD_LIBRARY_PATH="$libdir" ldd "$tmp/example")" in
+*libpagellm.so*) ;;
+*) echo "not linked to libpagellm.so"; exit 1 ;;
+esac
 echo "install check passed"

@@ -150,6 +150,19 @@ pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints) {
     return PL_OK;
 }
 
+pl_status pl_cpu_reserve_shared(pl_cpu_ctx *c, size_t n_floats) {
+    if (n_floats <= c->shared_cap) return PL_OK;
+    size_t cap = (n_floats + 4095) & ~(size_t)4095;
+    float *p = cap <= SIZE_MAX / sizeof(float) ? aligned_calloc(cap * sizeof(float)) : NULL;
+    if (!p)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: no memory for %zu floats of shared "
+                       "scratch", n_floats);
+    aligned_free(c->shared);
+    c->shared = p;
+    c->shared_cap = cap;
+    return PL_OK;
+}
+
 int pl_cpu_n_tasks(const pl_cpu_ctx *c, size_t work, size_t min_per_task) {
     if (c->n_threads <= 1 || min_per_task == 0 || work < 2 * min_per_task) return 1;
     size_t n = work / min_per_task, cap = (size_t)c->n_threads * 8;
@@ -168,6 +181,7 @@ static void cpu_destroy(pl_backend *be) {
             for (int t = 0; t < c->n_threads; t++) aligned_free(c->scratch[t]);
         pl_free(c->scratch);
         pl_free(c->ints);
+        aligned_free(c->shared);
         pl_free(c);
     }
     pl_free(be);
@@ -196,11 +210,23 @@ static const pl_backend_ops cpu_ops = {
     .copy_blocks = pl_cpu_copy_blocks,
 };
 
-/* Below this many activation rows, streaming the weights once through the own GEMV kernel
- * beats OpenBLAS (which repacks the weight panel on every call). bench_kernels --only batch,
- * 2048x768, 2 threads, fastest of repeats: f32 GEMV/sgemm 0.91/1.19 ms at 16 rows, 1.37/1.48 at
- * 32, 2.40/2.20 at 64; f16 1.15/1.63 at 32, 2.15/2.26 at 64. */
+/* Below gemm_min_rows activation rows (no own GEMM: AVX2, scalar), streaming the weights once
+ * through the own GEMV kernel beats OpenBLAS (which repacks the weight panel on every call).
+ * bench_kernels --only batch, 2048x768, 2 threads, fastest of repeats: f32 GEMV/sgemm
+ * 0.91/1.19 ms at 16 rows, 1.37/1.48 at 32, 2.40/2.20 at 64; f16 1.15/1.63 at 32, 2.15/2.26
+ * at 64. */
 #define DEFAULT_GEMM_MIN_ROWS 48
+/* With AVX-512, from this many rows the own register-tiled GEMM beats the GEMV kernel
+ * (bench_kernels --only batch --threads 1, 2048x768, fastest of repeats: f32 GEMV/own
+ * 549/620 us at 8 rows, 682/626 at 10; f16 478/492 at 12, 608/561 at 14). It beats OpenBLAS
+ * from 4 rows up to 256 rows (bench_kernels --only gemm --threads 1, f32, GFLOP/s sgemm/own:
+ * 66/104 at 32 rows, 94/129 at 64, 145/148 at 256), but not at 1024 f32 rows (170/161,
+ * 160/130 for the 32000-row lm_head), where its 256-row blocks re-read the weights; f16 needs
+ * OpenBLAS to widen every weight first, and the own kernel stays ahead or level there
+ * (1024 rows: 136/155, 115/106, 89/97, 88/99). */
+#define DEFAULT_OWN_MIN_ROWS_F32 10
+#define DEFAULT_OWN_MIN_ROWS_HALF 14
+#define DEFAULT_OWN_MAX_ROWS_F32 256
 
 pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa isa,
                                     pl_backend **out) {
@@ -229,6 +255,10 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     pl_cpu_isa best = pl_cpu_detect_isa();
     c->isa = isa < best ? isa : best;
     c->gemm_min_rows = DEFAULT_GEMM_MIN_ROWS;
+    c->own_min_rows[0] = DEFAULT_OWN_MIN_ROWS_F32;
+    c->own_min_rows[1] = DEFAULT_OWN_MIN_ROWS_HALF;
+    c->own_max_rows[0] = DEFAULT_OWN_MAX_ROWS_F32;
+    c->own_max_rows[1] = 0;
 
     pl_status st = pl_threadpool_create(n_threads, &c->pool);
     if (st != PL_OK) {

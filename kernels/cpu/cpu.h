@@ -44,13 +44,27 @@ typedef enum pl_cpu_isa {
     PL_CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + FMA + F16C */
 } pl_cpu_isa;
 
+/* The matmul kernels; AUTO picks by rows and dtype (tests and benchmarks force one; OWN
+ * needs AVX-512 and at most 256 rows and falls back to AUTO otherwise). */
+typedef enum pl_cpu_mm_path {
+    PL_CPU_MM_AUTO = 0,
+    PL_CPU_MM_GEMV = 1,
+    PL_CPU_MM_OWN = 2,
+    PL_CPU_MM_BLAS = 3,
+} pl_cpu_mm_path;
+
 typedef struct pl_cpu_ctx {
     pl_threadpool *pool;
     int n_threads;
     pl_cpu_isa isa;
 
-    /* matmul: n_rows >= gemm_min_rows goes to the tiled GEMM (OpenBLAS sgemm on f32 tiles);
-     * fewer rows stream the weights through the own GEMV kernel. 0 disables the GEMM path. */
+    /* matmul regime by activation rows R (see matmul.c), unless mm_force names one:
+     * - AVX-512, index [0] for f32 weights, [1] for f16/bf16: R < own_min_rows streams the
+     *   weights through the GEMV kernel; up to own_max_rows (0: no limit) the own
+     *   register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
+     * - AVX2 and scalar: R < gemm_min_rows GEMV, otherwise OpenBLAS. */
+    pl_cpu_mm_path mm_force;
+    int own_min_rows[2], own_max_rows[2];
     int gemm_min_rows;
 
     /* Per-thread scratch, n_threads arrays of scratch_cap floats each, 64-byte aligned. */
@@ -59,6 +73,10 @@ typedef struct pl_cpu_ctx {
     /* Caller-side int scratch (attention's work-unit prefix sums), int_cap entries. */
     int32_t *ints;
     size_t int_cap;
+    /* Scratch shared by all tasks of one op (matmul's transposed activations), shared_cap
+     * floats, 64-byte aligned; written in one pool run and read in the next. */
+    float *shared;
+    size_t shared_cap;
 } pl_cpu_ctx;
 
 /* The best ISA this machine supports. */
@@ -72,6 +90,9 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
 
 /* Grows every thread's scratch to at least n_floats and the int scratch to n_ints. */
 pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints);
+
+/* Grows the shared scratch to at least n_floats. */
+pl_status pl_cpu_reserve_shared(pl_cpu_ctx *c, size_t n_floats);
 
 /* Splits `work` units into tasks of at least `min_per_task` units, at most 8 per thread. */
 int pl_cpu_n_tasks(const pl_cpu_ctx *c, size_t work, size_t min_per_task);

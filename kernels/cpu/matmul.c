@@ -2,24 +2,29 @@
  * kernels/cpu/matmul.c - out (n_rows, d_out) = x (n_rows, d_in) @ w^T, w (d_out, d_in) of
  * f32/f16/bf16, on the thread pool.
  *
- * Two regimes, because the cost has two different limits:
- * - Few rows (decode, n_rows < gemm_min_rows): the product is bound by reading the weights,
- *   so the GEMV kernel streams each weight row from memory exactly once for all rows of x.
- *   A task owns a range of output features (weight rows); it walks them 4 at a time and, for
- *   each group of 4, runs over x in groups of up to 4 rows (2 on AVX2) with a 4x4 (4x2) block
- *   of vector accumulators. The 4 weight rows stay in L1 between x-row groups, so memory sees
- *   them once; f16/bf16 are widened to f32 in registers (F16C / shift), never stored.
- * - Many rows (prefill, batched decode): compute bound. Tasks own tiles of output features
- *   and call OpenBLAS sgemm single-threaded on them; f16/bf16 tiles are first widened into
- *   the task's thread scratch (TILE_FLOATS), which costs one pass per weight element against
- *   n_rows multiply-adds.
- * Accumulation is f32 in d_in / 16 (AVX-512) or d_in / 8 (AVX2) lanes, then a tree sum.
+ * Three kernels, because the cost has different limits (the choice: pl_cpu_ctx's thresholds,
+ * measured by bench/internal/kernels/bench_kernels):
+ * - GEMV (few rows: decode of a handful of sequences): bound by reading the weights, so each
+ *   weight row streams from memory exactly once for all rows of x. A task owns a range of
+ *   output features (weight rows); it walks them 4 at a time and, for each group of 4, runs
+ *   over x in groups of up to 4 rows (2 on AVX2) with a 4x4 (4x2) block of vector
+ *   accumulators (dot products along d_in, a tree sum at the end). The 4 weight rows stay in
+ *   L1 between x-row groups; f16/bf16 are widened to f32 in registers (F16C / shift).
+ * - Own GEMM (AVX-512; batched decode and prefill): register-tiled outer products on a
+ *   transposed copy of x, every weight element read from memory once per 256 rows; see its
+ *   section. Accumulates each output in one f32 lane over all of d_in, in k order.
+ * - OpenBLAS sgemm (single-threaded, one tile of output features per task): large f32
+ *   batches where it measures faster, and every batch without AVX-512; f16/bf16 tiles are
+ *   first widened into the task's thread scratch (TILE_FLOATS).
  */
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 #include "util/dtype.h"
+
+/* Most activation rows the own GEMM takes (its transposed x is at most 256 x d_in). */
+#define GK_MAX_ROWS 256
 
 /* Weight elements widened per f16/bf16 GEMM tile (1 MiB of f32 per thread). */
 #define TILE_FLOATS (256u * 1024u)
@@ -228,6 +233,277 @@ static PL_TARGET_AVX2 void gemv_avx2(const mm_job *J, int o_begin, int o_end) {
     default: gemv_avx2_dt(J, o_begin, o_end, PL_DTYPE_F32); break;
     }
 }
+// ---------------------------------------------------------------------------------------------
+// own GEMM (AVX-512): outer products of a transposed copy of x with broadcast weights
+//
+// x (R, K), R <= GK_MAX_ROWS, is first transposed (on the pool) into xt (K, Rp), Rp = R
+// rounded up to 16, rows past R zero: one k of all rows is Rp contiguous floats. A tile is V
+// vectors of rows (16 V) by J weight rows, with V x J = 24 accumulators in registers:
+//     acc[j][v] += xt[k][16v .. 16v+15] * broadcast(w[j][k])        for every k
+// V vector loads and J broadcasts per 16 V J multiply-adds, so the FMA units set the pace
+// (V 1..4 -> J 24, 12, 8, 6; more than 4 vectors of rows run as several tiles with J 6).
+// Measured in L1, one core: 168-185 GFLOP/s of the 211 a pure FMA loop reaches.
+//
+// Blocking. A task owns a range of J-blocks (J weight rows each) and walks it in groups of
+// about GK_GROUP_ROWS rows; k runs in chunks of KC. For each chunk, every tile's xt slice
+// (KC, 16 V: <= 32 KB) is loaded into L1 once and used for all J-blocks of the group, whose
+// chunk of weights (<= 24 KB) also stays in L1 across the tiles. Partial sums wait in a
+// per-(tile, J-block) slot between chunks; after the last chunk the group's sums are copied
+// into out row by row. f32 weights are broadcast straight from w (row stride K); f16/bf16
+// chunks are first widened into an L1 buffer (row stride KC), as is a last J-block with fewer
+// than J rows (so no read passes the end of w). While one chunk is multiplied the next is
+// prefetched into L2 (a few lines per k), so memory streams during the FMAs: every weight
+// element is read from memory once per call.
+
+#define KC 128             /* k per chunk */
+#define GK_GROUP_ROWS 48   /* weight rows per group (whole J-blocks) */
+#define GK_SLOT 384        /* floats of partial sums per (tile, J-block): V J 16 */
+
+typedef struct gk_job {
+    pl_cpu_ctx *c;
+    float *out;        /* (R, N) */
+    const float *x;    /* (R, K) */
+    const void *w;     /* (N, K) of dt */
+    pl_dtype dt;
+    int R, K, N;
+    float *xt;         /* (K, Rp) */
+    int Rp, nv;        /* Rp = 16 nv */
+    int kt_per_task;   /* transpose: k's per task */
+    int J, GJ;         /* weight rows per J-block, J-blocks per group */
+    int jb_per_task;
+} gk_job;
+
+/* J weight rows per tile for nv vectors of rows. */
+static int gk_j(int nv) { return nv >= 4 ? 6 : 24 / nv; }
+
+/* Floats of a thread's scratch: the widened chunk (GJ J, KC), then the partial sums. */
+static size_t gk_scratch_floats(int J, int GJ, int nv) {
+    return (size_t)GJ * J * KC + (size_t)((nv + 3) / 4) * GJ * GK_SLOT;
+}
+
+/* r[i] (16 rows of 16 floats) becomes its transpose: r[c] = column c. Three rounds of
+ * in-lane interleaves and one of 128-bit lane shuffles (48 shuffles for 256 elements;
+ * gathering the columns instead cost 10% of a 32-row matmul). */
+PL_INLINE PL_TARGET_AVX512 void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4 i + q], lane L = column 4 L + q of rows 4 i .. 4 i + 3 */
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int q = 0; q < 4; q++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);
+        __m512 w0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
+        __m512 v1 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
+        r[q] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+        r[8 + q] = _mm512_shuffle_f32x4(v0, v1, 0xdd);
+        r[4 + q] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+        r[12 + q] = _mm512_shuffle_f32x4(w0, w1, 0xdd);
+    }
+}
+
+/* Transpose task: xt[k][r] = x[r][k] (0 for r >= R) for this task's k's, in 16 x 16 blocks. */
+static PL_TARGET_AVX512 void gk_transpose_task(void *arg, int task, int thread) {
+    (void)thread;
+    const gk_job *G = arg;
+    int k0 = task * G->kt_per_task, k1 = k0 + G->kt_per_task < G->K ? k0 + G->kt_per_task : G->K;
+    for (int r0 = 0; r0 < G->Rp; r0 += 16) {
+        int nr = G->R - r0 < 16 ? G->R - r0 : 16;
+        for (int k = k0; k < k1; k += 16) {
+            int nk = k1 - k < 16 ? k1 - k : 16;
+            __mmask16 m = pl_avx512_mask(nk);
+            __m512 b[16];
+            for (int i = 0; i < 16; i++)
+                b[i] = i < nr ? _mm512_maskz_loadu_ps(m, G->x + (size_t)(r0 + i) * G->K + k)
+                              : _mm512_setzero_ps();
+            transpose16(b);
+            for (int i = 0; i < nk; i++)
+                _mm512_storeu_ps(G->xt + (size_t)(k + i) * G->Rp + r0, b[i]);
+        }
+    }
+}
+
+/* dst (rows_pad, KC) f32 = columns c0 .. c0+n of weight rows n0 .. n0+rows-1; rows rows ..
+ * rows_pad-1 zero. */
+PL_INLINE PL_TARGET_AVX512 void gk_widen(float *dst, const void *w, size_t ld, int n0,
+                                         int rows, int rows_pad, int c0, int n,
+                                         const pl_dtype dt) {
+    const __mmask16 tm = pl_avx512_mask(n & 15);
+    const int full = n & ~15;
+    for (int j = 0; j < rows; j++, dst += KC) {
+        size_t base = (size_t)(n0 + j) * ld + (size_t)c0;
+        int i = 0;
+        for (; i < full; i += 16) _mm512_storeu_ps(dst + i, pl_avx512_load(w, dt, base + i));
+        if (tm) _mm512_storeu_ps(dst + i, pl_avx512_load_mask(w, dt, base + i, tm));
+    }
+    for (int j = rows; j < rows_pad; j++, dst += KC)
+        for (int i = 0; i < n; i += 16) _mm512_storeu_ps(dst + i, _mm512_setzero_ps());
+}
+
+/* The next group's weights, prefetched into L2 while this group is multiplied: n_lines
+ * lines from base (whole rows, contiguous in w), per_call of them by each tile call. A
+ * contiguous walk also trains the L2 streamer, which then runs ahead on its own: software
+ * prefetches alone are capped by the L1 fill buffers (measured ~10.5 GB/s on one core when
+ * they walked the next chunk row piece by row piece; the GEMV's sequential rows reach 16). */
+typedef struct gk_pf {
+    const char *base;
+    int n_lines;
+    int per_call; /* even, <= 2 KC */
+} gk_pf;
+
+/* One tile, one chunk: acc[j][v] (+)= sum_{k < n} xt[k][16 v ..] * w[j ldw + k], the partial
+ * sums read from (unless first) and written back to accm (J, V, 16); lines l0 ..
+ * l0 + per_call - 1 of the prefetch (those < n_lines) are issued, two per k (n >= per_call / 2
+ * unless this is a short last chunk, which then issues fewer). */
+PL_INLINE PL_TARGET_AVX512 void gk_tile(const float *xt, size_t ldx, const float *w, int n,
+                                        float *accm, bool first, const gk_pf *pf, int l0,
+                                        const int V, const int J) {
+    __m512 acc[24];
+    if (first) {
+#pragma GCC unroll 24
+        for (int a = 0; a < V * J; a++) acc[a] = _mm512_setzero_ps();
+    } else {
+#pragma GCC unroll 24
+        for (int a = 0; a < V * J; a++) acc[a] = _mm512_load_ps(accm + 16 * a);
+    }
+    int todo = pf->n_lines - l0 < pf->per_call ? pf->n_lines - l0 : pf->per_call;
+    const char *pp = pf->base + (size_t)l0 * 64;
+    for (int k = 0; k < n; k++) {
+        if (todo > 0) { /* two lines per k */
+            _mm_prefetch(pp, _MM_HINT_T1);
+            _mm_prefetch(pp + 64, _MM_HINT_T1);
+            pp += 128;
+            todo -= 2;
+        }
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_ps(xt + (size_t)k * ldx + 16 * v);
+#pragma GCC unroll 24
+        for (int j = 0; j < J; j++) {
+            __m512 b = _mm512_set1_ps(w[j * KC + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++) acc[j * V + v] = _mm512_fmadd_ps(xv[v], b, acc[j * V + v]);
+        }
+    }
+#pragma GCC unroll 24
+    for (int a = 0; a < V * J; a++) _mm512_store_ps(accm + 16 * a, acc[a]);
+}
+
+/* The tile shapes, each its own function so that register allocation sees nothing but the
+ * tile (inlined into the loops around it, gcc spilled an x vector to the stack). */
+typedef void (*gk_tile_fn)(const float *xt, size_t ldx, const float *w, int n, float *accm,
+                           bool first, const gk_pf *pf, int l0);
+#define GK_TILE_FN(V, J)                                                                        \
+    static __attribute__((noinline)) PL_TARGET_AVX512 void gk_tile_##V##x##J(                  \
+        const float *xt, size_t ldx, const float *w, int n, float *accm, bool first,            \
+        const gk_pf *pf, int l0) {                                                              \
+        gk_tile(xt, ldx, w, n, accm, first, pf, l0, V, J);                                      \
+    }
+GK_TILE_FN(1, 24)
+GK_TILE_FN(2, 12)
+GK_TILE_FN(3, 8)
+GK_TILE_FN(4, 6)
+GK_TILE_FN(1, 6)
+GK_TILE_FN(2, 6)
+GK_TILE_FN(3, 6)
+
+static gk_tile_fn gk_tile_for(int V, int J) {
+    if (J == 24) return gk_tile_1x24;
+    if (J == 12) return gk_tile_2x12;
+    if (J == 8) return gk_tile_3x8;
+    return V == 4 ? gk_tile_4x6 : V == 3 ? gk_tile_3x6 : V == 2 ? gk_tile_2x6 : gk_tile_1x6;
+}
+
+/* out rows of the group's J-blocks g .. g+nb-1 = their finished sums. A slot holds, for
+ * each of its J columns, V vectors of 16 rows; 16 columns at a time are transposed into 16
+ * row pieces and stored (scattering the columns straight into out hit one L1 set for every
+ * row and took 17% of the time). */
+static PL_TARGET_AVX512 void gk_store(const gk_job *G, const float *accs, int g, int nb) {
+    const int J = G->J, N = G->N;
+    int n_tiles = J == 6 ? (G->nv + 3) / 4 : 1;
+    for (int t = 0; t < n_tiles; t++) {
+        int v0 = 4 * t, V = J == 6 ? (G->nv - v0 < 4 ? G->nv - v0 : 4) : G->nv;
+        for (int b = 0; b < nb; b++) {
+            const float *slot = accs + ((size_t)t * G->GJ + b) * GK_SLOT;
+            int n0 = (g + b) * J;
+            for (int j0 = 0; j0 < J && n0 + j0 < N; j0 += 16) {
+                int nj = J - j0 < 16 ? J - j0 : 16;
+                if (n0 + j0 + nj > N) nj = N - n0 - j0;
+                __mmask16 m = pl_avx512_mask(nj);
+                for (int v = 0; v < V; v++) {
+                    __m512 c[16];
+                    for (int j = 0; j < 16; j++)
+                        c[j] = j < nj ? _mm512_load_ps(slot + ((size_t)(j0 + j) * V + v) * 16)
+                                      : _mm512_setzero_ps();
+                    transpose16(c); /* c[l] = row 16 (v0 + v) + l, columns j0 .. */
+                    int r0 = 16 * (v0 + v), nr = G->R - r0 < 16 ? G->R - r0 : 16;
+                    for (int l = 0; l < nr; l++)
+                        _mm512_mask_storeu_ps(G->out + (size_t)(r0 + l) * N + n0 + j0, m, c[l]);
+                }
+            }
+        }
+    }
+}
+
+/* J-blocks jb0 .. jb1-1: groups, chunks, tiles, J-blocks. */
+PL_INLINE PL_TARGET_AVX512 void gk_range(const gk_job *G, float *scratch, int jb0, int jb1,
+                                         const pl_dtype dt) {
+    const int K = G->K, N = G->N, J = G->J, nv = G->nv, n_chunks = (K + KC - 1) / KC;
+    const size_t es = pl_dtype_size(dt), row_bytes = (size_t)K * es;
+    float *wbuf = scratch;                                   /* (GJ J, KC) */
+    float *accs = scratch + (size_t)G->GJ * J * KC;          /* (tiles, GJ, GK_SLOT) */
+    const int n_tiles = J == 6 ? (nv + 3) / 4 : 1;
+    for (int g = jb0; g < jb1; g += G->GJ) {
+        int nb = jb1 - g < G->GJ ? jb1 - g : G->GJ;
+        int n0 = g * J, rows = N - n0 < nb * J ? N - n0 : nb * J;
+        /* the next group of this task, spread over this group's tile calls */
+        int nn0 = n0 + nb * J, nrows = (jb1 * J < N ? jb1 * J : N) - nn0;
+        if (nrows > G->GJ * J) nrows = G->GJ * J;
+        gk_pf pf = {.base = (const char *)G->w + (size_t)nn0 * row_bytes,
+                    .n_lines = nrows > 0 ? (int)(((size_t)nrows * row_bytes + 63) / 64) : 0};
+        int calls = n_chunks * n_tiles * nb;
+        pf.per_call = (((pf.n_lines + calls - 1) / calls) + 1) & ~1;
+        if (pf.per_call > 2 * KC) pf.per_call = 2 * KC;
+        int l0 = 0;
+        for (int c = 0; c < n_chunks; c++) {
+            int c0 = c * KC, n = K - c0 < KC ? K - c0 : KC;
+            gk_widen(wbuf, G->w, (size_t)K, n0, rows, nb * J, c0, n, dt);
+            for (int t = 0; t < nv; t += 4) {
+                int V = J == 6 ? (nv - t < 4 ? nv - t : 4) : nv;
+                gk_tile_fn tile = gk_tile_for(V, J);
+                const float *xs = G->xt + (size_t)c0 * G->Rp + 16 * t;
+                for (int b = 0; b < nb; b++, l0 += pf.per_call)
+                    tile(xs, (size_t)G->Rp, wbuf + (size_t)b * J * KC, n,
+                         accs + ((size_t)(t / 4) * G->GJ + b) * GK_SLOT, c == 0, &pf, l0);
+                if (J != 6) break;
+            }
+        }
+        gk_store(G, accs, g, nb);
+    }
+}
+
+static PL_TARGET_AVX512 void gk_task(void *arg, int task, int thread) {
+    const gk_job *G = arg;
+    int n_jb = (G->N + G->J - 1) / G->J;
+    int jb0 = task * G->jb_per_task;
+    int jb1 = jb0 + G->jb_per_task < n_jb ? jb0 + G->jb_per_task : n_jb;
+    float *scratch = G->c->scratch[thread];
+    switch (G->dt) {
+    case PL_DTYPE_F16: gk_range(G, scratch, jb0, jb1, PL_DTYPE_F16); break;
+    case PL_DTYPE_BF16: gk_range(G, scratch, jb0, jb1, PL_DTYPE_BF16); break;
+    default: gk_range(G, scratch, jb0, jb1, PL_DTYPE_F32); break;
+    }
+}
+
 #endif /* PL_CPU_X86 */
 
 // ---------------------------------------------------------------------------------------------
@@ -269,6 +545,32 @@ static void gemm_task(void *arg, int task, int thread) {
 
 static int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
+#ifdef PL_CPU_X86
+/* The own GEMM (R <= GK_MAX_ROWS): transpose x on the pool, then the J-block ranges. */
+static pl_status own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_dtype dt,
+                          int R, int K, int N) {
+    gk_job G = {.c = c, .out = out, .x = x, .w = w, .dt = dt, .R = R, .K = K, .N = N};
+    G.Rp = round_up(R, 16);
+    G.nv = G.Rp / 16;
+    G.J = gk_j(G.nv);
+    G.GJ = (GK_GROUP_ROWS + G.J - 1) / G.J;
+    PL_TRY(pl_cpu_reserve(c, gk_scratch_floats(G.J, G.GJ, G.nv), 0));
+    PL_TRY(pl_cpu_reserve_shared(c, (size_t)K * G.Rp));
+    G.xt = c->shared;
+
+    int n_t = pl_cpu_n_tasks(c, (size_t)G.Rp * K, 1u << 14);
+    G.kt_per_task = (K + n_t - 1) / n_t;
+    pl_threadpool_run(c->pool, (K + G.kt_per_task - 1) / G.kt_per_task, gk_transpose_task, &G);
+
+    /* ~256K multiply-adds per task at least */
+    int n_jb = (N + G.J - 1) / G.J;
+    int n_tasks = pl_cpu_n_tasks(c, (size_t)R * K * N, 1u << 18);
+    G.jb_per_task = (n_jb + n_tasks - 1) / n_tasks;
+    pl_threadpool_run(c->pool, (n_jb + G.jb_per_task - 1) / G.jb_per_task, gk_task, &G);
+    return PL_OK;
+}
+#endif
+
 pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
                         pl_dtype w_dtype, int n_rows, int d_in, int d_out) {
     PL_TRY(pl_ref_check_matmul(out, x, w, w_dtype, n_rows, d_in, d_out));
@@ -276,7 +578,30 @@ pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *
     pl_cpu_ctx *c = be->ctx;
     mm_job J = {.c = c, .out = out, .x = x, .w = w, .dt = w_dtype, .n_rows = n_rows,
                 .d_in = d_in, .d_out = d_out};
-    bool gemm = c->gemm_min_rows > 0 && n_rows >= c->gemm_min_rows;
+    pl_cpu_mm_path path = c->mm_force;
+    bool own_ok = c->isa == PL_CPU_ISA_AVX512;
+    if (path == PL_CPU_MM_OWN && !own_ok) path = PL_CPU_MM_AUTO;
+    if (path == PL_CPU_MM_AUTO) {
+        int d = w_dtype == PL_DTYPE_F32 ? 0 : 1;
+        if (c->isa == PL_CPU_ISA_AVX512)
+            path = n_rows < c->own_min_rows[d] ? PL_CPU_MM_GEMV
+                   : c->own_max_rows[d] > 0 && n_rows > c->own_max_rows[d] ? PL_CPU_MM_BLAS
+                                                                           : PL_CPU_MM_OWN;
+        else
+            path = n_rows >= c->gemm_min_rows ? PL_CPU_MM_BLAS : PL_CPU_MM_GEMV;
+    }
+#ifdef PL_CPU_X86
+    if (path == PL_CPU_MM_OWN) {
+        /* blocks of GK_MAX_ROWS rows: each reads the weights again, from L3 if they fit */
+        for (int r0 = 0; r0 < n_rows; r0 += GK_MAX_ROWS) {
+            int r = n_rows - r0 < GK_MAX_ROWS ? n_rows - r0 : GK_MAX_ROWS;
+            PL_TRY(own_gemm(c, out + (size_t)r0 * d_out, x + (size_t)r0 * d_in, w, w_dtype, r,
+                            d_in, d_out));
+        }
+        return PL_OK;
+    }
+#endif
+    bool gemm = path == PL_CPU_MM_BLAS;
     if (gemm) {
         /* Tiles of >= 64 features keep sgemm's packing overhead small; 2 per thread balance
          * a core lost to another process. */

@@ -31,19 +31,17 @@ static void check_dtype(pl_dtype t) {
             cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, t, rows, d_in, d_out), PL_OK);
             for (int b = 0; b < e.n_cpu; b++) {
                 pl_cpu_ctx *c = e.cpu[b]->ctx;
-                int saved = c->gemm_min_rows;
-                /* default split, GEMV only, GEMM only */
-                const int modes[3] = {saved, 0, 1};
-                for (int m = 0; m < 3; m++) {
-                    c->gemm_min_rows = modes[m];
+                /* default choice, then each kernel forced (own falls back without AVX-512) */
+                for (int m = PL_CPU_MM_AUTO; m <= PL_CPU_MM_BLAS; m++) {
+                    c->mm_force = (pl_cpu_mm_path)m;
                     memset(got, 0xff, n * 4); /* NaN: every output must be written */
                     cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, t, rows, d_in, d_out),
                                  PL_OK);
                     cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_MATMUL),
-                              "matmul %s rows %d %dx%d gemm_min_rows %d", pl_dtype_name(t), rows,
-                              d_out, d_in, modes[m]);
+                              "matmul %s rows %d %dx%d path %d", pl_dtype_name(t), rows, d_out,
+                              d_in, m);
                 }
-                c->gemm_min_rows = saved;
+                c->mm_force = PL_CPU_MM_AUTO;
             }
             free(x), free(want), free(got);
         }
@@ -78,10 +76,52 @@ Test(matmul, f16_gemm_many_tiles) {
     float *want = malloc((size_t)rows * d_out * 4), *got = malloc((size_t)rows * d_out * 4);
     cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, PL_DTYPE_F16, rows, d_in, d_out), PL_OK);
     pl_backend *be = e.cpu[e.n_cpu - 2]; /* best ISA, 2 threads */
-    ((pl_cpu_ctx *)be->ctx)->gemm_min_rows = 1;
+    ((pl_cpu_ctx *)be->ctx)->mm_force = PL_CPU_MM_BLAS;
     cr_assert_eq(be->ops->matmul(be, got, x, w, PL_DTYPE_F16, rows, d_in, d_out), PL_OK);
     cr_assert(pl_kt_close(e.name[e.n_cpu - 2], want, got, (size_t)rows * d_out, TOL_MATMUL_LONG));
     free(w), free(x), free(want), free(got);
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* The own GEMM's blocking: 300 rows (blocks of 256 + 44), 256 (four tiles of 4 vectors),
+ * several tiles with a shorter last one (130 rows: 4 + 4 + 1 vectors; 100: 4 + 3), one tile
+ * of each width (5, 17, 49 rows), a last J-block and a last group with fewer weight rows,
+ * d_in not a multiple of the chunk, and a long d_in. Every cpu backend, own GEMM forced. */
+Test(matmul, own_gemm_blocking) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 31);
+    static const int CASES[][3] = {/* rows, d_in, d_out */
+                                   {256, 768, 100}, {130, 300, 37}, {100, 5000, 50},
+                                   {17, 300, 1000}, {5, 20, 7},     {49, 513, 25},
+                                   {300, 64, 30}};
+    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    for (int ci = 0; ci < 7; ci++)
+        for (int ti = 0; ti < 3; ti++) {
+            int rows = CASES[ci][0], d_in = CASES[ci][1], d_out = CASES[ci][2];
+            void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, types[ti], NULL);
+            float *x = pl_kt_rand(&r, (size_t)rows * d_in, 1.0f);
+            size_t n = (size_t)rows * d_out;
+            float *want = malloc(n * 4), *got = malloc(n * 4);
+            cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, types[ti], rows, d_in, d_out),
+                         PL_OK);
+            for (int b = 0; b < e.n_cpu; b++) {
+                pl_cpu_ctx *c = e.cpu[b]->ctx;
+                c->mm_force = PL_CPU_MM_OWN;
+                memset(got, 0xff, n * 4);
+                cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, types[ti], rows, d_in,
+                                                   d_out),
+                             PL_OK);
+                cr_assert(pl_kt_close(e.name[b], want, got, n,
+                                      d_in > 1000 ? TOL_MATMUL_LONG : TOL_MATMUL),
+                          "own gemm %s rows %d %dx%d", pl_dtype_name(types[ti]), rows, d_out,
+                          d_in);
+                c->mm_force = PL_CPU_MM_AUTO;
+            }
+            free(w), free(x), free(want), free(got);
+        }
     pl_kt_env_fini(&e);
     PL_ASSERT_NO_LEAKS();
 }

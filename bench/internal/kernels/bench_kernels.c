@@ -3,6 +3,7 @@
  * against this machine's own read bandwidth measured in the same run.
  *
  *   bench_kernels [--threads N] [--isa scalar|avx2|avx512] [--quick] [--only SECTION]
+ *                 [--rows N,N,...] (the batch section's row counts)
  *
  * Prints key=value lines, one measurement per line: medians of repeats and, where marked
  * best/for batch, gemm and attention, the fastest repeat (see summarize):
@@ -11,9 +12,9 @@
  * - gemv: matmul at 1 row for dummy:stories110m shapes (d_out x d_in), f32/f16/bf16, as weight
  *   GB/s and % of stream. Weights rotate through a 1 GiB arena so every call reads DRAM, as a
  *   decode step does (a whole model does not fit in cache).
- * - batch: 2048x768 at 1..256 rows through both regimes (own GEMV kernel, tiled sgemm), the
- *   data behind the backend's gemm_min_rows default.
- * - gemm: 64 and 256 rows on the model shapes, GFLOP/s, f32 and f16.
+ * - batch: 2048x768 at 1..256 rows through the three regimes (GEMV kernel, own register-tiled
+ *   GEMM, OpenBLAS sgemm on tiles), the data behind the own_min_rows / gemm_min_rows defaults.
+ * - gemm: 32..1024 rows on the model shapes, GFLOP/s of sgemm and of the own GEMM, f32, f16.
  * - attention: decode batches and a prefill chunk over paged KV (block 16), as KV GB/s and
  *   GFLOP/s.
  * Correctness is the test suite's job (tests/kernels); this program only times.
@@ -35,6 +36,7 @@
 #define ARENA_BYTES ((size_t)1 << 30)
 
 static int g_quick;
+static int g_rows[32], g_n_rows; /* --rows: restrict the batch section to these row counts */
 static const char *g_only; /* run only this section (stream always runs) */
 
 static int want(const char *section) { return !g_only || !strcmp(g_only, section); }
@@ -133,7 +135,8 @@ static void stream_task(void *arg, int task, int thread) {
 static timing bench_stream(pl_threadpool *pool, pl_cpu_isa isa, const float *arena) {
     enum { TASKS = 64, PIECE_TASKS = 16 };
     double sums[TASKS], t[7];
-    stream_job J = {.isa = isa, .p = arena, .n = ARENA_BYTES / 4, .per_task = ARENA_BYTES / 4 / TASKS,
+    stream_job J = {.isa = isa, .p = arena, .n = ARENA_BYTES / 4,
+                    .per_task = ARENA_BYTES / 4 / TASKS,
                     .sums = sums};
     int reps = g_quick ? 3 : 7;
     for (int r = -1; r < reps; r++) {
@@ -206,48 +209,58 @@ static void bench_gemv(pl_backend *be, const unsigned char *arena, float *x, flo
         }
 }
 
+/* The three matmul kernels, forced. */
+typedef enum mm_path { MM_GEMV, MM_OWN, MM_BLAS } mm_path;
+
+static void set_path(pl_cpu_ctx *c, mm_path p) {
+    c->mm_force = p == MM_GEMV ? PL_CPU_MM_GEMV : p == MM_OWN ? PL_CPU_MM_OWN : PL_CPU_MM_BLAS;
+}
+
 static void bench_batch(pl_backend *be, const unsigned char *arena, float *x, float *out) {
     pl_cpu_ctx *c = be->ctx;
-    int saved = c->gemm_min_rows;
-    const int rows[] = {1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256};
+    static const int all_rows[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256};
+    const int *rows = g_n_rows ? g_rows : all_rows;
+    int n_rows = g_n_rows ? g_n_rows : (int)(sizeof all_rows / sizeof all_rows[0]);
     const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16};
     int d_out = 2048, d_in = 768;
     for (int ti = 0; ti < 2; ti++)
-        for (int ri = 0; ri < (int)(sizeof rows / sizeof rows[0]); ri++) {
+        for (int ri = 0; ri < n_rows; ri++) {
             double flops = 2.0 * rows[ri] * d_in * d_out;
             size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
             int reps = reps_for(wbytes, flops);
-            c->gemm_min_rows = 0;
-            double s_gemv =
-                time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps).best;
-            c->gemm_min_rows = 1;
-            double s_gemm =
-                time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps).best;
+            double s[3];
+            for (int p = 0; p < 3; p++) {
+                set_path(c, (mm_path)p);
+                s[p] = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps).best;
+            }
+            int f = s[0] <= s[1] && s[0] <= s[2] ? 0 : s[1] <= s[2] ? 1 : 2;
             printf("batch dtype=%s rows=%d d_out=%d d_in=%d gemv_us=%.1f gemv_GFLOPs=%.1f "
-                   "gemv_weight_GBps=%.2f sgemm_us=%.1f sgemm_GFLOPs=%.1f faster=%s\n",
-                   pl_dtype_name(types[ti]), rows[ri], d_out, d_in, s_gemv * 1e6,
-                   flops / s_gemv / 1e9, (double)wbytes / s_gemv / 1e9, s_gemm * 1e6,
-                   flops / s_gemm / 1e9, s_gemv < s_gemm ? "gemv" : "sgemm");
+                   "own_us=%.1f own_GFLOPs=%.1f own_weight_GBps=%.2f sgemm_us=%.1f "
+                   "sgemm_GFLOPs=%.1f faster=%s\n",
+                   pl_dtype_name(types[ti]), rows[ri], d_out, d_in, s[0] * 1e6,
+                   flops / s[0] / 1e9, s[1] * 1e6, flops / s[1] / 1e9,
+                   (double)wbytes / s[1] / 1e9, s[2] * 1e6, flops / s[2] / 1e9,
+                   f == 0 ? "gemv" : f == 1 ? "own" : "sgemm");
         }
-    c->gemm_min_rows = saved;
+    c->mm_force = PL_CPU_MM_AUTO;
 }
 
 static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, float *out) {
     const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16};
-    const int rows[] = {64, 256};
+    const int rows[] = {32, 64, 256, 1024};
     pl_cpu_ctx *c = be->ctx;
-    int saved = c->gemm_min_rows;
     for (int ti = 0; ti < 2; ti++)
-        for (int ri = 0; ri < 2; ri++)
+        for (int ri = 0; ri < 4; ri++)
             for (int si = 0; si < 4; si++) {
                 int d_out = SHAPES[si][0], d_in = SHAPES[si][1];
+                if (g_quick && rows[ri] > 256) continue;
                 double flops = 2.0 * rows[ri] * d_in * d_out;
                 size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
                 int reps = reps_for(wbytes, flops);
-                c->gemm_min_rows = 1;
+                set_path(c, MM_BLAS);
                 double s =
                     time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps).best;
-                c->gemm_min_rows = 0;
+                set_path(c, MM_OWN);
                 double g =
                     time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps).best;
                 printf("gemm dtype=%s rows=%d d_out=%d d_in=%d sgemm_GFLOPs=%.1f "
@@ -255,7 +268,7 @@ static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, flo
                        pl_dtype_name(types[ti]), rows[ri], d_out, d_in, flops / s / 1e9,
                        flops / g / 1e9);
             }
-    c->gemm_min_rows = saved;
+    c->mm_force = PL_CPU_MM_AUTO;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,11 +344,16 @@ int main(int argc, char **argv) {
                                        : PL_CPU_ISA_AVX512;
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             g_only = argv[++i];
+        } else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
+            for (char *p = argv[++i]; *p && g_n_rows < 32; p++) {
+                g_rows[g_n_rows++] = (int)strtol(p, &p, 10);
+                if (!*p) break;
+            }
         } else if (!strcmp(argv[i], "--quick")) {
             g_quick = 1;
         } else {
             fprintf(stderr, "usage: %s [--threads N] [--isa scalar|avx2|avx512] [--quick]\n"
-                    "       [--only gemv|batch|gemm|attention]\n",
+                    "       [--only gemv|batch|gemm|attention] [--rows N,N,...]\n",
                     argv[0]);
             return 2;
         }
@@ -349,8 +367,9 @@ int main(int argc, char **argv) {
     opt.kv_dtype = PL_DTYPE_F16;
     check(pl_cpu_backend_create_isa(&opt, isa, &be16), "cpu backend (f16 KV)");
     pl_cpu_ctx *c = be->ctx;
-    printf("config buildtype=%s isa=%s threads=%d gemm_min_rows=%d\n", PL_BUILDTYPE,
-           pl_cpu_isa_name(c->isa), c->n_threads, c->gemm_min_rows);
+    printf("config buildtype=%s isa=%s threads=%d gemm_min_rows=%d own_min_rows=%d/%d\n",
+           PL_BUILDTYPE, pl_cpu_isa_name(c->isa), c->n_threads, c->gemm_min_rows,
+           c->own_min_rows[0], c->own_min_rows[1]);
 
     /* The arena holds every weight matrix the GEMV/GEMM runs read: finite values in every
      * dtype (f16/bf16 bit patterns below 0x3c00 are small normals or zero). */
@@ -361,7 +380,7 @@ int main(int argc, char **argv) {
         uint32_t r = (uint32_t)(i * 2654435761u);
         a32[i] = ((r >> 4) & 0x3bff3bffu) | 0x20002000u; /* as f32: ~1e-19..; as f16: normal */
     }
-    size_t xn = (size_t)256 * 32000;
+    size_t xn = (size_t)1024 * 32000;
     float *x = malloc(xn * 4), *out = malloc(xn * 4);
     for (size_t i = 0; i < xn; i++) x[i] = (float)((int)(i % 29) - 14) / 14.0f;
 

@@ -6,6 +6,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_internal.h"
+#include "bench/soak.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: pagellm bench SUB [flags]   (pagellm bench SUB --help for its flags)\n\n"
@@ -13,7 +14,9 @@ static void usage(FILE *f) {
                "  latency     time of one batch, with percentiles (vLLM's `bench latency`)\n"
                "  sweep       throughput against max batch size and prompt/output lengths:\n"
                "              CSV and a plot\n"
-               "  roofline    this machine's memory bandwidth and f32 GEMM peak\n\n"
+               "  roofline    this machine's memory bandwidth and f32 GEMM peak\n"
+               "  soak        10,000 random requests under KV pressure: requests/s, preemptions,\n"
+               "              memory\n\n"
                "Every command takes --output-json FILE, and throughput/latency/sweep take\n"
                "--profile FILE (see also `pagellm profile`).\n");
 }
@@ -32,6 +35,7 @@ int pl_bench_main(int argc, char **argv) {
     if (!strcmp(sub, "latency")) return pl_bench_latency_main(argc - 1, argv + 1);
     if (!strcmp(sub, "sweep")) return pl_bench_sweep_main(argc - 1, argv + 1);
     if (!strcmp(sub, "roofline")) return pl_bench_roofline_main(argc - 1, argv + 1);
+    if (!strcmp(sub, "soak")) return cmd_bench_soak(argc - 1, argv + 1);
     fprintf(stderr, "pagellm bench: unknown benchmark '%s'\n", sub);
     usage(stderr);
     return 2;

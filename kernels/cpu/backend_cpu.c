@@ -224,7 +224,7 @@ static const pl_backend_ops cpu_ops = {
  * 160/130 for the 32000-row lm_head), where its 256-row blocks re-read the weights; f16 needs
  * OpenBLAS to widen every weight first, and the own kernel stays ahead or level there
  * (1024 rows: 136/155, 115/106, 89/97, 88/99). */
-#define DEFAULT_OWN_MIN_ROWS_F32 10
+#define DEFAULT_OWN_MIN_ROWS_F32 12
 #define DEFAULT_OWN_MIN_ROWS_HALF 14
 #define DEFAULT_OWN_MAX_ROWS_F32 256
 

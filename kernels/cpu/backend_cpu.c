@@ -217,8 +217,9 @@ static const pl_backend_ops cpu_ops = {
  * at 64. */
 #define DEFAULT_GEMM_MIN_ROWS 48
 /* With AVX-512, from this many rows the own register-tiled GEMM beats the GEMV kernel
- * (bench_kernels --only batch --threads 1, 2048x768, fastest of repeats: f32 GEMV/own
- * 549/620 us at 8 rows, 682/626 at 10; f16 478/492 at 12, 608/561 at 14). It beats OpenBLAS
+ * (bench_kernels --only batch, 2048x768, fastest of repeats, 2 threads: f32 GEMV/own 335/358
+ * us at 10 rows, 354/354 at 12, 425/355 at 16; f16 240/276 at 12, 325/279 at 16; one thread
+ * puts the f32 crossing at 10 rows, f16 at 14). It beats OpenBLAS
  * from 4 rows up to 256 rows (bench_kernels --only gemm --threads 1, f32, GFLOP/s sgemm/own:
  * 66/104 at 32 rows, 94/129 at 64, 145/148 at 256), but not at 1024 f32 rows (170/161,
  * 160/130 for the 32000-row lm_head), where its 256-row blocks re-read the weights; f16 needs

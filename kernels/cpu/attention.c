@@ -383,6 +383,17 @@ static void attn_unit(void *arg, int u, int thread) {
             size_t row = ((size_t)table[t / bs] * b->n_kv_heads + kh) * bs + (size_t)(t % bs);
             kp[t - t0] = J->k_cache + row * row_bytes;
             vp[t - t0] = J->v_cache + row * row_bytes;
+            if (t % bs == 0 || t == t0) {
+                /* A block's rows of one head are contiguous (4 KB at head_dim 64, f32), but
+                 * the next block is elsewhere, where the hardware streamer has to start
+                 * over; touching its first lines now gets every block of the tile going
+                 * (K into L1, needed first; V into L2). Decode, 64 sequences x 512
+                 * positions, 2 threads: f32 KV 26.3 -> 29.9 GB/s, f16 22.4 -> 29.8. */
+                for (int l = 0; l < 4; l++) {
+                    __builtin_prefetch((const char *)kp[t - t0] + 64 * l, 0, 3);
+                    __builtin_prefetch((const char *)vp[t - t0] + 64 * l, 0, 2);
+                }
+            }
         }
         for (int j = j0; j < j1; j++) {
             int pos = ctx - q_len + j;

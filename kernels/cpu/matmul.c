@@ -353,14 +353,15 @@ PL_INLINE PL_TARGET_AVX512 void gk_widen(float *dst, const void *w, size_t ld, i
 }
 
 /* The next group's weights, prefetched into L2 while this group is multiplied: n_lines
- * lines from base (whole rows, contiguous in w), per_call of them by each tile call. A
- * contiguous walk also trains the L2 streamer, which then runs ahead on its own: software
- * prefetches alone are capped by the L1 fill buffers (measured ~10.5 GB/s on one core when
- * they walked the next chunk row piece by row piece; the GEMV's sequential rows reach 16). */
+ * lines from base (whole rows, contiguous in w), per_call of them by each tile call, spread
+ * evenly over its k's (in bursts of two per k they stalled the loads behind full fill
+ * buffers: 32 rows x 2048 x 768, 2 threads, 518 -> 473 us). Software prefetches are capped
+ * by the L1 fill buffers (~10 GB/s per core measured), so a contiguous walk, which also
+ * trains the L2 streamer, beats walking the next chunk row piece by row piece. */
 typedef struct gk_pf {
     const char *base;
     int n_lines;
-    int per_call; /* even, <= 2 KC */
+    int per_call; /* <= 2 KC */
 } gk_pf;
 
 /* The J-block's rows of the next chunk (the one the next widen copies), prefetched into L1
@@ -372,10 +373,10 @@ typedef struct gk_near {
     int rows, shift;
 } gk_near;
 
-/* One tile, one chunk: acc[j][v] (+)= sum_{k < n} xt[k][16 v ..] * w[j ldw + k], the partial
+/* One tile, one chunk: acc[j][v] (+)= sum_{k < n} xt[k][16 v ..] * w[j KC + k], the partial
  * sums read from (unless first) and written back to accm (J, V, 16); lines l0 ..
- * l0 + per_call - 1 of the prefetch (those < n_lines) are issued, two per k (n >= per_call / 2
- * unless this is a short last chunk, which then issues fewer). */
+ * l0 + per_call - 1 of the group prefetch (those < n_lines) are issued over the n k's, and
+ * the near prefetch's lines one per k. */
 PL_INLINE PL_TARGET_AVX512 void gk_tile(const float *xt, size_t ldx, const float *w, int n,
                                         float *accm, bool first, const gk_pf *pf, int l0,
                                         const gk_near *nr, const int V, const int J) {
@@ -389,17 +390,17 @@ PL_INLINE PL_TARGET_AVX512 void gk_tile(const float *xt, size_t ldx, const float
     }
     int todo = pf->n_lines - l0 < pf->per_call ? pf->n_lines - l0 : pf->per_call;
     const char *pp = pf->base + (size_t)l0 * 64;
+    int spread = 0;
+    if (todo < 0) todo = 0;
     const int near_n = nr->rows << nr->shift, near_mask = (1 << nr->shift) - 1;
     for (int k = 0; k < n; k++) {
         if (k < near_n)
             _mm_prefetch(nr->base + (size_t)(k >> nr->shift) * nr->stride +
                              (size_t)(k & near_mask) * 64,
                          _MM_HINT_T0);
-        if (todo > 0) { /* two lines per k */
+        for (spread += todo; spread >= n; spread -= n) { /* todo lines evenly over n k's */
             _mm_prefetch(pp, _MM_HINT_T1);
-            _mm_prefetch(pp + 64, _MM_HINT_T1);
-            pp += 128;
-            todo -= 2;
+            pp += 64;
         }
         __m512 xv[4];
 #pragma GCC unroll 4
@@ -489,7 +490,7 @@ PL_INLINE PL_TARGET_AVX512 void gk_range(const gk_job *G, float *scratch, int jb
         gk_pf pf = {.base = (const char *)G->w + (size_t)nn0 * row_bytes,
                     .n_lines = nrows > 0 ? (int)(((size_t)nrows * row_bytes + 63) / 64) : 0};
         int calls = n_chunks * n_tiles * nb;
-        pf.per_call = (((pf.n_lines + calls - 1) / calls) + 1) & ~1;
+        pf.per_call = (pf.n_lines + calls - 1) / calls;
         if (pf.per_call > 2 * KC) pf.per_call = 2 * KC;
         int l0 = 0;
         for (int c = 0; c < n_chunks; c++) {

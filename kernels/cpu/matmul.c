@@ -129,7 +129,7 @@ PL_INLINE PL_TARGET_AVX512 void gemv_blk_avx512(const mm_job *J, const float *x,
  * streamer already covers them. */
 static inline const char *next_block(const mm_job *J, int o0) {
     size_t row_bytes = (size_t)J->d_in * pl_dtype_size(J->dt);
-    if (row_bytes >= 4096 || o0 + 8 > J->d_out) return NULL;
+    if (row_bytes > 4096 || o0 + 8 > J->d_out) return NULL;
     return (const char *)J->w + (size_t)(o0 + 4) * row_bytes;
 }
 
@@ -655,6 +655,9 @@ pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *
         PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
     /* ~64K multiply-adds per task at least: below that a wake-up costs more than the work. */
     int n_tasks = pl_cpu_n_tasks(c, (size_t)d_out * d_in * n_rows, 1u << 16);
+    /* a whole number of tasks per thread: 9 tasks on 2 threads take 5 task-times, 10 take 5
+     * shorter ones */
+    n_tasks = round_up(n_tasks, c->n_threads);
     J.rows_per_task = round_up((d_out + n_tasks - 1) / n_tasks, 4);
     pl_threadpool_run(c->pool, (d_out + J.rows_per_task - 1) / J.rows_per_task, gemv_task, &J);
     return PL_OK;

@@ -13,7 +13,8 @@
  *   allocation failure is reported as a status instead of being lost inside a worker.
  * - Work is split by output rows (or (sequence, KV head) units for attention) into tasks for
  *   the persistent pool in util/threadpool.h; small ops run inline on the caller, because a
- *   wake-up costs more than they do.
+ *   wake-up costs more than they do. The own GEMM gives each thread one contiguous range (its
+ *   prefetching runs ahead within it) and balances by stealing from the others' ranges.
  * - One caller at a time: ops of one backend must not run concurrently (they share the pool
  *   and the scratch), as the runner calls them from its step loop.
  * - OpenBLAS is called single-threaded from inside the pool's tasks (the backend sets
@@ -66,6 +67,9 @@ typedef struct pl_cpu_ctx {
     pl_cpu_mm_path mm_force;
     int own_min_rows[2], own_max_rows[2];
     int gemm_min_rows;
+    /* Own GEMM work ranges per call, 0: one per thread (tests set more than the threads, so
+     * that finished tasks must steal from the others' ranges). */
+    int own_ranges;
 
     /* Per-thread scratch, n_threads arrays of scratch_cap floats each, 64-byte aligned. */
     float **scratch;

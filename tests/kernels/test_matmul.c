@@ -110,14 +110,21 @@ Test(matmul, own_gemm_blocking) {
             for (int b = 0; b < e.n_cpu; b++) {
                 pl_cpu_ctx *c = e.cpu[b]->ctx;
                 c->mm_force = PL_CPU_MM_OWN;
-                memset(got, 0xff, n * 4);
-                cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, types[ti], rows, d_in,
-                                                   d_out),
-                             PL_OK);
-                cr_assert(pl_kt_close(e.name[b], want, got, n,
-                                      d_in > 1000 ? TOL_MATMUL_LONG : TOL_MATMUL),
-                          "own gemm %s rows %d %dx%d", pl_dtype_name(types[ti]), rows, d_out,
-                          d_in);
+                /* one range per thread, then 5 ranges: tasks that finish their own range
+                 * steal groups from the back of the others' (with one thread, task 0 steals
+                 * all of ranges 1-4 before tasks 1-4 start) */
+                for (int ranges = 0; ranges <= 5; ranges += 5) {
+                    c->own_ranges = ranges;
+                    memset(got, 0xff, n * 4);
+                    cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, types[ti], rows,
+                                                       d_in, d_out),
+                                 PL_OK);
+                    cr_assert(pl_kt_close(e.name[b], want, got, n,
+                                          d_in > 1000 ? TOL_MATMUL_LONG : TOL_MATMUL),
+                              "own gemm %s rows %d %dx%d ranges %d", pl_dtype_name(types[ti]),
+                              rows, d_out, d_in, ranges);
+                }
+                c->own_ranges = 0;
                 c->mm_force = PL_CPU_MM_AUTO;
             }
             free(w), free(x), free(want), free(got);

@@ -256,10 +256,11 @@ def case_profile():
     check_trace(trace)
     js = load_json(out)
     ov = js["overhead"]
-    check(len(ov["off_tokens_per_second"]) == 2 and len(ov["on_tokens_per_second"]) == 2,
-          "overhead should hold 2 runs each")
-    check(all(x > 0 for x in ov["off_tokens_per_second"] + ov["on_tokens_per_second"]),
-          "overhead throughputs must be positive")
+    runs = [ov[k + "_tokens_per_second"] for k in ("off", "on", "on_trace")]
+    check(all(len(r) == 2 for r in runs), "overhead should hold 2 runs of each mode")
+    check(all(x > 0 for r in runs for x in r), "overhead throughputs must be positive")
+    check(math.isclose(ov["overhead_fraction"], 1 - ov["on_trace_median"] / ov["off_median"],
+                       rel_tol=1e-9, abs_tol=1e-12), "overhead != 1 - on+trace / off")
     prof = js["profile"]
     names = [e["name"] for e in prof["phases"]]
     check("forward" in names and "schedule" in names, f"phases: {names}")

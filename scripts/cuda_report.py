@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Summarises nvcc's -Xptxas=-v output from a build log: kernels per GPU architecture, the
+highest register count, and every kernel that spills. Exits 1 when a kernel spills or when an
+architecture in --archs has no kernel, so a build that silently lost sm_80 or sm_90 fails CI.
+
+usage: cuda_report.py BUILD_LOG [--archs 80,90]
+Prints nothing and exits 0 when the log holds no ptxas output (no nvcc, or nothing rebuilt)."""
+import re
+import subprocess
+import sys
+
+ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for 'sm_(\d+)'")
+SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+REGS = re.compile(r"ptxas info\s*: Used (\d+) registers")
+
+
+def demangle(names):
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+        return out if len(out) == len(names) else names
+    except (OSError, subprocess.CalledProcessError):
+        return names
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        print(__doc__, file=sys.stderr)
+        return 2
+    archs = ["80", "90"]
+    if "--archs" in args:
+        i = args.index("--archs")
+        archs = args[i + 1].split(",")
+        del args[i:i + 2]
+    kernels = {}  # (name, arch) -> [regs, spill stores, spill loads, stack]
+    current = None
+    with open(args[0], errors="replace") as f:
+        for line in f:
+            m = ENTRY.search(line)
+            if m:
+                current = (m.group(1), m.group(2))
+                kernels.setdefault(current, [0, 0, 0, 0])
+                continue
+            if current is None:
+                continue
+            m = SPILL.search(line)
+            if m:
+                k = kernels[current]
+                k[3], k[1], k[2] = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            m = REGS.search(line)
+            if m:
+                kernels[current][0] = int(m.group(1))
+                current = None  # "Used N registers" closes an entry's report
+    if not kernels:
+        return 0
+    rc = 0
+    for arch in archs:
+        mine = {n: v for (n, a), v in kernels.items() if a == arch}
+        if not mine:
+            print(f"cuda: no kernel compiled for sm_{arch}")
+            rc = 1
+            continue
+        names = sorted(mine)
+        spilling = [n for n in names if mine[n][1] or mine[n][2]]
+        top = max(names, key=lambda n: mine[n][0])
+        print(f"cuda: sm_{arch}: {len(names)} kernels compiled, "
+              f"{len(spilling)} with spills, at most {mine[top][0]} registers "
+              f"({demangle([top])[0]})")
+        for n, d in zip(spilling, demangle(spilling)):
+            print(f"cuda: sm_{arch}: {d} spills {mine[n][1]} bytes stored, "
+                  f"{mine[n][2]} bytes loaded")
+            rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

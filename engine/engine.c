@@ -81,7 +81,7 @@ static pl_status alloc_step_buffers(pl_engine *e) {
 static void free_step_buffers(pl_step_buffers *b) {
     void *p[] = {b->ids, b->positions, b->slots, b->query_start, b->context_lens,
                  b->block_tables, b->sample_rows, b->sample_entry, b->copy_pairs, b->logits,
-                 b->logits_tmp, b->deltas, b->finished};
+                 b->logits_tmp, b->sampled, b->deltas, b->finished};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) pl_free(p[i]);
 }
 
@@ -336,9 +336,25 @@ static void fork_samples(pl_engine *e, pl_request *r) {
     }
 }
 
-static pl_status process_samples(pl_engine *e, const pl_sched_output *so) {
+static pl_status push_sampled(pl_step_buffers *sb, size_t *n, pl_sample *s, int32_t tok) {
+    if (*n == sb->cap_sampled) {
+        size_t cap = sb->cap_sampled ? 2 * sb->cap_sampled : 64;
+        pl_sampled *p = pl_reallocarray(sb->sampled, cap, sizeof *p);
+        if (!p) return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: %zu sampled tokens", cap);
+        sb->sampled = p;
+        sb->cap_sampled = cap;
+    }
+    sb->sampled[(*n)++] = (pl_sampled){s, tok};
+    return PL_OK;
+}
+
+/* Draws every sampling sequence's token into sb->sampled; nothing is appended yet, so the
+ * sample and detokenise phases are timed apart. A request's first draw forks its other
+ * samples off sample 0, which draw from copies of the same logits row. */
+static pl_status sample_tokens(pl_engine *e, const pl_sched_output *so, size_t *n_out) {
     pl_step_buffers *sb = &e->sb;
     int V = e->vocab, n_sample = 0;
+    *n_out = 0;
     for (int i = 0; i < so->n_seqs; i++)
         if (so->entries[i].samples) n_sample++;
     for (int k = 0; k < n_sample; k++) {
@@ -352,10 +368,19 @@ static pl_status process_samples(pl_engine *e, const pl_sched_output *so) {
                 pl_sample *c = &r->samples[i];
                 if (c->finished) continue;
                 memcpy(sb->logits_tmp, row, (size_t)V * sizeof(float));
-                PL_TRY(pl_output_on_token(e, c, sample_one(e, c, sb->logits_tmp)));
+                PL_TRY(push_sampled(sb, n_out, c, sample_one(e, c, sb->logits_tmp)));
             }
         }
-        PL_TRY(pl_output_on_token(e, s, sample_one(e, s, row)));
+        PL_TRY(push_sampled(sb, n_out, s, sample_one(e, s, row)));
+    }
+    return PL_OK;
+}
+
+/* Appends the drawn tokens: detokenise, stop checks, stream deltas. */
+static pl_status append_tokens(pl_engine *e, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const pl_sampled *d = &e->sb.sampled[i];
+        if (!d->s->finished) PL_TRY(pl_output_on_token(e, d->s, d->tok));
     }
     return PL_OK;
 }
@@ -419,15 +444,16 @@ pl_status pl_engine_step(pl_engine *e, pl_step_result *out) {
             pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());
             fail_step(e, &so);
         } else {
+            size_t n_sampled = 0;
             pl_status us = pl_sched_update(e->sched, &so);
-            if (us == PL_OK) us = process_samples(e, &so);
+            if (us == PL_OK) us = sample_tokens(e, &so, &n_sampled);
+            pl_profiler_phase(pr, PL_PHASE_SAMPLE, t, u = pl_now_ns());
+            if (us == PL_OK) us = append_tokens(e, n_sampled);
+            pl_profiler_phase(pr, PL_PHASE_DETOKENIZE, u, t = pl_now_ns());
             if (us != PL_OK) {
                 st = us;
                 fail_step(e, &so);
             }
-            u = pl_now_ns();
-            pl_profiler_phase(pr, PL_PHASE_SAMPLE, t, u);
-            t = u;
         }
         account_step(e, &so);
     }

@@ -100,6 +100,12 @@ typedef struct pl_engine_stats {
 } pl_engine_stats;
 
 /* Per-step buffers, sized at create for the largest step. */
+/* A token drawn for a sample this step, appended after all rows are drawn. */
+typedef struct pl_sampled {
+    pl_sample *s;
+    int32_t tok;
+} pl_sampled;
+
 typedef struct pl_step_buffers {
     int32_t *ids, *positions, *query_start, *context_lens, *block_tables, *sample_rows;
     int32_t *sample_entry;       /* (max_seqs) entry index of each sample row */
@@ -107,6 +113,8 @@ typedef struct pl_step_buffers {
     int64_t *slots;
     float *logits;               /* (max_seqs, vocab) */
     float *logits_tmp;           /* (vocab) a row copy for forked samples */
+    pl_sampled *sampled;         /* this step's drawn tokens; grows, kept across steps */
+    size_t cap_sampled;
     pl_stream_delta *deltas;
     size_t n_deltas, cap_deltas;
     pl_completion *finished;

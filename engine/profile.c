@@ -14,7 +14,7 @@
 #include "util/timer.h"
 
 static const char *const phase_names[PL_PHASE_COUNT] = {
-    "drain", "schedule", "build_batch", "forward", "sample", "output",
+    "drain", "schedule", "build_batch", "forward", "sample", "detokenize", "output",
 };
 
 const char *pl_phase_name(pl_phase p) {

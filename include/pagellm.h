@@ -342,8 +342,8 @@ typedef struct pl_profile_entry {
 } pl_profile_entry;
 
 typedef struct pl_profile {
-    /* phases of a step: drain, schedule, build batch, forward, sample, output (detokenise,
-     * stop checks, completions) */
+    /* phases of a step: drain, schedule, build_batch, forward, sample, detokenize (append the
+     * drawn tokens: detokenise, stop checks, stream deltas), output (completions) */
     pl_profile_entry phases[PL_PROFILE_MAX];
     int n_phases;
     /* op kinds inside the forward pass (only while profiling is on: each op is synced) */

@@ -235,7 +235,7 @@ def check_trace(path, want_ops=True):
         if e["ph"] == "X":
             check(isinstance(e["ts"], (int, float)) and e["dur"] >= 0, f"bad X event: {e}")
     phases = {e["name"] for e in ev if e["ph"] == "X" and e.get("cat") == "phase"}
-    for ph in ("schedule", "forward", "sample", "output"):
+    for ph in ("schedule", "forward", "sample", "detokenize", "output"):
         check(ph in phases, f"no {ph!r} phase events in the trace (have {sorted(phases)})")
     ops = {e["name"] for e in ev if e["ph"] == "X" and e.get("cat") == "op"}
     if want_ops:

@@ -23,20 +23,35 @@ struct dense_ref {
 
 static float wget(const pl_weight *w, size_t i) { return pl_load_f32(w->data, w->dtype, i); }
 
+/* Hugging Face's inverse frequencies for each "rope_type", transcribed from transformers'
+ * modeling_rope_utils.py (_compute_default/linear_scaling/llama3_parameters), not from
+ * model/, so a slip in either shows up as a mismatch:
+ *   default: inv_freq[j] = theta^(-2j / head_dim)
+ *   linear:  inv_freq / factor (every position divided by factor)
+ *   llama3:  wavelen = 2 pi / inv_freq; wavelengths longer than original_max / low_freq_factor
+ *            are divided by factor, shorter than original_max / high_freq_factor kept, and the
+ *            band between (ends included) blends the two with
+ *            smooth = (original_max / wavelen - low_freq_factor) /
+ *                     (high_freq_factor - low_freq_factor),
+ *            inv_freq = (1 - smooth) * inv_freq / factor + smooth * inv_freq. */
+static double llama3_inv_freq(const pl_model_config *c, double inv_freq) {
+    double factor = c->rope_factor, low = c->rope_low_freq_factor,
+           high = c->rope_high_freq_factor, old_ctx = (double)c->rope_original_max_pos;
+    double wavelen = 2.0 * M_PI / inv_freq;
+    if (wavelen > old_ctx / low) return inv_freq / factor;
+    if (wavelen < old_ctx / high) return inv_freq;
+    double smooth = (old_ctx / wavelen - low) / (high - low);
+    return (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
+}
+
 static double scaled_inv_freq(const pl_model_config *c, int j) {
-    double f = pow((double)c->rope_theta, -2.0 * j / c->head_dim);
-    if (c->rope_scaling == PL_ROPE_SCALING_LINEAR) return f / c->rope_factor;
-    if (c->rope_scaling == PL_ROPE_SCALING_LLAMA3) {
-        double wavelen = 2 * M_PI / f;
-        double low_wl = c->rope_original_max_pos / c->rope_low_freq_factor;
-        double high_wl = c->rope_original_max_pos / c->rope_high_freq_factor;
-        if (wavelen < high_wl) return f;
-        if (wavelen > low_wl) return f / c->rope_factor;
-        double smooth = (c->rope_original_max_pos / wavelen - c->rope_low_freq_factor) /
-                        (c->rope_high_freq_factor - c->rope_low_freq_factor);
-        return (1 - smooth) * f / c->rope_factor + smooth * f;
+    double f = 1.0 / pow((double)c->rope_theta, (2.0 * j) / c->head_dim);
+    switch (c->rope_scaling) {
+    case PL_ROPE_SCALING_NONE: return f;
+    case PL_ROPE_SCALING_LINEAR: return f / c->rope_factor;
+    case PL_ROPE_SCALING_LLAMA3: return llama3_inv_freq(c, f);
     }
-    return f;
+    return NAN; /* an unknown kind poisons every logit rather than passing as unscaled */
 }
 
 dense_ref *dense_ref_create(const pl_model *m, int max_len) {

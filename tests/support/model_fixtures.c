@@ -191,6 +191,23 @@ void pl_fixture_random_config(pl_test_rng *r, pl_model_config *c) {
     c->bos_ends_text = false;
 }
 
+void pl_fixture_set_rope_linear(pl_model_config *c, float factor) {
+    c->rope_scaling = PL_ROPE_SCALING_LINEAR;
+    c->rope_factor = factor;
+    c->rope_low_freq_factor = 0.0f;
+    c->rope_high_freq_factor = 0.0f;
+    c->rope_original_max_pos = 0;
+}
+
+void pl_fixture_set_rope_llama3(pl_model_config *c, float factor, float low_freq_factor,
+                                float high_freq_factor, int original_max_position_embeddings) {
+    c->rope_scaling = PL_ROPE_SCALING_LLAMA3;
+    c->rope_factor = factor;
+    c->rope_low_freq_factor = low_freq_factor;
+    c->rope_high_freq_factor = high_freq_factor;
+    c->rope_original_max_pos = original_max_position_embeddings;
+}
+
 static void fill(pl_test_rng *r, const pl_weight *w, float center, float scale) {
     float *d = (float *)w->data;
     size_t n = (size_t)w->rows * (size_t)w->cols;
@@ -372,6 +389,11 @@ static bool llama2c_compatible(const pl_model *m) {
     if (c->head_dim * c->n_heads != c->dim)
         return fail("llama2.c needs head_dim = dim / n_heads (%d * %d != %d)", c->head_dim,
                     c->n_heads, c->dim);
+    /* the readers assume llama2.c's fixed RoPE: writing anything else would drop it */
+    if (c->rope_theta != 10000.0f || c->rope_scaling != PL_ROPE_SCALING_NONE)
+        return fail("llama2.c holds only rope_theta 10000 without scaling (theta %g, "
+                    "scaling %d): write a Hugging Face directory instead",
+                    (double)c->rope_theta, (int)c->rope_scaling);
     return little_endian();
 }
 

@@ -42,6 +42,16 @@ extern "C" {
  * no rope scaling (llama2.c-compatible, so every format can hold it). */
 void pl_fixture_random_config(pl_test_rng *r, pl_model_config *out);
 
+/* RoPE scaling as a Hugging Face config.json states it in "rope_scaling": {"type": "linear",
+ * "factor"} or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+ * "original_max_position_embeddings"}. Only pl_fixture_write_hf stores it (the llama2.c
+ * formats have no field for it: their writers refuse a scaled config). The weights
+ * pl_fixture_model draws do not depend on the scaling, so the same seed gives the same
+ * weights scaled and unscaled. */
+void pl_fixture_set_rope_linear(pl_model_config *c, float factor);
+void pl_fixture_set_rope_llama3(pl_model_config *c, float factor, float low_freq_factor,
+                                float high_freq_factor, int original_max_position_embeddings);
+
 /* A model of cfg with f32 weights drawn from seed (matrices uniform in +-1/sqrt(fan_in),
  * embeddings +-1, norms 1 +- 0.25). Free with pl_model_free. */
 pl_model *pl_fixture_model(const pl_model_config *cfg, uint64_t seed);
@@ -62,7 +72,9 @@ void pl_fixture_permute_to_interleaved(float *dst, const float *src, int n_heads
 /* ---- writers ---- */
 
 /* llama2.c legacy checkpoint: 7 int32 header (vocab_size negated when the model is untied),
- * f32 tensors, freq_cis tables, wcls when untied. Needs head_dim == dim / n_heads. */
+ * f32 tensors, freq_cis tables, wcls when untied. Needs head_dim == dim / n_heads, and (as
+ * for ak42) rope_theta 10000 without scaling: the format cannot say otherwise, and a file
+ * that silently computes another function than m would make every comparison meaningless. */
 bool pl_fixture_write_llama2c(const pl_model *m, const char *path);
 /* llama2.c "ak42" version 1: 256-byte header, f32 tensors in export.py's version-1 order. */
 bool pl_fixture_write_ak42(const pl_model *m, const char *path);

@@ -27,31 +27,58 @@ static pl_status create_backend(const pl_engine_config *c, pl_backend **out) {
     }
 }
 
+/* The memory the engine may use: memory_limit_bytes, else what the backend reports (all of
+ * host memory; a device's free memory). */
+static pl_status available_memory(pl_engine *e, size_t *out) {
+    size_t free_b = 0, total_b = 0;
+    PL_TRY(e->be->ops->memory_info(e->be, &free_b, &total_b));
+    if (e->cfg.memory_limit_bytes) total_b = free_b = e->cfg.memory_limit_bytes;
+    *out = e->be->is_host ? total_b : free_b;
+    return PL_OK;
+}
+
 /* Blocks for the KV pool: max_num_blocks, or what memory_threshold of the backend's memory
- * holds after weights and workspace, capped at what max_num_seqs full-length sequences use. */
+ * holds after weights and workspace, capped at what max_num_seqs full-length sequences use.
+ * Weights count as stored (embedding table and norms too, as the loader's limit check counts
+ * them), so both checks report the same number for the same model. */
 static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_blocks) {
     const pl_engine_config *c = &e->cfg;
     size_t block_bytes = pl_runner_kv_block_bytes(&e->model->cfg, c->block_size, e->be->kv_dtype);
     size_t cap = (size_t)c->max_num_seqs * (size_t)e->max_blocks_per_seq + 1;
     if (cap > (size_t)1 << 30) cap = (size_t)1 << 30;
+    size_t avail, work_b = pl_runner_workspace_bytes(&e->model->cfg, lim);
+    uint64_t weights_b;
+    PL_TRY(pl_model_config_weight_bytes(&e->model->cfg, e->model->tok_embed.dtype, &weights_b));
     if (c->max_num_blocks > 0) {
+        /* An explicit pool is taken as asked, but under an explicit limit it must fit beside
+         * the weights and the workspace (the threshold only shapes a derived pool). */
+        uint64_t pool_b = UINT64_MAX, need = UINT64_MAX;
+        if (!__builtin_mul_overflow((uint64_t)c->max_num_blocks, (uint64_t)block_bytes, &pool_b) &&
+            (__builtin_add_overflow(pool_b, weights_b, &need) ||
+             __builtin_add_overflow(need, (uint64_t)work_b, &need)))
+            need = UINT64_MAX;
+        if (c->memory_limit_bytes && need > (uint64_t)c->memory_limit_bytes)
+            return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                           "memory_limit_bytes = %zu: %llu bytes of weights + %llu bytes of KV "
+                           "cache (max_num_blocks = %d blocks of %zu bytes) + %zu bytes of "
+                           "workspace do not fit",
+                           c->memory_limit_bytes, (unsigned long long)weights_b,
+                           (unsigned long long)pool_b, c->max_num_blocks, block_bytes, work_b);
         *out_blocks = c->max_num_blocks;
         return PL_OK;
     }
-    size_t free_b = 0, total_b = 0;
-    PL_TRY(e->be->ops->memory_info(e->be, &free_b, &total_b));
-    if (c->memory_limit_bytes) total_b = free_b = c->memory_limit_bytes;
-    double budget = c->memory_threshold * (double)(e->be->is_host ? total_b : free_b);
-    double weights = (double)pl_model_weight_bytes(e->model);
-    double work = (double)pl_runner_workspace_bytes(&e->model->cfg, lim);
+    PL_TRY(available_memory(e, &avail));
+    double budget = c->memory_threshold * (double)avail;
+    double weights = (double)weights_b;
+    double work = (double)work_b;
     double left = budget - weights - work;
     double n = left / (double)block_bytes;
     if (n < 1) {
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                       "KV cache: %.0f MiB of memory (memory_threshold %.2f) minus %.0f MiB of "
-                       "weights and %.0f MiB of workspace leaves no room for one %zu-byte block",
-                       budget / 1048576.0, c->memory_threshold, weights / 1048576.0,
-                       work / 1048576.0, block_bytes);
+                       "KV cache: %.0f bytes of memory (memory_threshold %.2f of %zu bytes) "
+                       "minus %.0f bytes of weights and %.0f bytes of workspace leaves no room "
+                       "for one %zu-byte block",
+                       budget, c->memory_threshold, avail, weights, work, block_bytes);
     }
     *out_blocks = n > (double)cap ? (int)cap : (int)n;
     return PL_OK;
@@ -129,8 +156,14 @@ static pl_status load_tokenizer(pl_engine *e) {
 
 static pl_status engine_init(pl_engine *e) {
     pl_engine_config *c = &e->cfg;
+    /* The backend first: the memory it reports (or memory_limit_bytes) bounds the weights,
+     * which the loader checks from the header or config before reading or generating any,
+     * so a model that cannot fit is refused at once and with the numbers. */
+    PL_TRY(create_backend(c, &e->be));
+    size_t avail;
+    PL_TRY(available_memory(e, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
-    PL_TRY(pl_model_load(c->model_path, &mo, &e->model));
+    PL_TRY(pl_model_load_within(c->model_path, &mo, avail, &e->model));
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
     e->eos_id = mc->eos_id;
@@ -147,7 +180,6 @@ static pl_status engine_init(pl_engine *e) {
                        "prefill is off", c->max_total_tokens, e->max_model_len);
     e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;
     PL_TRY(load_tokenizer(e));
-    PL_TRY(create_backend(c, &e->be));
 
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,

@@ -139,7 +139,10 @@ typedef struct pl_engine_config {
     int block_size;            /* token slots per KV block: a power of two in [1, 256]; 16 */
     int max_num_blocks;        /* 0 = derive from memory_threshold */
     double memory_threshold;   /* fraction of (free) memory the engine may use, in (0, 1]; 0.9 */
-    size_t memory_limit_bytes; /* CPU: memory to size the KV pool from; 0 = physical memory */
+    size_t memory_limit_bytes; /* memory to size the KV pool from; 0 = physical memory (CPU)
+                                  or free device memory. Weights larger than it are refused
+                                  before loading; with max_num_blocks set, weights + pool +
+                                  workspace must fit it */
     bool enable_prefix_caching;/* automatic prefix caching; true */
 
     /* Scheduling */
@@ -148,7 +151,8 @@ typedef struct pl_engine_config {
     int max_total_tokens;      /* new tokens per step (the token budget); 4096 */
     int max_model_len;         /* prompt + output limit; 0 = the model's */
     bool enable_chunked_prefill;   /* cut long prompts into chunks; true */
-    int long_prefill_threshold;    /* max tokens one prompt takes per step; 0 = no cap */
+    int long_prefill_threshold;    /* with chunked prefill: max tokens one prompt takes per
+                                      step; 0 = no cap. Without chunking a prompt runs whole */
     int max_skip_head;         /* how many smaller requests may pass a waiting head that does
                                   not fit before admission stops at it; 4 */
     double watermark;          /* fraction of blocks kept free for running sequences; 0.01 */

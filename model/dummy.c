@@ -158,13 +158,15 @@ pl_status pl_model_dummy_config(const char *name, pl_model_config *out) {
 }
 
 pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt,
-                              pl_model **out) {
+                              uint64_t max_weight_bytes, pl_model **out) {
     pl_model_config c;
     PL_TRY(pl_model_dummy_config(name, &c));
     const preset *p = find_preset(name);
     char full[96];
     snprintf(full, sizeof full, "dummy:%s", p->name);
     pl_dtype dt = opt->dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : opt->dtype;
+    /* before a byte is generated */
+    PL_TRY(pl_model_check_weight_limit(full, &c, dt, max_weight_bytes));
     if (dt == PL_DTYPE_F32 && !p->f32_allowed) {
         pl_model probe = {.cfg = c};
         double n = (double)pl_model_matmul_params(&probe) + (double)c.vocab_size * c.dim;

@@ -60,9 +60,13 @@ static pl_status load_json(const char *path, json_t **out) {
         s = pl_fail(PL_ERR_FORMAT, "%s: %zu bytes is too large for a JSON config", path, f.size);
     } else {
         json_error_t err;
-        *out = json_loadb(f.size ? (const char *)f.data : "", f.size, JSON_REJECT_DUPLICATES,
-                          &err);
-        if (!*out)
+        bool oom;
+        *out = pl_model_json_loadb(f.size ? (const char *)f.data : "", f.size,
+                                   JSON_REJECT_DUPLICATES, &err, &oom);
+        if (!*out && oom)
+            s = pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory parsing %zu bytes of JSON",
+                        path, f.size);
+        else if (!*out)
             s = pl_fail(PL_ERR_FORMAT, "%s: line %d column %d: %s", path, err.line, err.column,
                         err.text);
         else if (!json_is_object(*out))
@@ -398,6 +402,29 @@ static pl_status bind_named(pl_model *m, const hf_files *h, pl_weight *w, const 
     return pl_model_bind(m, w, t->data, t->type, rows, cols, is_norm ? PL_DTYPE_F32 : want, name);
 }
 
+/* Tied when the config says so; also when it is silent and there is no lm_head. */
+static bool resolve_tied(const pl_model_config *c, const hf_files *h, bool tie_set) {
+    return c->tied_embeddings ||
+           (!tie_set && pl_model_st_find(&h->tab, "lm_head.weight") == NULL);
+}
+
+/* The memory limit, from the headers alone (no tensor byte is read yet): matrices keep the
+ * embedding's stored type unless a dtype is asked for. A missing embedding or one of an
+ * unsupported type is left to bind_all, which names the problem precisely. */
+static pl_status check_limit(const char *dir, const pl_model_config *c, const hf_files *h,
+                             bool tie_set, pl_dtype want, uint64_t limit) {
+    if (!limit) return PL_OK;
+    pl_dtype dt = want;
+    if (dt == PL_DTYPE_AUTO) {
+        const pl_st_tensor *t = pl_model_st_find(&h->tab, "model.embed_tokens.weight");
+        if (!t || t->type == PL_DTYPE_AUTO) return PL_OK;
+        dt = t->type;
+    }
+    pl_model_config sized = *c;
+    sized.tied_embeddings = resolve_tied(c, h, tie_set);
+    return pl_model_check_weight_limit(dir, &sized, dt, limit);
+}
+
 static pl_status bind_all(pl_model *m, const hf_files *h, bool tie_set, pl_dtype want) {
     const pl_model_config *c = &m->cfg;
     int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
@@ -428,9 +455,7 @@ static pl_status bind_all(pl_model *m, const hf_files *h, bool tie_set, pl_dtype
         }
     }
     PL_TRY(bind_named(m, h, &m->final_norm, "model.norm.weight", 1, c->dim, true, want));
-    /* Tied when the config says so; also when it is silent and there is no lm_head. */
-    bool has_head = pl_model_st_find(&h->tab, "lm_head.weight") != NULL;
-    m->cfg.tied_embeddings = c->tied_embeddings || (!tie_set && !has_head);
+    m->cfg.tied_embeddings = resolve_tied(c, h, tie_set);
     if (m->cfg.tied_embeddings) {
         m->lm_head = m->tok_embed;
         return PL_OK;
@@ -455,7 +480,7 @@ static pl_status check_extra_layers(const pl_model *m, const hf_files *h) {
 }
 
 pl_status pl_model_load_hf(const char *dir, const char *weights, const pl_model_load_options *opt,
-                           pl_model **out) {
+                           uint64_t max_weight_bytes, pl_model **out) {
     *out = NULL;
     char *cfg_path = join(dir, "config.json");
     if (!cfg_path) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory", dir);
@@ -468,6 +493,7 @@ pl_status pl_model_load_hf(const char *dir, const char *weights, const pl_model_
     hf_files h = {0};
     pl_model *m = NULL;
     s = load_weights_files(&h, dir, weights);
+    if (s == PL_OK) s = check_limit(dir, &c, &h, tie_set, opt->dtype, max_weight_bytes);
     if (s == PL_OK) s = pl_model_shell_create(&c, dir, &m);
     if (s == PL_OK) s = check_extra_layers(m, &h);
     if (s == PL_OK) s = bind_all(m, &h, tie_set, opt->dtype);

@@ -158,7 +158,8 @@ static pl_status bind_all(pl_model *m, const uint8_t *p, const tensor_kind *orde
     return PL_OK;
 }
 
-static pl_status load(pl_model_file *f, const pl_model_load_options *opt, pl_model **out) {
+static pl_status load(pl_model_file *f, const pl_model_load_options *opt, uint64_t limit,
+                      pl_model **out) {
     const char *path = f->path;
     const uint8_t *p = f->data;
     bool v1 = f->size >= 4 && (uint32_t)rd_i32(p) == AK42_MAGIC;
@@ -229,6 +230,10 @@ static pl_status load(pl_model_file *f, const pl_model_load_options *opt, pl_mod
                        c.tied_embeddings ? " shared" : " separate wcls", c.max_seq_len, need,
                        f->size);
 
+    /* the file is f32; AUTO keeps it so (mapped), else matrices are converted at bind */
+    PL_TRY(pl_model_check_weight_limit(
+        path, &c, opt->dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : opt->dtype, limit));
+
     pl_model *m;
     PL_TRY(pl_model_shell_create(&c, path, &m));
     pl_status s = bind_all(m, f->data + header, order, n_order, opt->dtype);
@@ -242,10 +247,10 @@ static pl_status load(pl_model_file *f, const pl_model_load_options *opt, pl_mod
 }
 
 pl_status pl_model_load_llama2c(const char *path, const pl_model_load_options *opt,
-                                pl_model **out) {
+                                uint64_t max_weight_bytes, pl_model **out) {
     pl_model_file f;
     PL_TRY(pl_model_file_map(path, &f));
-    pl_status s = load(&f, opt, out);
+    pl_status s = load(&f, opt, max_weight_bytes, out);
     pl_model_file_unmap(&f); /* no-op when the model took the mapping */
     return s;
 }

@@ -9,6 +9,7 @@
  * versioned format from the legacy one by its magic.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,18 +31,23 @@ static bool ends_with(const char *s, const char *suffix) {
 /* A file inside a Hugging Face directory: load the directory, with this file as the weights
  * (NULL for config.json: the directory's own weights). */
 static pl_status load_hf_file(const char *path, const pl_model_load_options *opt,
-                              pl_model **out) {
+                              uint64_t limit, pl_model **out) {
     const char *slash = strrchr(path, '/');
     char *dir = pl_strdup(slash ? path : ".");
     if (!dir) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     if (slash) dir[slash == path ? 1 : (size_t)(slash - path)] = '\0';
     const char *weights = ends_with(path, "config.json") ? NULL : path;
-    pl_status s = pl_model_load_hf(dir, weights, opt, out);
+    pl_status s = pl_model_load_hf(dir, weights, opt, limit, out);
     pl_free(dir);
     return s;
 }
 
 pl_status pl_model_load(const char *path, const pl_model_load_options *opt, pl_model **out) {
+    return pl_model_load_within(path, opt, 0, out);
+}
+
+pl_status pl_model_load_within(const char *path, const pl_model_load_options *opt,
+                               uint64_t limit, pl_model **out) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: out is NULL");
     *out = NULL;
     if (!path || !path[0])
@@ -51,15 +57,15 @@ pl_status pl_model_load(const char *path, const pl_model_load_options *opt, pl_m
     if (opt->dtype < PL_DTYPE_AUTO || opt->dtype > PL_DTYPE_BF16)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: dtype = %d is not a pl_dtype",
                        (int)opt->dtype);
-    if (strncmp(path, "dummy:", 6) == 0) return pl_model_load_dummy(path + 6, opt, out);
+    if (strncmp(path, "dummy:", 6) == 0) return pl_model_load_dummy(path + 6, opt, limit, out);
 
     struct stat st;
     if (stat(path, &st) != 0) return pl_fail(PL_ERR_IO, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) return pl_model_load_hf(path, NULL, opt, out);
+    if (S_ISDIR(st.st_mode)) return pl_model_load_hf(path, NULL, opt, limit, out);
     if (!S_ISREG(st.st_mode)) return pl_fail(PL_ERR_IO, "%s: not a regular file", path);
     if (ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json") ||
         ends_with(path, "config.json"))
-        return load_hf_file(path, opt, out);
+        return load_hf_file(path, opt, limit, out);
 
     unsigned char magic[4] = {0};
     FILE *f = fopen(path, "rb");
@@ -68,7 +74,7 @@ pl_status pl_model_load(const char *path, const pl_model_load_options *opt, pl_m
     fclose(f);
     if (got == 4 && memcmp(magic, "GGUF", 4) == 0)
         return pl_fail(PL_ERR_UNSUPPORTED, "%s: GGUF files are not supported yet", path);
-    return pl_model_load_llama2c(path, opt, out);
+    return pl_model_load_llama2c(path, opt, limit, out);
 }
 
 // ----------------------------------------------------------------------------
@@ -103,14 +109,18 @@ static bool place(pl_weight *w, int rows, int cols, pl_dtype t, uint8_t *base, u
 }
 
 /* Lays out every tensor of c in one block and points the weights at it; with base == NULL
- * only computes the total size (*total). */
+ * only computes the total size (*total), and m may then be NULL: sizing a model from its
+ * config alone (pl_model_config_weight_bytes) is the same arithmetic as allocating it. */
 static bool layout(pl_model *m, const pl_model_config *c, pl_dtype dt, uint8_t *base,
                    uint64_t *total) {
+    pl_model scratch = {0};
+    pl_model_layer scratch_layer; /* place() writes nothing without base: a stand-in target */
+    if (!m) m = &scratch;
     uint64_t off = 0;
     int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
     bool ok = place(&m->tok_embed, c->vocab_size, c->dim, dt, base, &off);
     for (int l = 0; ok && l < c->n_layers; l++) {
-        pl_model_layer *L = &m->layers[l];
+        pl_model_layer *L = base ? &m->layers[l] : &scratch_layer;
         ok = place(&L->attn_norm, 1, c->dim, PL_DTYPE_F32, base, &off) &&
              place(&L->wq, q, c->dim, dt, base, &off) &&
              place(&L->wk, kv, c->dim, dt, base, &off) &&
@@ -140,15 +150,14 @@ pl_status pl_model_alloc(const pl_model_config *cfg, pl_dtype dtype, const char 
     if (dtype != PL_DTYPE_F32 && dtype != PL_DTYPE_F16 && dtype != PL_DTYPE_BF16)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: dtype = %d must be f32, f16 or bf16", name,
                        (int)dtype);
+    uint64_t total;
+    if (!layout(NULL, cfg, dtype, NULL, &total) || total > SIZE_MAX)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
+    PL_TRY(physical_memory_check(name, total));
     pl_model *m;
     PL_TRY(pl_model_shell_create(cfg, name, &m));
-    uint64_t total;
-    pl_status s = PL_OK;
-    if (!layout(m, cfg, dtype, NULL, &total) || total > SIZE_MAX)
-        s = pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
-    if (s == PL_OK) s = physical_memory_check(name, total);
     void *base = NULL;
-    if (s == PL_OK) s = pl_model_own_alloc(m, (size_t)total, true, &base);
+    pl_status s = pl_model_own_alloc(m, (size_t)total, true, &base);
     if (s != PL_OK) {
         pl_model_free(m);
         return s;
@@ -156,6 +165,32 @@ pl_status pl_model_alloc(const pl_model_config *cfg, pl_dtype dtype, const char 
     layout(m, cfg, dtype, base, &total);
     *out = m;
     return PL_OK;
+}
+
+pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_dtype dtype,
+                                       uint64_t *out) {
+    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_config_weight_bytes: out is NULL");
+    PL_TRY(pl_model_config_validate(cfg));
+    if (dtype != PL_DTYPE_F32 && dtype != PL_DTYPE_F16 && dtype != PL_DTYPE_BF16)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "pl_model_config_weight_bytes: dtype = %d must be f32, f16 or bf16",
+                       (int)dtype);
+    if (!layout(NULL, cfg, dtype, NULL, out))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "model config: weight bytes overflow 64 bits");
+    return PL_OK;
+}
+
+pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
+                                      pl_dtype dtype, uint64_t limit) {
+    if (!limit) return PL_OK;
+    uint64_t bytes;
+    PL_TRY(pl_model_config_weight_bytes(cfg, dtype, &bytes));
+    if (bytes <= limit) return PL_OK;
+    return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                   "%s: weights take %" PRIu64 " bytes (%.1f MiB) stored as %s, more than the "
+                   "%" PRIu64 " bytes (%.1f MiB) the memory limit allows",
+                   name, bytes, (double)bytes / 1048576.0, pl_dtype_name(dtype),
+                   limit, (double)limit / 1048576.0);
 }
 
 // ----------------------------------------------------------------------------

@@ -94,6 +94,12 @@ typedef struct pl_model_load_options {
  * file and the field or offset), PL_ERR_UNSUPPORTED (valid but not handled: architecture,
  * dtype), PL_ERR_NOT_FOUND (unknown dummy preset, missing tensor), PL_ERR_OUT_OF_MEMORY. */
 pl_status pl_model_load(const char *path, const pl_model_load_options *opt, pl_model **out);
+/* As pl_model_load, but a model whose weights, as they will be stored (the bytes
+ * pl_model_config_weight_bytes gives for its config and storage type), exceed
+ * max_weight_bytes (0 = no limit) is refused with PL_ERR_OUT_OF_MEMORY and both numbers, once
+ * its header or config is read and before any weight is read, converted or generated. */
+pl_status pl_model_load_within(const char *path, const pl_model_load_options *opt,
+                               uint64_t max_weight_bytes, pl_model **out);
 void pl_model_free(pl_model *m); /* NULL is a no-op */
 
 /* Checks a config: every dim inside generous limits (a header claiming 10^9 layers is refused
@@ -120,6 +126,14 @@ pl_status pl_model_dummy_config(const char *name, pl_model_config *out);
 /* Rotary inverse frequencies (head_dim / 2 floats) with the config's theta and scaling:
  * inv_freq[j] = theta^(-2j / head_dim), then scaled. */
 void pl_model_rope_inv_freq(const pl_model_config *cfg, float *out);
+
+/* Bytes every weight of a model of cfg takes when its matrices are stored as dtype
+ * (F32/F16/BF16) and its norms as f32: exactly what pl_model_alloc allocates, and what
+ * pl_model_load_within checks max_weight_bytes against, so a model can be sized from its
+ * config alone. Errors: PL_ERR_INVALID_ARGUMENT (bad config or dtype),
+ * PL_ERR_OUT_OF_MEMORY (the size overflows 64 bits). */
+pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_dtype dtype,
+                                       uint64_t *out);
 
 /* Bytes of matrix weights (what decode streams per token), for benchmarks. */
 size_t pl_model_weight_bytes(const pl_model *m);

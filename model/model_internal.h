@@ -88,15 +88,23 @@ pl_status pl_model_config_check(const pl_model_config *cfg, pl_status code, cons
  * ending a story), on top of whatever dims cfg already holds. */
 void pl_model_config_llama2c_defaults(pl_model_config *cfg);
 
-/* ---- loaders ---- */
+/* ---- the memory limit (model.c) ---- */
+/* With max_weight_bytes set (not 0), refuses (PL_ERR_OUT_OF_MEMORY, naming `name`, the bytes
+ * and the limit) a model of cfg whose matrices will be stored as dtype (F32/F16/BF16, the type
+ * after any conversion). Loaders call it once the header or config is checked and before any
+ * weight is read, converted or generated, so a model that cannot fit costs nothing to refuse. */
+pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
+                                      pl_dtype dtype, uint64_t max_weight_bytes);
+
+/* ---- loaders (max_weight_bytes: see pl_model_load_within) ---- */
 pl_status pl_model_load_llama2c(const char *path, const pl_model_load_options *opt,
-                                pl_model **out);
+                                uint64_t max_weight_bytes, pl_model **out);
 /* dir holds config.json; weights names the safetensors file or index to read, or NULL for
  * the directory's model.safetensors.index.json, else model.safetensors. */
 pl_status pl_model_load_hf(const char *dir, const char *weights, const pl_model_load_options *opt,
-                           pl_model **out);
+                           uint64_t max_weight_bytes, pl_model **out);
 pl_status pl_model_load_dummy(const char *preset, const pl_model_load_options *opt,
-                              pl_model **out);
+                              uint64_t max_weight_bytes, pl_model **out);
 
 #ifdef __cplusplus
 }

@@ -11,12 +11,21 @@
  * across shards by pl_model_st_finish.
  *
  * Lookups sort once and binary-search, so a header listing a million tensors costs
- * O(n log n), not O(n^2). (jansson allocates with malloc, outside the fault-injection hook.)
+ * O(n log n), not O(n^2).
+ *
+ * jansson allocates through util/alloc.h (pl_model_json_loadb installs the hooks), so
+ * allocation failures inside a parse reach the fault-injection tests and are reported as
+ * PL_ERR_OUT_OF_MEMORY, not as malformed JSON. The hooks are process-wide (jansson has no
+ * other kind) and installed only over jansson's defaults: an application's own jansson calls
+ * then allocate through pl_malloc too, which is malloc, so memory from either side may be
+ * freed by the other.
  */
 #include "model/safetensors.h"
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +43,42 @@ static const struct {
     {"U16", 2, PL_DTYPE_AUTO},  {"I8", 1, PL_DTYPE_AUTO},   {"U8", 1, PL_DTYPE_AUTO},
     {"BOOL", 1, PL_DTYPE_AUTO}, {"F8_E4M3", 1, PL_DTYPE_AUTO}, {"F8_E5M2", 1, PL_DTYPE_AUTO},
 };
+
+// ----------------------------------------------------------------------------
+// jansson through util/alloc.h
+
+/* Set by a failed jansson allocation on this thread; cleared before each parse. */
+static _Thread_local bool tl_json_oom;
+static pthread_once_t g_json_once = PTHREAD_ONCE_INIT;
+
+static void *json_alloc(size_t n) {
+    void *p = pl_malloc(n);
+    if (!p) tl_json_oom = true;
+    return p;
+}
+
+static void json_release(void *p) { pl_free(p); }
+
+/* Only over jansson's defaults: an application that set its own allocator keeps it (its
+ * objects must be freed by its own free). */
+static void json_hooks_install(void) {
+    json_malloc_t m;
+    json_free_t f;
+    json_get_alloc_funcs(&m, &f);
+    if (m == malloc && f == free) json_set_alloc_funcs(json_alloc, json_release);
+}
+
+json_t *pl_model_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *err,
+                            bool *out_of_memory) {
+    pthread_once(&g_json_once, json_hooks_install);
+    tl_json_oom = false;
+    json_t *j = json_loadb(buf, len, flags, err);
+    *out_of_memory = !j && (tl_json_oom || json_error_code(err) == json_error_out_of_memory);
+    return j;
+}
+
+// ----------------------------------------------------------------------------
+// headers
 
 static uint64_t rd_u64(const uint8_t *p) {
     uint64_t v = 0;
@@ -155,8 +200,12 @@ pl_status pl_model_st_parse(const pl_model_file *f, int file_index, pl_st_table 
         return pl_fail(PL_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the limit of %u",
                        path, hlen, PL_ST_MAX_HEADER);
     json_error_t err;
-    json_t *root = json_loadb((const char *)f->data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES,
-                              &err);
+    bool oom;
+    json_t *root = pl_model_json_loadb((const char *)f->data + 8, (size_t)hlen,
+                                       JSON_REJECT_DUPLICATES, &err, &oom);
+    if (!root && oom)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory parsing the %" PRIu64
+                       "-byte header JSON", path, hlen);
     if (!root)
         return pl_fail(PL_ERR_FORMAT, "%s: header JSON: %s (at byte %d)", path, err.text,
                        8 + err.position);

@@ -11,6 +11,8 @@
 #ifndef PL_MODEL_SAFETENSORS_H
 #define PL_MODEL_SAFETENSORS_H
 
+#include <jansson.h>
+
 #include "model/model_internal.h"
 
 #ifdef __cplusplus
@@ -46,6 +48,15 @@ pl_status pl_model_st_finish(pl_st_table *tab, const char *const *file_paths);
 /* The tensor called name, or NULL. Needs pl_model_st_finish. */
 const pl_st_tensor *pl_model_st_find(const pl_st_table *tab, const char *name);
 void pl_model_st_table_free(pl_st_table *tab);
+
+/* json_loadb for every JSON document model/ reads (config.json, indexes, safetensors headers).
+ * The first call routes jansson's allocations through util/alloc.h (json_set_alloc_funcs,
+ * once per process under pthread_once), so the fault hook reaches them. On failure
+ * *out_of_memory tells an allocation failure (report PL_ERR_OUT_OF_MEMORY) from malformed
+ * JSON (PL_ERR_FORMAT): jansson's own error code says "out of memory" on only some of its
+ * paths, so a failed allocation on this thread during the parse counts too. */
+json_t *pl_model_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *err,
+                            bool *out_of_memory);
 
 #ifdef __cplusplus
 }

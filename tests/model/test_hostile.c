@@ -713,3 +713,40 @@ Test(hostile, allocation_failure_at_every_allocation) {
     pl_fixture_remove_dir(dir);
     PL_ASSERT_NO_LEAKS();
 }
+
+/* jansson allocates through util/alloc.h, so the sweep reaches allocations inside the JSON
+ * parses (config.json, the index, the safetensors headers), and each surfaces as
+ * PL_ERR_OUT_OF_MEMORY, not as malformed JSON. */
+Test(hostile, allocation_failure_inside_json_parsing) {
+    const char *dir = pl_test_tmpdir();
+    char hf[600];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    pl_model_config c = small_config(true);
+    pl_model *m = pl_fixture_model(&c, 5);
+    cr_assert(pl_fixture_write_hf(m, hf, &(pl_fixture_hf_options){.n_shards = 2}));
+    pl_model_free(m);
+    int in_json[3] = {0}; /* failures in config.json, the index, a safetensors header */
+    for (long n = 0;; n++) {
+        pl_model *got = NULL;
+        pl_alloc_fail_after(n);
+        pl_status s = pl_model_load(hf, NULL, &got);
+        pl_alloc_fail_after(-1);
+        if (s == PL_OK) {
+            pl_model_free(got);
+            break;
+        }
+        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "failing allocation %ld: %s (%s)", n,
+                     pl_status_name(s), pl_last_error());
+        const char *e = pl_last_error();
+        if (strstr(e, "out of memory parsing")) {
+            if (strstr(e, "config.json")) in_json[0]++;
+            else if (strstr(e, "index.json")) in_json[1]++;
+            else if (strstr(e, "header JSON")) in_json[2]++;
+        }
+        cr_assert_lt(n, 10000);
+    }
+    for (int i = 0; i < 3; i++)
+        cr_assert_gt(in_json[i], 0, "no failure inside JSON document %d was reached", i);
+    pl_fixture_remove_dir(dir);
+    PL_ASSERT_NO_LEAKS();
+}

@@ -1,0 +1,194 @@
+/*
+ * tests/unit/test_memory_limit.c - a model that does not fit the memory limit fails at create,
+ * with the numbers (issue 7).
+ *
+ * The weights are checked against memory_limit_bytes from the header or config alone, before a
+ * weight is read or generated, counted as they will be stored (in the requested dtype); an
+ * explicit max_num_blocks must fit the limit together with the weights and the workspace.
+ * Every refusal is PL_ERR_OUT_OF_MEMORY, leaves *out untouched and leaks nothing; a model
+ * that fits still creates and runs.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "model_fixtures.h"
+#include "pagellm.h"
+#include "test_support.h"
+#include "util/alloc.h"
+
+static pl_engine_config base_config(const char *model, size_t limit) {
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = model;
+    c.backend = PL_BACKEND_REF; /* no thread pool: these tests only create */
+    c.memory_limit_bytes = limit;
+    c.max_batch_size = 4;
+    c.max_num_seqs = 8;
+    c.max_total_tokens = 64;
+    return c;
+}
+
+/* Bytes the weights of a dummy preset take stored as dt (the figure the message must give). */
+static uint64_t dummy_bytes(const char *name, pl_dtype dt) {
+    pl_model_config mc;
+    cr_assert_eq(pl_model_dummy_config(name, &mc), PL_OK, "%s", pl_last_error());
+    uint64_t n = 0;
+    cr_assert_eq(pl_model_config_weight_bytes(&mc, dt, &n), PL_OK, "%s", pl_last_error());
+    return n;
+}
+
+/* Creates with c and expects PL_ERR_OUT_OF_MEMORY, *out untouched, and every needle in the
+ * message. */
+static void expect_refused(const pl_engine_config *c, const char *const *needles, size_t n) {
+    pl_engine *sentinel = (pl_engine *)(uintptr_t)0x1234, *e = sentinel;
+    pl_status s = pl_engine_create(c, &e);
+    cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "%s: got %s (%s)", c->model_path, pl_status_name(s),
+                 pl_last_error());
+    cr_assert_eq(e, sentinel, "a failed create must leave *out untouched");
+    for (size_t i = 0; i < n; i++)
+        cr_assert_not_null(strstr(pl_last_error(), needles[i]), "message lacks \"%s\": %s",
+                           needles[i], pl_last_error());
+}
+
+static void expect_creates_and_runs(const pl_engine_config *c) {
+    pl_engine *e = NULL;
+    cr_assert_eq(pl_engine_create(c, &e), PL_OK, "%s: %s", c->model_path, pl_last_error());
+    pl_metrics m;
+    pl_engine_metrics(e, &m);
+    cr_assert_gt(m.kv_blocks_total, 0);
+    if (c->max_num_blocks) cr_assert_eq(m.kv_blocks_total, c->max_num_blocks);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 4;
+    sp.ignore_eos = true;
+    int32_t ids[] = {1, 2, 3};
+    cr_assert_eq(pl_engine_submit_tokens(e, ids, 3, &sp, NULL), PL_OK, "%s", pl_last_error());
+    pl_completion *out = NULL;
+    size_t n = 0;
+    cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(n, 1);
+    cr_assert_eq(out[0].n_output_ids, 4);
+    pl_completions_free(out, n);
+    pl_engine_destroy(e);
+}
+
+Test(memory_limit, dummy_weights_over_the_limit_fail_with_the_numbers) {
+    uint64_t w32 = dummy_bytes("tiny", PL_DTYPE_F32), w16 = dummy_bytes("tiny", PL_DTYPE_F16);
+    cr_assert_lt(w16, w32);
+    char want[32], limit[32];
+    snprintf(want, sizeof want, "%llu", (unsigned long long)w32);
+    snprintf(limit, sizeof limit, "%llu", (unsigned long long)(w32 - 1));
+    pl_engine_config c = base_config("dummy:tiny", (size_t)(w32 - 1));
+    const char *needles[] = {"dummy:tiny", want, limit, "f32"};
+    expect_refused(&c, needles, 4);
+
+    /* counted in the requested dtype: the same limit holds the f16 weights */
+    c.weight_dtype = PL_DTYPE_F16;
+    c.memory_limit_bytes = (size_t)w16 - 1;
+    snprintf(want, sizeof want, "%llu", (unsigned long long)w16);
+    snprintf(limit, sizeof limit, "%llu", (unsigned long long)(w16 - 1));
+    const char *needles16[] = {want, limit, "f16"};
+    expect_refused(&c, needles16, 3);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Llama-2-7B in f16 is 12.6 GiB: refused from its config before any weight is allocated or
+ * generated (generating it takes seconds and, on most machines, more memory than there is). */
+Test(memory_limit, large_preset_refused_before_generating, .timeout = 20) {
+    uint64_t w = dummy_bytes("llama2-7b", PL_DTYPE_F16);
+    char want[32];
+    snprintf(want, sizeof want, "%llu", (unsigned long long)w);
+    pl_engine_config c = base_config("dummy:llama2-7b", (size_t)1 << 30);
+    c.weight_dtype = PL_DTYPE_F16;
+    unsigned long before = pl_alloc_count();
+    const char *needles[] = {"dummy:llama2-7b", want, "1073741824"};
+    expect_refused(&c, needles, 3);
+    /* the engine's state and the backend, not 12 GiB of tensors */
+    cr_assert_lt(pl_alloc_count() - before, 100, "%lu allocations before the refusal",
+                 pl_alloc_count() - before);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* The file loaders check from the header (llama2.c) or config.json + safetensors headers (HF)
+ * before binding a tensor; AUTO keeps the stored type (f32 for llama2.c, bf16 here for HF). */
+Test(memory_limit, files_over_the_limit_fail_from_their_headers) {
+    pl_test_rng rng;
+    pl_test_rng_seed(&rng, 7);
+    pl_model_config mc;
+    pl_fixture_random_config(&rng, &mc);
+    pl_model *m = pl_fixture_model(&mc, 3);
+    cr_assert_not_null(m);
+    const char *dir = pl_test_tmpdir();
+    char bin[600], hf[600];
+    snprintf(bin, sizeof bin, "%s/m.bin", dir);
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    cr_assert(pl_fixture_write_llama2c(m, bin));
+    cr_assert(pl_fixture_write_hf(m, hf, &(pl_fixture_hf_options){.dtype = PL_DTYPE_BF16}));
+    pl_model_free(m);
+
+    struct {
+        const char *path;
+        pl_dtype ask, stored;
+    } cases[] = {{bin, PL_DTYPE_AUTO, PL_DTYPE_F32}, {bin, PL_DTYPE_F16, PL_DTYPE_F16},
+                 {hf, PL_DTYPE_AUTO, PL_DTYPE_BF16}, {hf, PL_DTYPE_F32, PL_DTYPE_F32}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t w = 0;
+        cr_assert_eq(pl_model_config_weight_bytes(&mc, cases[i].stored, &w), PL_OK);
+        char want[32];
+        snprintf(want, sizeof want, "%llu", (unsigned long long)w);
+        pl_engine_config c = base_config(cases[i].path, (size_t)w - 1);
+        c.weight_dtype = cases[i].ask;
+        const char *needles[] = {cases[i].path, want};
+        expect_refused(&c, needles, 2);
+        /* with room to spare the same file creates and runs */
+        c.memory_limit_bytes = (size_t)64 << 20;
+        expect_creates_and_runs(&c);
+    }
+    pl_fixture_remove_dir(dir);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* max_num_blocks given: weights + pool + workspace must fit the limit, to the byte. */
+Test(memory_limit, explicit_pool_must_fit_beside_weights_and_workspace) {
+    uint64_t w = dummy_bytes("tiny", PL_DTYPE_F32);
+    pl_engine_config c = base_config("dummy:tiny", (size_t)w); /* the weights just fit */
+    c.max_num_blocks = 100;
+    expect_refused(&c, (const char *const[]){"memory_limit_bytes", "max_num_blocks = 100",
+                                             "workspace"}, 3);
+    size_t limit = 0, block = 0, work = 0;
+    unsigned long long weights = 0, pool = 0;
+    int blocks = 0;
+    int got = sscanf(pl_last_error(),
+                     "memory_limit_bytes = %zu: %llu bytes of weights + %llu bytes of KV cache "
+                     "(max_num_blocks = %d blocks of %zu bytes) + %zu bytes of workspace",
+                     &limit, &weights, &pool, &blocks, &block, &work);
+    cr_assert_eq(got, 6, "unexpected message: %s", pl_last_error());
+    cr_assert_eq(limit, (size_t)w);
+    cr_assert_eq(weights, w, "the same weight figure as the loader's check");
+    cr_assert_eq(blocks, 100);
+    cr_assert_eq(pool, 100ull * block);
+    cr_assert_gt(work, 0);
+
+    size_t need = (size_t)(weights + pool) + work;
+    c.memory_limit_bytes = need - 1;
+    expect_refused(&c, (const char *const[]){"memory_limit_bytes"}, 1);
+    c.memory_limit_bytes = need; /* exactly enough */
+    expect_creates_and_runs(&c);
+    /* no limit: the explicit pool is taken as given */
+    c.memory_limit_bytes = 0;
+    expect_creates_and_runs(&c);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(memory_limit, a_model_that_fits_still_creates) {
+    pl_engine_config c = base_config("dummy:tiny", (size_t)64 << 20);
+    expect_creates_and_runs(&c); /* pool derived from the limit */
+    c.max_num_blocks = 64;
+    expect_creates_and_runs(&c);
+    c.weight_dtype = PL_DTYPE_BF16;
+    expect_creates_and_runs(&c);
+    PL_ASSERT_NO_LEAKS();
+}

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -47,6 +48,39 @@ bool cli_float(const char *flag, const char *s, double lo, double hi, double *ou
     }
     *out = v;
     return true;
+}
+
+/* SIZE: whole bytes with an optional binary suffix K, M, G or KiB, MiB, GiB (any case; K and
+ * KiB both mean 1024, as memory sizes usually do). strtoull alone would accept leading
+ * blanks and a sign (wrapping "-1" to 2^64 - 1), so the first character must be a digit. */
+static bool parse_size(const char *flag, const char *s, size_t *out) {
+    static const struct {
+        const char *suffix;
+        unsigned shift;
+    } units[] = {{"", 0},     {"k", 10},  {"kib", 10}, {"m", 20},
+                 {"mib", 20}, {"g", 30},  {"gib", 30}};
+    if (!s) {
+        fprintf(stderr, "pagellm: %s: missing value\n", flag);
+        return false;
+    }
+    if (*s >= '0' && *s <= '9') {
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(s, &end, 10);
+        for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+            if (strcasecmp(end, units[k].suffix) != 0) continue;
+            if (errno == ERANGE || v > (unsigned long long)(SIZE_MAX >> units[k].shift)) {
+                fprintf(stderr, "pagellm: %s: '%s' is too large (at most %zu bytes)\n", flag,
+                        s, (size_t)SIZE_MAX);
+                return false;
+            }
+            *out = (size_t)v << units[k].shift;
+            return true;
+        }
+    }
+    fprintf(stderr, "pagellm: %s: '%s' is not a size (bytes, or a whole number with K, M, G, "
+            "KiB, MiB or GiB)\n", flag, s);
+    return false;
 }
 
 static const char *value(int argc, char **argv, int *i) {
@@ -119,6 +153,8 @@ int cli_engine_flag(pl_engine_config *c, int argc, char **argv, int *i) {
         c->dummy_seed = (uint64_t)v;
         return 1;
     }
+    if (!strcmp(a, "--memory-limit"))
+        return parse_size(a, value(argc, argv, i), &c->memory_limit_bytes) ? 1 : -1;
     if (!strcmp(a, "--memory-threshold")) {
         double v;
         if (!cli_float(a, value(argc, argv, i), 1e-6, 1.0, &v)) return -1;
@@ -161,6 +197,8 @@ void cli_print_engine_flags(void) {
            "  --weight-seed N           seed of dummy weights\n"
            "  --backend cpu|ref|cuda    --threads N (0 = all cores)   --cuda-device N\n"
            "  --block-size N (16)       --max-num-blocks N (0 = from memory)\n"
+           "  --memory-limit SIZE       memory for weights + KV cache: bytes or 512M, 4GiB...\n"
+           "                            (0 = physical memory); weights must fit it\n"
            "  --memory-threshold F (0.9) --max-batch-size N (32)  --max-num-seqs N (256)\n"
            "  --max-total-tokens N (4096) --max-model-len N (model's)\n"
            "  --no-prefix-caching       --no-chunked-prefill   --long-prefill-threshold N\n"

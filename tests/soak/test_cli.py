@@ -5,11 +5,15 @@ flag, file or line, never a crash (a signal) and never exit 0.
 Usage: test_cli.py PATH/TO/pagellm   (run by meson in suite e2e)
 
 Cases: truncated and hostile model files, a missing tokenizer, invalid JSONL lines, unknown
-flags and bad flag values, missing files, out-of-vocabulary token ids. One valid run makes sure
-the refusals are not the command failing for everyone. Prints TAP-like lines and a closing
-"N passed, N failed".
+flags and bad flag values, missing files, out-of-vocabulary token ids, a memory limit the model
+does not fit. One valid run makes sure the refusals are not the command failing for everyone.
+Also the output that is not a refusal: `generate --json` (one object per line, in input order,
+with the fields asked for) and, with PAGELLM_TEST_MODELS, the README's stories260K command.
+Prints TAP-like lines and a closing "N passed, N failed".
 """
+import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -25,9 +29,19 @@ def run(args, timeout=60):
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
-def check(name, args, want_rc, needles):
-    """want_rc: an exit code, or None for 'any non-zero exit that is not a signal'."""
+def report(name, problems, args, err):
     global passed, failed
+    if problems:
+        failed += 1
+        print(f"not ok - {name}: {'; '.join(problems)}\n  args: {args}\n  stderr: {err[-600:]}")
+    else:
+        passed += 1
+        print(f"ok - {name}")
+
+
+def check(name, args, want_rc, needles, more=None):
+    """want_rc: an exit code, or None for 'any non-zero exit that is not a signal'.
+    more: optional function (stdout, stderr) -> list of further problems."""
     rc, out, err = run(args)
     problems = []
     if rc < 0:
@@ -43,12 +57,97 @@ def check(name, args, want_rc, needles):
         problems.append("no message on stderr")
     if "AddressSanitizer" in err or "runtime error" in err:
         problems.append("sanitizer report")
-    if problems:
-        failed += 1
-        print(f"not ok - {name}: {'; '.join(problems)}\n  args: {args}\n  stderr: {err[-600:]}")
+    if more:
+        problems += more(out, err)
+    report(name, problems, args, err)
+
+
+def weights_over_limit(limit):
+    """The refusal gives the model's weight bytes (above limit) and the limit itself."""
+    def more(out, err):
+        m = re.search(r"weights take (\d+) bytes", err)
+        if not m:
+            return ["stderr lacks 'weights take N bytes'"]
+        if int(m.group(1)) <= limit:
+            return [f"weights {m.group(1)} bytes reported, not above the limit {limit}"]
+        return [] if str(limit) in err else [f"stderr lacks the limit {limit}"]
+    return more
+
+
+def check_json_output(tmp, models):
+    """generate --json: one JSON object per completion, one per line, in input order, each with
+    prompt_token_ids as given, output_token_ids of max_tokens ints (ignore_eos) and finish_reason
+    "length". A text prompt joins when the shared tokenizer is there."""
+    prompts = [{"prompt_token_ids": [1, 5, 9, 13], "max_tokens": 3},
+               {"prompt_token_ids": [1, 400, 2, 77, 3, 8, 100], "max_tokens": 7},
+               {"prompt_token_ids": [1], "max_tokens": 1}]
+    args = ["generate", "--model", "dummy:tiny", "--json", "--temperature", "0"]
+    tok = os.path.join(models, "tok512.model") if models else None
+    if tok and os.path.exists(tok):
+        prompts.append({"prompt": "Once upon a time", "max_tokens": 5})
+        args += ["--tokenizer", tok]
     else:
-        passed += 1
-        print(f"ok - {name}")
+        print("# skip: the text prompt of the --json case needs PAGELLM_TEST_MODELS "
+              "(tok512.model); checking the token-id prompts only")
+    path = os.path.join(tmp, "json_order.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for q in prompts:
+            f.write(json.dumps(dict(q, ignore_eos=True)) + "\n")
+    args += ["--prompts", path]
+    rc, out, err = run(args)
+    problems = [] if rc == 0 else [f"exit {rc}"]
+    lines = out.splitlines()
+    if len(lines) != len(prompts):
+        problems.append(f"{len(lines)} lines of output for {len(prompts)} prompts")
+    for i, (line, q) in enumerate(zip(lines, prompts)):
+        try:
+            o = json.loads(line)
+        except ValueError as e:
+            problems.append(f"line {i + 1} is not JSON ({e}): {line[:80]!r}")
+            continue
+        if not isinstance(o, dict):
+            problems.append(f"line {i + 1} is not a JSON object")
+            continue
+        if o.get("index") != i:
+            problems.append(f"line {i + 1}: index {o.get('index')!r}, want {i} (input order)")
+        got_p = o.get("prompt_token_ids")
+        if "prompt_token_ids" in q:
+            if got_p != q["prompt_token_ids"]:
+                problems.append(f"line {i + 1}: prompt_token_ids {got_p!r}, want "
+                                f"{q['prompt_token_ids']!r}")
+        elif not (isinstance(got_p, list) and len(got_p) >= 2 and got_p[0] == 1 and
+                  all(type(t) is int for t in got_p)):
+            problems.append(f"line {i + 1}: prompt_token_ids {got_p!r} is not BOS + the "
+                            f"tokenized text")
+        out_ids = o.get("output_token_ids")
+        if not (isinstance(out_ids, list) and all(type(t) is int for t in out_ids)):
+            problems.append(f"line {i + 1}: output_token_ids {out_ids!r} is not a list of ints")
+        elif len(out_ids) != q["max_tokens"]:
+            problems.append(f"line {i + 1}: {len(out_ids)} output ids, want max_tokens = "
+                            f"{q['max_tokens']}")
+        if o.get("finish_reason") != "length":
+            problems.append(f"line {i + 1}: finish_reason {o.get('finish_reason')!r}")
+        if not isinstance(o.get("text"), str):
+            problems.append(f"line {i + 1}: text is not a string")
+    report("generate --json: one object per line, in input order", problems, args, err)
+
+
+def check_stories(models):
+    """The README's command prints a TinyStories-like story: several common English words."""
+    args = ["generate", "--model", os.path.join(models, "stories260K.bin"), "--tokenizer",
+            os.path.join(models, "tok512.model"), "--prompt", "Once upon a time",
+            "--temperature", "0"]
+    rc, out, err = run(args)
+    problems = [] if rc == 0 else [f"exit {rc}"]
+    common = {"the", "a", "and", "was", "she", "he", "to", "her", "his", "they", "there",
+              "little", "girl", "boy", "day", "play", "with", "it", "in", "said", "happy",
+              "one", "saw", "big", "mom", "friend", "had", "named", "very", "of", "is"}
+    generated = out[len("Once upon a time"):] if out.startswith("Once upon a time") else out
+    words = set(re.findall(r"[a-z]+", generated.lower()))
+    found = sorted(words & common)
+    if len(found) < 5:
+        problems.append(f"only {len(found)} common English words ({found}) in {out[:200]!r}")
+    report("README stories260K command tells a story", problems, args, err)
 
 
 def llama2c_header(dim=8, hidden=12, layers=1, heads=2, kv=2, vocab=16, seq=8):
@@ -162,6 +261,14 @@ def main():
         ("unknown backend", ["--backend", "tpu"], "--backend"),
         ("unknown dtype", ["--dtype", "int3"], "--dtype"),
         ("bad prompt ids", ["--prompt-ids", "1,x,3"], "--prompt-ids"),
+        ("memory limit with an unknown suffix", ["--memory-limit", "12X"], "--memory-limit"),
+        ("negative memory limit", ["--memory-limit", "-1"], "--memory-limit"),
+        ("fractional memory limit", ["--memory-limit", "1.5G"], "--memory-limit"),
+        ("overflowing memory limit", ["--memory-limit", "99999999999999999999"],
+         "--memory-limit"),
+        ("memory limit overflowing with its suffix", ["--memory-limit", "99999999999GiB"],
+         "--memory-limit"),
+        ("memory limit followed by another flag", ["--memory-limit"], "--memory-limit"),
         ("empty prompt ids", ["--prompt-ids", ","], "--prompt-ids"),
     ]
     for name, extra, needle in flag_cases:
@@ -184,8 +291,23 @@ def main():
     check("request longer than max_model_len", ["generate", "--model", "dummy:tiny",
                                                 "--max-tokens", "1000"] + ids, 1, ["max_model_len"])
 
-    # the shared models, when present: invalid UTF-8 text through a real tokenizer
+    # the memory limit: weights that do not fit are refused with both numbers (64K = 65536)
+    check("memory limit below the weights", ["generate", "--model", "dummy:tiny",
+                                             "--memory-limit", "64K"] + ids, 1, ["dummy:tiny"],
+          weights_over_limit(65536))
+    check("explicit KV pool beyond the memory limit", ["generate", "--model", "dummy:tiny",
+          "--memory-limit", "16MiB", "--max-num-blocks", "100000"] + ids, 1,
+          ["memory_limit_bytes = 16777216", "max_num_blocks = 100000", "weights", "workspace"])
+    check("memory limit the model fits", ["generate", "--model", "dummy:tiny", "--memory-limit",
+                                          "256M", "--max-tokens", "3", "--temperature", "0",
+                                          "--json"] + ids, 0, [])
+
     models = os.environ.get("PAGELLM_TEST_MODELS")
+    check_json_output(tmp, models)
+
+    # the shared models, when present: invalid UTF-8 text through a real tokenizer
+    if not models:
+        print("# skip: PAGELLM_TEST_MODELS is not set: no stories260K or tok512 cases")
     if models and os.path.exists(os.path.join(models, "tok512.model")):
         check("invalid UTF-8 prompt", ["generate", "--model", "dummy:tiny", "--tokenizer",
                                        os.path.join(models, "tok512.model"), "--prompt",
@@ -197,6 +319,7 @@ def main():
             f.write(head)
         check("truncated stories260K", ["generate", "--model", p("stories_cut.bin")] + ids, 1,
               ["stories_cut.bin"])
+        check_stories(models)
 
     for f in sorted(os.listdir(tmp), reverse=True):
         path = p(f)

@@ -2,7 +2,9 @@
  * tools/main.c - the pagellm command line: dispatches to a subcommand.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "pagellm.h"
@@ -18,7 +20,27 @@ static void usage(FILE *f) {
             pl_version());
 }
 
+/* Debian 12's OpenBLAS 0.3.21 does not know AMD Zen 4/5 and runs its AVX2 kernels there, at
+ * 35-55% of the speed of its AVX-512 ones (large prefill matmuls, and the GEMM peak that `bench
+ * roofline` reports). It reads OPENBLAS_CORETYPE only while loading, before main, so the
+ * command runs itself again with the variable set. A value the user set is kept. */
+static void select_openblas_kernels(char **argv) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_is("amd") || !__builtin_cpu_supports("avx512f") ||
+        !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512dq") ||
+        !__builtin_cpu_supports("avx512vl"))
+        return;
+    if (setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
+    execv("/proc/self/exe", argv); /* only returns on failure: go on with what OpenBLAS chose */
+#else
+    (void)argv;
+#endif
+}
+
 int main(int argc, char **argv) {
+    select_openblas_kernels(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

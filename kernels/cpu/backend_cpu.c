@@ -17,6 +17,7 @@
 #include "kernels/ref/ref.h"
 #include "util/alloc.h"
 #include "util/dtype.h"
+#include "util/log.h"
 
 #ifdef PL_CPU_X86
 #include <cpuid.h>
@@ -229,6 +230,16 @@ static const pl_backend_ops cpu_ops = {
 #define DEFAULT_OWN_MIN_ROWS_HALF 14
 #define DEFAULT_OWN_MAX_ROWS_F32 256
 
+/* Whether OpenBLAS runs AVX-512 kernels. Debian 12's OpenBLAS 0.3.21 predates AMD Zen 4/5 and
+ * takes its AVX2 (Haswell) kernels there: on a Zen 5 EPYC, 2 threads, sgemm 56-89 GFLOP/s at
+ * 1024 rows of the stories110m matrices against 160-179 with OPENBLAS_CORETYPE=SkylakeX, where
+ * the own AVX-512 GEMM reaches 86-165 (bench_kernels --only gemm --rows 1024). */
+static bool blas_runs_avx512(void) {
+    const char *n = openblas_get_corename();
+    return n && (strcasestr(n, "skylakex") || strcasestr(n, "cooperlake") ||
+                 strcasestr(n, "sapphirerapids"));
+}
+
 pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa isa,
                                     pl_backend **out) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "backend cpu: out is NULL");
@@ -260,6 +271,12 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     c->own_min_rows[1] = DEFAULT_OWN_MIN_ROWS_HALF;
     c->own_max_rows[0] = DEFAULT_OWN_MAX_ROWS_F32;
     c->own_max_rows[1] = 0;
+    if (c->isa == PL_CPU_ISA_AVX512 && !blas_runs_avx512()) {
+        c->own_max_rows[0] = 0; /* the own GEMM beats OpenBLAS's AVX2 kernels at every size */
+        pl_log(PL_LOG_INFO, "backend cpu: OpenBLAS runs its %s kernels on this AVX-512 CPU; "
+               "large f32 matmuls use the own GEMM (OPENBLAS_CORETYPE=SkylakeX selects "
+               "OpenBLAS's AVX-512 kernels)", openblas_get_corename());
+    }
 
     pl_status st = pl_threadpool_create(n_threads, &c->pool);
     if (st != PL_OK) {

@@ -17,7 +17,7 @@ static void usage(FILE *f) {
                "  roofline    this machine's memory bandwidth and f32 GEMM peak\n"
                "  soak        10,000 random requests under KV pressure: requests/s, preemptions,\n"
                "              memory\n\n"
-               "Every command takes --output-json FILE, and throughput/latency/sweep take\n"
+               "Every command takes --output-json FILE, and throughput/latency/sweep/soak take\n"
                "--profile FILE (see also `pagellm profile`).\n");
 }
 

@@ -15,7 +15,10 @@
  * when the engine is idle after 10% of the requests and after all of them; the growth
  * between the two is reported (and flagged when above --max-growth-kib).
  *
- * Uses only pagellm.h (and the command line's engine flags from tools/cli.h).
+ * --output-json and --profile are the other bench commands' (bench_internal.h): the JSON holds
+ * the printed counts under the same names, the profile is measured over the whole run.
+ *
+ * Uses only pagellm.h, the command line's engine flags (tools/cli.h) and the bench helpers.
  */
 #include "bench/soak.h"
 
@@ -25,9 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_internal.h"
 #include "pagellm.h"
 #include "tools/cli.h"
 
@@ -47,6 +50,8 @@ typedef struct soak_req {
 typedef struct soak_opts {
     long n_requests, max_prompt, max_output, abort_every, max_growth_kib;
     uint64_t seed;
+    const char *json_path;   /* --output-json */
+    pl_bench_profiling prof; /* --profile and its flags */
 } soak_opts;
 
 /* splitmix64: the workload generator (deterministic from --seed). */
@@ -58,12 +63,6 @@ static uint64_t next_u64(uint64_t *s) {
 }
 
 static int below(uint64_t *s, int n) { return (int)(next_u64(s) % (uint64_t)n); }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Resident set now, in KiB (from /proc/self/statm); 0 if unknown. */
 static long rss_kib(void) {
@@ -140,18 +139,24 @@ static bool make_request(soak_req *q, uint64_t *rng, const soak_opts *o, int voc
 static void usage(void) {
     printf("usage: pagellm bench soak [--requests N] [--seed S] [--max-prompt N] "
            "[--max-output N]\n"
-           "                          [--abort-every K] [--max-growth-kib N] [engine flags]\n\n"
+           "                          [--abort-every K] [--max-growth-kib N] [engine flags]\n"
+           "                          [--output-json FILE] [--profile FILE]\n\n"
            "  --requests N        requests to serve (10000)\n"
            "  --seed S            workload seed (1)\n"
            "  --max-prompt N      prompt length at most, tokens or words (64)\n"
            "  --max-output N      max_tokens at most (48)\n"
            "  --abort-every K     abort a random live request once per K steps on average "
            "(12; 0 = never)\n"
-           "  --max-growth-kib N  fail if the idle resident set grows more than this (4096)\n\n"
+           "  --max-growth-kib N  fail if the idle resident set grows more than this (4096)\n"
+           "  --output-json FILE  the results (every printed count) as JSON\n"
+           "  --profile FILE      profile the run: Chrome trace to FILE and a summary table\n"
+           "                      (per-op sync: requests/s then includes its overhead)\n"
+           "  --no-roofline       with --profile: skip measuring the machine's ceilings\n\n"
            "Defaults: --model dummy:tiny --backend cpu --block-size 4 --max-num-blocks 40\n"
            "--max-model-len 128 --max-batch-size 8 --max-num-seqs 16 --max-total-tokens 64\n"
            "--max-waiting 48. With a tokenizer (--tokenizer, or one beside the model) prompts\n"
            "are text and a third of the requests carry stop strings.\n\n");
+    pl_bench_print_roofline_flags();
     cli_print_engine_flags();
 }
 
@@ -168,9 +173,11 @@ static int parse(int argc, char **argv, pl_engine_config *cfg, soak_opts *o) {
     cfg->max_waiting = 48;
     *o = (soak_opts){.n_requests = 10000, .max_prompt = 64, .max_output = 48,
                      .abort_every = 12, .max_growth_kib = 4096, .seed = 1};
+    pl_bench_roofline_opts_default(&o->prof.roof_opts);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_engine_flag(cfg, argc, argv, &i);
+        if (r == 0) r = pl_bench_profiling_flag(&o->prof, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         long long v;
@@ -196,9 +203,10 @@ static int parse(int argc, char **argv, pl_engine_config *cfg, soak_opts *o) {
         } else if (!strcmp(a, "--max-growth-kib")) {
             if (!cli_int(a, val, 0, 1LL << 40, &v)) return 2;
             o->max_growth_kib = (long)v;
+        } else if (!strcmp(a, "--output-json") && val && val[0]) {
+            o->json_path = val;
         } else {
-            fprintf(stderr, "pagellm bench soak: unknown flag '%s' (see --help)\n", a);
-            return 2;
+            return pl_bench_unknown_flag("bench soak", a);
         }
         i++;
     }
@@ -235,11 +243,10 @@ int cmd_bench_soak(int argc, char **argv) {
     int pr = parse(argc, argv, &cfg, &o);
     if (pr >= 0) return pr;
 
+    if (pl_bench_profiling_prepare(&o.prof)) return 1;
     pl_engine *e = NULL;
-    if (pl_engine_create(&cfg, &e) != PL_OK) {
-        fprintf(stderr, "pagellm bench soak: %s\n", pl_last_error());
-        return 1;
-    }
+    int rc = pl_bench_engine_create("bench soak", &cfg, &e);
+    if (rc) return rc;
     pl_metrics m0;
     pl_engine_metrics(e, &m0);
     int32_t *probe = NULL;
@@ -250,7 +257,7 @@ int cmd_bench_soak(int argc, char **argv) {
     soak_req *w = calloc((size_t)n, sizeof *w);
     /* ids are handed out in submit order from 1; accepted requests only take one */
     long *by_id = calloc((size_t)n + 2, sizeof *by_id);
-    int rc = 0;
+    pl_profile profile = {0};
     if (!w || !by_id) {
         fprintf(stderr, "pagellm bench soak: out of memory for %ld requests\n", n);
         rc = 1;
@@ -274,7 +281,8 @@ int cmd_bench_soak(int argc, char **argv) {
     long reasons[6] = {0};
     long mark_at = n / 10 > 0 ? n / 10 : 1, rss_mark = 0, rss_end = 0;
     bool marked = false, progress = isatty(STDERR_FILENO);
-    double t0 = now_s();
+    if (o.prof.trace_path && (rc = pl_bench_profiling_start(e, o.prof.trace_path))) goto out;
+    double t0 = pl_bench_now_s();
     while (next < n || pl_engine_has_pending_work(e)) {
         bool draining = !marked && next >= mark_at;
         if (draining && !pl_engine_has_pending_work(e)) {
@@ -341,9 +349,13 @@ int cmd_bench_soak(int argc, char **argv) {
             fprintf(stderr, "\rsoak: %ld/%ld submitted, %ld finished", next, n, finished);
     }
     pl_engine_step(e, NULL);
-    double elapsed = now_s() - t0;
+    double elapsed = pl_bench_now_s() - t0;
     rss_end = rss_kib();
     if (progress) fprintf(stderr, "\r%60s\r", "");
+    if (o.prof.trace_path && pl_bench_profiling_stop(e, &profile)) {
+        rc = 1;
+        goto out;
+    }
 
     pl_metrics m;
     pl_engine_metrics(e, &m);
@@ -380,6 +392,69 @@ int cmd_bench_soak(int argc, char **argv) {
         rc = 1;
     }
     printf("checks: %s\n", rc == 0 ? "all passed" : "FAILED");
+    if (o.prof.trace_path) {
+        const pl_bench_roofline *roof = o.prof.have_roof ? &o.prof.roof : NULL;
+        printf("\n");
+        if (roof) pl_bench_roofline_print(stdout, roof);
+        pl_bench_profile_print(stdout, &profile, roof);
+        printf("Trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
+               o.prof.trace_path);
+    }
+    if (o.json_path) {
+        json_t *root = json_object();
+        json_object_set_new(root, "num_requests", json_integer(n));
+        json_object_set_new(root, "accepted", json_integer(accepted));
+        json_object_set_new(root, "refused_queue_full", json_integer(refused_full));
+        json_object_set_new(root, "refused", json_integer(refused_other));
+        json_object_set_new(root, "finished", json_integer(finished));
+        json_object_set_new(root, "samples_expected", json_integer(samples_expected));
+        json_object_set_new(root, "samples_reported", json_integer(samples_reported));
+        json_object_set_new(root, "steps", json_integer(steps));
+        json_object_set_new(root, "elapsed_time", json_real(elapsed));
+        json_object_set_new(root, "requests_per_second", json_real((double)finished / elapsed));
+        json_object_set_new(root, "tokens_per_second",
+                            json_real((double)(m.prompt_tokens_computed + m.output_tokens) /
+                                      elapsed));
+        json_object_set_new(root, "prompt_tokens", json_integer((json_int_t)m.prompt_tokens));
+        json_object_set_new(root, "prompt_tokens_computed",
+                            json_integer((json_int_t)m.prompt_tokens_computed));
+        json_object_set_new(root, "output_tokens", json_integer((json_int_t)m.output_tokens));
+        json_object_set_new(root, "preemptions", json_integer(preemptions));
+        json_object_set_new(root, "kv_usage_peak", json_real(m.kv_usage_peak));
+        json_object_set_new(root, "prefix_cache_hit_rate", json_real(m.prefix_cache_hit_rate));
+        json_t *fin = json_object();
+        json_object_set_new(fin, "stop", json_integer(reasons[PL_FINISH_STOP]));
+        json_object_set_new(fin, "length", json_integer(reasons[PL_FINISH_LENGTH]));
+        json_object_set_new(fin, "abort", json_integer(reasons[PL_FINISH_ABORT]));
+        json_object_set_new(fin, "other", json_integer(reasons[PL_FINISH_NONE] +
+                                                       reasons[PL_FINISH_OVERLOADED] +
+                                                       reasons[PL_FINISH_ERROR]));
+        json_object_set_new(root, "finish", fin);
+        json_t *mem = json_object();
+        json_object_set_new(mem, "peak_rss_kib", json_integer(peak));
+        json_object_set_new(mem, "idle_rss_mark_kib", json_integer(rss_mark));
+        json_object_set_new(mem, "idle_rss_end_kib", json_integer(rss_end));
+        json_object_set_new(mem, "mark_after_requests", json_integer(mark_at));
+        json_object_set_new(mem, "growth_kib", json_integer(growth));
+        json_object_set_new(mem, "max_growth_kib", json_integer(o.max_growth_kib));
+        json_object_set_new(root, "memory", mem);
+        json_object_set_new(root, "checks_passed", json_boolean(rc == 0));
+        json_t *wj = json_object();
+        json_object_set_new(wj, "seed", json_integer((json_int_t)o.seed));
+        json_object_set_new(wj, "max_prompt", json_integer(o.max_prompt));
+        json_object_set_new(wj, "max_output", json_integer(o.max_output));
+        json_object_set_new(wj, "abort_every", json_integer(o.abort_every));
+        json_object_set_new(wj, "text_prompts", json_boolean(text));
+        json_object_set_new(root, "workload", wj);
+        if (o.prof.trace_path)
+            json_object_set_new(root, "profile", pl_bench_profile_json(
+                                    &profile, o.prof.have_roof ? &o.prof.roof : NULL));
+        json_object_set_new(root, "config", pl_bench_config_json(&cfg));
+        json_object_set_new(root, "model", pl_bench_model_json(&cfg, e));
+        json_object_set_new(root, "build", pl_bench_build_json());
+        if (!pl_bench_write_json(o.json_path, root)) rc = 1;
+        json_decref(root);
+    }
 out:
     if (w)
         for (long i = 0; i < n; i++) {

@@ -357,6 +357,166 @@ def case_sweep():
         with open(gp + ".png", "rb") as f:
             check(f.read(8) == b"\x89PNG\r\n\x1a\n", "gnuplot's PNG is not a PNG")
         check(ET.parse(gp + ".svg").getroot().tag.endswith("svg"), "gnuplot's SVG is not SVG")
+        # Without --gnuplot-script, from another directory: the script is found from the
+        # executable (BUILD/tools/pagellm -> BUILD/../scripts), or a note says what was tried.
+        beside = os.path.join(os.path.dirname(PAGELLM), "..", "..", "scripts", "plot_sweep.gp")
+        gp = tmp("gp_cwd")
+        p = subprocess.run([PAGELLM, "bench", "sweep"] + TINY + [
+            "--max-batch-size-limit", "2", "--num-prompts", "2", "--input-len", "4",
+            "--output-len", "2", "--input-lens", "4", "--output-lens", "2", "--no-progress",
+            "--plot", gp],
+            capture_output=True, text=True, timeout=120, cwd=TMP)
+        check(p.returncode == 0, f"sweep from {TMP}: exit {p.returncode}\n{p.stderr}")
+        if os.path.exists(beside):
+            check("gnuplot wrote" in p.stderr, f"script beside the executable unused: {p.stderr}")
+        else:
+            check("no gnuplot script (tried ./scripts/plot_sweep.gp and " in p.stderr,
+                  f"no clear note when no script is found: {p.stderr}")
+
+
+SOAK_RES = {
+    "head": r"^soak: (\d+) requests on (\S+) \((token|text) prompts\), (\d+) KV blocks of (\d+) "
+            r"tokens, max_model_len (\d+)$",
+    "served": r"^served: (\d+) accepted \((\d+) refused as QUEUE_FULL and retried, (\d+) "
+              r"refused\), (\d+) samples in (\d+) steps$",
+    "time": r"^time: ([\d.]+) s: ([\d.]+) requests/s, (\d+) tokens/s \(prompt (\d+) computed "
+            r"of (\d+), output (\d+)\)$",
+    "preempt": r"^preemptions: (\d+) \(([\d.]+) per request\), KV usage peak (\d+)%, prefix "
+               r"cache hit rate (\d+)%$",
+    "finish": r"^finish: stop (\d+), length (\d+), abort (\d+), other (\d+)$",
+    "memory": r"^memory: peak RSS ([\d.]+) MiB; RSS idle after (\d+) requests ([\d.]+) MiB, "
+              r"after (\d+) ([\d.]+) MiB \(([+-]\d+) KiB\)$",
+}
+
+
+def soak_lines(stdout):
+    """The soak's result lines, each as its regex groups (ints where they are counts)."""
+    got = {}
+    for key, pat in SOAK_RES.items():
+        m = re.search(pat, stdout, re.M)
+        check(m, f"soak: no {key!r} line matching {pat!r} in:\n{stdout}")
+        got[key] = [int(g) if re.fullmatch(r"[+-]?\d+", g) else g for g in m.groups()]
+    check(re.search(r"^checks: all passed$", stdout, re.M), f"soak checks failed:\n{stdout}")
+    return got
+
+
+def case_soak():
+    out, trace = tmp("soak.json"), tmp("soak_trace.json")
+    n = 40
+    p = run(["bench", "soak", "--requests", str(n), "--seed", "5", "--output-json", out])
+    js = load_json(out)
+    L = soak_lines(p.stdout)
+    check(L["head"][0] == n == js["num_requests"], f"num_requests: {L['head'][0]}, {js}")
+    accepted, refused_full, refused, samples, steps = L["served"]
+    check((js["accepted"], js["refused_queue_full"], js["refused"], js["samples_reported"],
+           js["steps"]) == (accepted, refused_full, refused, samples, steps),
+          f"served line {L['served']} differs from the JSON")
+    check(accepted + refused == n, f"{accepted} accepted + {refused} refused != {n}")
+    check(js["finished"] == accepted and js["samples_expected"] == samples,
+          "not every accepted request/sample was reported")
+    stop, length, abort, other = L["finish"]
+    fin = js["finish"]
+    check((fin["stop"], fin["length"], fin["abort"], fin["other"]) == (stop, length, abort, other),
+          f"finish line {L['finish']} differs from the JSON {fin}")
+    check(stop + length + abort + other == samples, "finish reasons do not add up to samples")
+    _, req_s, tok_s, computed, prompt, output = L["time"]
+    check((js["prompt_tokens_computed"], js["prompt_tokens"], js["output_tokens"]) ==
+          (computed, prompt, output), f"time line token counts {L['time']} differ from JSON")
+    el = js["elapsed_time"]
+    check(el > 0 and close(js["requests_per_second"], accepted / el, rel=1e-9, abs_=1e-9),
+          "requests_per_second != finished / elapsed_time")
+    check(close(float(req_s), js["requests_per_second"], rel=1e-3, abs_=0.06),
+          f"printed {req_s} requests/s vs JSON {js['requests_per_second']}")
+    check(abs(tok_s - js["tokens_per_second"]) <= 0.5 + 1e-6 * tok_s, "tokens/s differ")
+    check(js["preemptions"] == L["preempt"][0], "preemptions differ")
+    check(L["preempt"][2] == round(100 * js["kv_usage_peak"]), "KV usage peak differs")
+    mem = js["memory"]
+    check(L["memory"][1] == mem["mark_after_requests"] and L["memory"][3] == n and
+          L["memory"][5] == mem["growth_kib"] == mem["idle_rss_end_kib"] - mem["idle_rss_mark_kib"],
+          f"memory line {L['memory']} differs from JSON {mem}")
+    check(js["checks_passed"] is True and js["workload"]["seed"] == 5, "checks/workload in JSON")
+    check(js["config"]["model"] == "dummy:tiny" and js["config"]["block_size"] == 4,
+          "soak defaults not recorded in config")
+    # --profile: the shared plumbing (trace, table, JSON)
+    p = run(["bench", "soak", "--requests", "12", "--seed", "5", "--profile", trace,
+             "--no-roofline", "--output-json", out])
+    check_trace(trace)
+    js = load_json(out)
+    check(js["profile"]["steps"] > 0, "profile missing from the soak JSON")
+    check("Profile:" in p.stdout and "op (forward)" in p.stdout, "soak profile table missing")
+    soak_lines(p.stdout)
+
+
+def case_progress_tty():
+    """The progress bar on a terminal: stderr on a pseudo-terminal, stdout a pipe.
+
+    dummy:stories15m on one thread, so that the run lasts several of the bar's 0.1 s redraw
+    intervals on any machine (about a second here; dummy:tiny would finish before the first
+    redraw)."""
+    import pty
+    import select
+    n, in_len, out_len = 6, 16, 64
+    args = ["bench", "throughput", "--model", "dummy:stories15m", "--threads", "1",
+            "--num-prompts", str(n), "--input-len", str(in_len), "--output-len", str(out_len),
+            "--seed", "4"]
+    out = tmp("tty.json")
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([PAGELLM] + args + ["--output-json", out],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    finally:
+        os.close(slave)
+    out_fd = proc.stdout.fileno()
+    chunks = {master: [], out_fd: []}
+    open_fds = set(chunks)
+    while open_fds:
+        ready, _, _ = select.select(list(open_fds), [], [], 120)
+        check(ready, "pagellm under a pty produced nothing for 120 s")
+        for fd in ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the pty's other side is closed
+                data = b""
+            if data:
+                chunks[fd].append(data)
+            else:
+                open_fds.discard(fd)
+    rc = proc.wait(timeout=60)
+    os.close(master)
+    proc.stdout.close()
+    err = b"".join(chunks[master]).decode("utf-8", "replace")
+    stdout = b"".join(chunks[out_fd]).decode("utf-8", "replace")
+    check(rc == 0, f"exit {rc} under a pty\nstdout:\n{stdout}\nstderr:\n{err}")
+    check("Sanitizer" not in err and "runtime error:" not in err, f"sanitizer report:\n{err}")
+    # the bar as bench/common.c draws it: [###...] done/total requests  R output tok/s  ETA m:ss
+    bar = re.compile(r"\[([#.]{30})\] (\d+)/(\d+) requests  (\d+) output tok/s  "
+                     r"ETA (\d+:\d\d|--:--) ")
+    frames = [m for m in (bar.match(f) for f in re.split(r"[\r\n]+", err)) if m]
+    check(frames, f"no progress bar on the terminal:\n{err!r}")
+    check(all(int(f.group(3)) == n for f in frames), "bar total != --num-prompts")
+    done = [int(f.group(2)) for f in frames]
+    fill = [f.group(1).count("#") for f in frames]
+    check(done == sorted(done) and fill == sorted(fill), f"bar goes backwards: {done} {fill}")
+    last = frames[-1]
+    check(done[-1] == n and fill[-1] == 30 and last.group(5) == "0:00",
+          f"the final frame is not complete: {last.group(0)!r}")
+    check(int(last.group(4)) > 0, "final frame shows 0 output tok/s")
+    check(len(frames) >= 2, f"the bar was drawn only once (no update while running):\n{err!r}")
+    check(err.count("\r[") == len(frames), "the bar is not redrawn in place with \\r")
+    # stdout is untouched by the bar: same lines as a run without a terminal
+    check("\r" not in stdout and "[#" not in stdout, f"bar leaked onto stdout:\n{stdout}")
+    js = load_json(out)
+    n_prompt, n_out = check_throughput_consistent(stdout, js)
+    check((n_prompt, n_out) == (n * in_len, n * out_len), f"counts {n_prompt}/{n_out} under a pty")
+    p = run(args)
+    check("\r" not in p.stderr and "[#" not in p.stderr, "bar drawn without a terminal")
+
+    def shape(text):
+        return [re.sub(r"\d+(\.\d+)?", "N", l) for l in text.splitlines()]
+    check(shape(stdout) == shape(p.stdout),
+          f"stdout differs under a pty:\n{stdout}\nvs without:\n{p.stdout}")
+    check(throughput_lines(stdout)[1:] == throughput_lines(p.stdout)[1:],
+          "token count lines differ between the pty and pipe runs")
 
 
 BAD_FLAGS = [
@@ -380,6 +540,9 @@ BAD_FLAGS = [
     (["bench", "roofline", "--array-mib", "lots"], "--array-mib"),
     (["profile", "--reps", "0"], "--reps"),
     (["profile", "--frobnicate"], "--frobnicate"),
+    (["bench", "soak", "--requests", "0"], "--requests"),
+    (["bench", "soak", "--output-json"], "--output-json"),
+    (["bench", "soak", "--profile"], "--profile"),
     (["bench", "nosuch"], "nosuch"),
     (["bench"], "usage"),
 ]
@@ -398,7 +561,7 @@ def case_bad_flags():
     p = run(["bench", "throughput", "--model", "dummy:nosuch"], expect_rc=1)
     check("nosuch" in p.stderr, f"unclear error: {p.stderr}")
     for sub in (["bench", "throughput"], ["bench", "latency"], ["bench", "sweep"],
-                ["bench", "roofline"], ["profile"], ["bench"]):
+                ["bench", "roofline"], ["bench", "soak"], ["profile"], ["bench"]):
         p = run(sub + ["--help"])
         check("usage:" in p.stdout, f"{' '.join(sub)} --help has no usage")
 

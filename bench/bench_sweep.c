@@ -12,7 +12,8 @@
  * spread (max - min) / median of output tokens/s.
  *
  * The result is CSV (one row per point; stdout, or --output-csv FILE) and, with --plot PREFIX,
- * PREFIX.csv plus a picture: gnuplot (scripts/plot_sweep.gp) writes PREFIX.png and PREFIX.svg
+ * PREFIX.csv plus a picture: gnuplot (scripts/plot_sweep.gp, found under the current directory
+ * or from the executable: build/tools/pagellm -> ../../scripts) writes PREFIX.png and PREFIX.svg
  * when it is installed; otherwise the built-in writer (bench_plot.c) writes PREFIX.svg.
  */
 #include <errno.h>
@@ -69,7 +70,8 @@ static void usage(void) {
            "  --output-csv FILE  CSV there (default: CSV on stdout)\n"
            "  --plot PREFIX      PREFIX.csv and PREFIX.png + PREFIX.svg (gnuplot), or PREFIX.svg\n"
            "                     (built-in) when gnuplot is not installed\n"
-           "  --gnuplot-script FILE (" DEFAULT_SCRIPT ")\n"
+           "  --gnuplot-script FILE (" DEFAULT_SCRIPT " under the current directory, else\n"
+           "                     EXE_DIR/../../" DEFAULT_SCRIPT ": the source tree of a build)\n"
            "  --profile PREFIX   profile every point: trace PREFIX-<point>.json, and matmul\n"
            "                     and attention rates in the CSV\n"
            "  --output-json FILE --no-progress\n\n");
@@ -264,14 +266,43 @@ static bool on_path(const char *prog) {
     return false;
 }
 
-/* Runs gnuplot on the CSV; returns true when it wrote PREFIX.png and PREFIX.svg. */
-static bool plot_gnuplot(FILE *info, const sweep_opts *o, const char *csv, const char *title) {
+/* The gnuplot script into buf: --gnuplot-script FILE, else DEFAULT_SCRIPT under the current
+ * directory, else beside the executable (build/tools/pagellm -> ../../scripts/plot_sweep.gp).
+ * Returns false, with a note on stderr saying what was tried, when none is readable. */
+static bool find_script(const sweep_opts *o, char *buf, size_t cap) {
+    if (o->script) {
+        snprintf(buf, cap, "%s", o->script);
+        if (access(buf, R_OK) == 0) return true;
+        fprintf(stderr, "pagellm bench sweep: gnuplot script %s not found (--gnuplot-script): "
+                        "no PNG\n", o->script);
+        return false;
+    }
+    snprintf(buf, cap, "%s", DEFAULT_SCRIPT);
+    if (access(buf, R_OK) == 0) return true;
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *slash = k > 0 ? (exe[k] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash) {
+        *slash = '\0';
+        int len = snprintf(buf, cap, "%s/../../%s", exe, DEFAULT_SCRIPT);
+        if (len > 0 && (size_t)len < cap && access(buf, R_OK) == 0) return true;
+    }
+    fprintf(stderr, "pagellm bench sweep: no gnuplot script (tried ./%s%s%s): no PNG; give one "
+                    "with --gnuplot-script FILE\n", DEFAULT_SCRIPT, slash ? " and " : "",
+            slash ? buf : "");
+    return false;
+}
+
+/* Runs gnuplot on the CSV with script (NULL: none was found); returns true when it wrote
+ * PREFIX.png and PREFIX.svg. */
+static bool plot_gnuplot(FILE *info, const sweep_opts *o, const char *script, const char *csv,
+                         const char *title) {
     if (!on_path("gnuplot")) {
         fprintf(info, "gnuplot is not installed (Debian: gnuplot-nox): no PNG; ");
         return false;
     }
-    if (access(o->script, R_OK) != 0) {
-        fprintf(info, "gnuplot script %s not found (--gnuplot-script): no PNG; ", o->script);
+    if (!script) {
+        fprintf(info, "no gnuplot script: no PNG; ");
         return false;
     }
     /* Paths become gnuplot string literals in single quotes. */
@@ -282,7 +313,7 @@ static bool plot_gnuplot(FILE *info, const sweep_opts *o, const char *csv, const
     char expr[8192];
     snprintf(expr, sizeof expr, "csv='%s'; out='%s'; plot_title='%s'", csv, o->plot_prefix,
              title);
-    char *argv[] = {"gnuplot", "-e", expr, (char *)o->script, NULL};
+    char *argv[] = {"gnuplot", "-e", expr, (char *)script, NULL};
     pid_t pid;
     if (posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ) != 0) {
         fprintf(info, "gnuplot could not be started: no PNG; ");
@@ -427,7 +458,7 @@ static int parse(sweep_opts *o, int argc, char **argv) {
 
 int pl_bench_sweep_main(int argc, char **argv) {
     sweep_opts o = {.limit = 256, .do_batch = true, .do_lengths = true, .reps = 1,
-                    .script = DEFAULT_SCRIPT, .progress = true,
+                    .progress = true,
                     .input_lens = {16, 32, 64, 128}, .output_lens = {16, 32, 64, 128},
                     .n_input_lens = 4, .n_output_lens = 4};
     pl_engine_config_default(&o.cfg);
@@ -496,8 +527,10 @@ int pl_bench_sweep_main(int argc, char **argv) {
         if (!write_csv(csv_path, done, n_done)) {
             rc = 1;
         } else {
+            char script[4096];
+            bool have_script = on_path("gnuplot") && find_script(&o, script, sizeof script);
             fprintf(info, "Plot: ");
-            if (plot_gnuplot(info, &o, csv_path, title))
+            if (plot_gnuplot(info, &o, have_script ? script : NULL, csv_path, title))
                 fprintf(info, "gnuplot wrote %s.png and %s.svg\n", o.plot_prefix, o.plot_prefix);
             else if (!plot_builtin(info, &o, done, n_done, title))
                 rc = 1;

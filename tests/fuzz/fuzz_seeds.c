@@ -6,6 +6,11 @@
  * OUTDIR/llama2c/      [dtype byte] + llama2.c legacy and ak42 files of tiny random models
  * OUTDIR/safetensors/  [dtype byte][u16 config length] + config.json + model.safetensors
  *                      (f32, f16, bf16, misaligned header, tied with lm_head, no tie key)
+ * OUTDIR/hf_index/     [mode byte][u16 lengths of config, index, shards 1 and 2] + config.json
+ *                      + model.safetensors.index.json + 3 shards (fuzz_hf_index.c): valid
+ *                      f32/f16/bf16/misaligned models, loaded by directory or by index path,
+ *                      and indexes that misplace a tensor, escape the directory, name the
+ *                      index itself or a missing shard, or map nothing
  * OUTDIR/prompts/      JSONL files: every field, ids and text, stop forms, edge values
  * OUTDIR/config/       encoded engine configs (fuzz_config_codec.h): defaults, small valid
  *                      engines with request shapes, boundary values
@@ -129,6 +134,104 @@ static void safetensors_seeds(const char *out, const char *tmp) {
     }
 }
 
+/* Replaces the first occurrence of from in *s (length *n, malloc'ed) by to. */
+static void replace_first(uint8_t **s, size_t *n, const char *from, const char *to) {
+    size_t nf = strlen(from), nt = strlen(to);
+    for (size_t i = 0; i + nf <= *n; i++) {
+        if (memcmp(*s + i, from, nf) != 0) continue;
+        uint8_t *r = malloc(*n - nf + nt);
+        if (!r) die("out of memory");
+        memcpy(r, *s, i);
+        memcpy(r + i, to, nt);
+        memcpy(r + i + nt, *s + i + nf, *n - i - nf);
+        free(*s);
+        *s = r;
+        *n = *n - nf + nt;
+        return;
+    }
+    die("replace_first: no match in the index");
+}
+
+static void hf_index_seeds(const char *out, const char *tmp) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/hf_index", out);
+    mkdir_p(dir);
+    enum { N_SHARDS = 3 }; /* fuzz_hf_index.c's shard names are the writer's for 3 shards */
+    static const char *const shard1 = "\"model-00001-of-00003.safetensors\"";
+    static const struct {
+        const char *name;
+        pl_fixture_hf_options o;
+        int variant;
+        uint8_t mode;     /* dtype | 4: load through the index path */
+        const char *to;   /* replaces the first shard name in the index (NULL: valid) */
+    } kinds[] = {
+        {"f32", {.dtype = PL_DTYPE_F32}, 0, 0, NULL},
+        {"f16_via_index", {.dtype = PL_DTYPE_F16}, 1, 4 | 2, NULL},
+        {"bf16", {.dtype = PL_DTYPE_BF16}, 2, 3, NULL},
+        {"misaligned_via_index", {.dtype = PL_DTYPE_F32, .misalign = true}, 1, 4 | 1, NULL},
+        {"untied", {.dtype = PL_DTYPE_F32}, 1, 0, NULL},
+        {"wrong_shard", {.dtype = PL_DTYPE_F32}, 0, 0, "\"model-00002-of-00003.safetensors\""},
+        {"escape", {.dtype = PL_DTYPE_F32}, 0, 0, "\"../model-00001-of-00003.safetensors\""},
+        {"index_as_shard", {.dtype = PL_DTYPE_F32}, 0, 4,
+         "\"model.safetensors.index.json\""},
+        {"config_as_shard", {.dtype = PL_DTYPE_F32}, 0, 0, "\"config.json\""},
+        {"missing_shard", {.dtype = PL_DTYPE_F32}, 0, 0, "\"model-00004-of-00004.safetensors\""},
+        {"not_a_string", {.dtype = PL_DTYPE_F32}, 0, 0, "[1, 2]"},
+        {"empty_map", {.dtype = PL_DTYPE_F32}, 0, 0, "" /* whole index replaced below */},
+    };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        pl_model_config c;
+        tiny_config(&c, kinds[k].variant);
+        pl_model *m = pl_fixture_model(&c, 3000 + k);
+        char hf[512];
+        snprintf(hf, sizeof hf, "%s/hfi%zu", tmp, k);
+        pl_fixture_hf_options o = kinds[k].o;
+        o.n_shards = N_SHARDS;
+        if (!m || !pl_fixture_write_hf(m, hf, &o)) die("hf writer (sharded)");
+        static const char *const files[N_SHARDS + 2] = {
+            "config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+            "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"};
+        uint8_t *b[N_SHARDS + 2];
+        size_t nb[N_SHARDS + 2], total = 1 + 2 * (N_SHARDS + 1);
+        for (int f = 0; f < N_SHARDS + 2; f++) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/%s", hf, files[f]);
+            if (!pl_fixture_read_file(path, &b[f], &nb[f])) die("hf read back (sharded)");
+        }
+        if (kinds[k].to && !kinds[k].to[0]) {
+            static const char empty[] = "{\"metadata\": {}, \"weight_map\": {}}\n";
+            free(b[1]);
+            b[1] = malloc(sizeof empty);
+            if (!b[1]) die("out of memory");
+            memcpy(b[1], empty, sizeof empty - 1);
+            nb[1] = sizeof empty - 1;
+        } else if (kinds[k].to) {
+            replace_first(&b[1], &nb[1], shard1, kinds[k].to);
+        }
+        for (int f = 0; f < N_SHARDS + 2; f++) {
+            if (f < N_SHARDS + 1 && nb[f] > 0xFFFF) die("a file too long for the seed layout");
+            total += nb[f];
+        }
+        uint8_t *buf = malloc(total), *p = buf;
+        if (!buf) die("out of memory");
+        *p++ = kinds[k].mode;
+        for (int f = 0; f < N_SHARDS + 1; f++) {
+            *p++ = (uint8_t)(nb[f] & 0xFF);
+            *p++ = (uint8_t)(nb[f] >> 8);
+        }
+        for (int f = 0; f < N_SHARDS + 2; f++) {
+            memcpy(p, b[f], nb[f]);
+            p += nb[f];
+            free(b[f]);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "%s.bin", kinds[k].name);
+        write_seed(dir, name, buf, total, NULL, 0);
+        free(buf);
+        pl_model_free(m);
+    }
+}
+
 static void prompts_seeds(const char *out) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/prompts", out);
@@ -210,6 +313,7 @@ int main(int argc, char **argv) {
     snprintf(tmpdir, sizeof tmpdir, "%s", tmp);
     llama2c_seeds(out, tmpdir);
     safetensors_seeds(out, tmpdir);
+    hf_index_seeds(out, tmpdir);
     prompts_seeds(out);
     config_seeds(out);
     pl_fixture_remove_dir(tmpdir);

@@ -4,6 +4,9 @@
  *
  * The probe runs in a forked child: initialising CUDA in this process before Criterion forks
  * its test workers would leave them with an unusable CUDA state.
+ *
+ * Built with -DPL_GPU_MAIN_NEEDS_MODELS (suites that read ../shared/models, as models_main.c
+ * does for the emulated ones), a missing PAGELLM_TEST_MODELS is a SKIP too.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -11,6 +14,9 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#ifdef PL_GPU_MAIN_NEEDS_MODELS
+#include "test_support.h"
+#endif
 
 static int device_usable(void) {
     pid_t pid = fork();
@@ -28,6 +34,13 @@ static int device_usable(void) {
 }
 
 int main(int argc, char *argv[]) {
+#ifdef PL_GPU_MAIN_NEEDS_MODELS
+    if (!pl_test_models_dir()) {
+        fprintf(stderr, "SKIP: PAGELLM_TEST_MODELS is not set; these tests need the shared "
+                        "models folder (.ci/run sets it to ../shared/models)\n");
+        return 77;
+    }
+#endif
     if (!device_usable()) {
         fprintf(stderr, "SKIP: no usable CUDA device; the 'cuda' suite runs these tests under "
                         "the CPU emulation\n");

@@ -1,6 +1,7 @@
 /*
  * tests/cuda/test_cuda_engine.c - the whole engine on the CUDA backend (under the CPU emulation
- * in suite 'cuda') generates the same greedy tokens as on the CPU backend.
+ * in suite 'cuda', natively in suite 'gpu': skipped without a device) generates the same greedy
+ * tokens as on the CPU backend.
  *
  * Precision: the CUDA backend stores weights and the KV cache in f16 and rounds matmul inputs
  * to f16 (relative ~1e-3 on logits); the CPU engine keeps its defaults, f32 weights and f32
@@ -11,8 +12,9 @@
  * run the CPU side with weight_dtype = kv_dtype = F16 (as tight as the comparison can be).
  *
  * dummy:tiny runs always; stories260K (llama2.c format, tok512 tokenizer) only with
- * PAGELLM_TEST_MODELS set (this binary is skipped otherwise when built with models_main, see
- * meson.build: the stories test lives in its own binary).
+ * PAGELLM_TEST_MODELS set (this binary is skipped otherwise when built with models_main, or
+ * with gpu_main and PL_GPU_MAIN_NEEDS_MODELS natively, see meson.build: the stories test lives
+ * in its own binary).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>

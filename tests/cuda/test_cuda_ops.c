@@ -10,6 +10,8 @@
  * sizes 8, 17, 64, 80, 96, 112, 128, 256 and 300 (fast and generic paths), GQA ratios 1/2/4/8,
  * contexts that cross KV-block and split-K partition boundaries, padded (negative) slots,
  * prefill chunks with earlier context, and batches mixing decode and prefill sequences.
+ * Split-K is tested forced (32/64-token partitions) and as the backend chooses it by default
+ * (512-token partitions, contexts up to 1300 tokens; checked to have actually split).
  * The ref backend gets the same kv_dtype, so both read bit-identical caches (checked) and
  * attention differences are kernel arithmetic only.
  */
@@ -601,9 +603,11 @@ static const attn_case k_attn_cases[] = {
     {8, 80, 1, 8, 2, {5, 66}, {5, 1}},
 };
 
-/* Runs one case on both backends with the given cache type and split policy. */
-static void attention_case(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode mode,
-                           int part_tokens, uint64_t seed) {
+/* Runs one case on both backends with the given cache type and split policy, and checks the
+ * CUDA output against ref. The inputs depend only on (ac, kv, seed). With keep_cuda, the CUDA
+ * output (n_tokens x n_heads x head_dim floats, pl_malloc'd) is handed to the caller. */
+static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode mode,
+                          int part_tokens, uint64_t seed, float **keep_cuda) {
     backends be = make_backends(kv);
     cr_assert_eq(pl_cuda_set_attention_split(be.cuda, mode, part_tokens), PL_OK);
     pl_test_rng r;
@@ -707,6 +711,10 @@ static void attention_case(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode 
     cr_assert(pl_allclose(name, outs[0], outs[1], nqe, TOL_ATTN_ATOL, TOL_ATTN_RTOL));
     const double e = pl_nmse(outs[0], outs[1], nqe);
     cr_assert(e < TOL_ATTN_NMSE, "%s: nmse %g", name, e);
+    if (keep_cuda) {
+        *keep_cuda = outs[1];
+        outs[1] = NULL;
+    }
     for (int bi = 0; bi < 2; bi++) {
         pl_free(outs[bi]);
         pl_free(caches[bi][0]);
@@ -721,6 +729,11 @@ static void attention_case(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode 
     pl_free(ctx);
     pl_free(q);
     drop_backends(&be);
+}
+
+static void attention_case(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode mode,
+                           int part_tokens, uint64_t seed) {
+    attention_run(ac, kv, mode, part_tokens, seed, NULL);
 }
 
 Test(cuda_ops, attention_f16_unsplit) {
@@ -743,6 +756,59 @@ Test(cuda_ops, attention_bf16_and_f32_cache) {
         attention_case(&k_attn_cases[pick[i]], PL_DTYPE_BF16, PL_CUDA_SPLIT_ALWAYS, 32, 300 + i);
         attention_case(&k_attn_cases[pick[i]], PL_DTYPE_F32, PL_CUDA_SPLIT_AUTO, 512, 400 + i);
     }
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* The default policy (PL_CUDA_SPLIT_AUTO, 512-token partitions) on contexts longer than one
+ * partition with few (head, sequence) blocks: the backend must choose split-K by itself.
+ * Besides matching ref, AUTO's output must be bit-identical to forced split-K with the same
+ * 512-token partitions and differ from the unsplit kernel's somewhere (the partitions' sums are
+ * combined in another order, which changes the last bits of some outputs; the inputs are fixed,
+ * so this is deterministic), so the test cannot pass with AUTO silently running unsplit.
+ * The rule also wants n_seqs * n_heads < 4 x SMs: at most 12 blocks here, under the emulated
+ * device's 64 and any real GPU's (3 SMs or more). Contexts of at most 512 tokens never split. */
+static const attn_case k_auto_split_cases[] = {
+    {16, 128, 1, 4, 2, {700, 1300}, {1, 1}},           /* 2 and 3 partitions, GQA 4 */
+    {16, 64, 2, 2, 3, {513, 1300, 40}, {1, 1, 1}},     /* one token past a partition; short seq */
+    {16, 80, 1, 2, 3, {1100, 600, 300}, {1, 30, 1}},   /* mixed: a prefill chunk at 570..599 */
+};
+
+static bool bitwise_equal(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+static size_t attn_out_floats(const attn_case *ac) {
+    size_t n_q = 0;
+    for (int s = 0; s < ac->n_seqs; s++) n_q += (size_t)ac->qlen[s];
+    return n_q * (size_t)ac->n_kv_heads * (size_t)ac->group * (size_t)ac->head_dim;
+}
+
+Test(cuda_ops, attention_auto_split_on_long_contexts) {
+    for (size_t i = 0; i < sizeof k_auto_split_cases / sizeof k_auto_split_cases[0]; i++) {
+        const attn_case *ac = &k_auto_split_cases[i];
+        const uint64_t seed = 500 + i;
+        const size_t n = attn_out_floats(ac);
+        float *automatic = NULL, *split = NULL, *unsplit = NULL;
+        attention_run(ac, PL_DTYPE_F16, PL_CUDA_SPLIT_AUTO, 512, seed, &automatic);
+        attention_run(ac, PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, 512, seed, &split);
+        attention_run(ac, PL_DTYPE_F16, PL_CUDA_SPLIT_NEVER, 512, seed, &unsplit);
+        cr_assert(bitwise_equal(automatic, split, n),
+                  "case %zu: AUTO differs from forced split-K at 512 tokens", i);
+        cr_assert(!bitwise_equal(automatic, unsplit, n),
+                  "case %zu: AUTO is bit-identical to the unsplit kernel: split-K not taken", i);
+        pl_free(automatic);
+        pl_free(split);
+        pl_free(unsplit);
+    }
+    /* a context of exactly one partition: AUTO runs unsplit */
+    const attn_case one = {16, 128, 1, 4, 2, {500, 512}, {1, 1}};
+    const size_t n = attn_out_floats(&one);
+    float *automatic = NULL, *unsplit = NULL;
+    attention_run(&one, PL_DTYPE_F16, PL_CUDA_SPLIT_AUTO, 512, 600, &automatic);
+    attention_run(&one, PL_DTYPE_F16, PL_CUDA_SPLIT_NEVER, 512, 600, &unsplit);
+    cr_assert(bitwise_equal(automatic, unsplit, n), "512 tokens: AUTO must not split");
+    pl_free(automatic);
+    pl_free(unsplit);
     PL_ASSERT_NO_LEAKS();
 }
 

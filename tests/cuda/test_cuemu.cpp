@@ -85,6 +85,12 @@ static __global__ void reverse_kernel(float *out, const float *in, int n) {
 
 static __global__ void write_kernel(float *p) { p[threadIdx.x] = 1.f; }
 
+// iters barriers and nothing else: the speed report's fiber-switch figure.
+static __global__ void sync_loop_kernel(int *out, int iters) {
+    for (int i = 0; i < iters; i++) __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = iters;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -332,8 +338,14 @@ Test(cuemu, half_conversions_round_to_nearest_even) {
     cr_assert_eq(__bfloat162float(__float2bfloat16_rn(-2.5f)), -2.5f);
 }
 
-// Emulation speed on the reduction kernel (printed for docs/kernels.md; asserts only that it
-// ran). 2 syncs and 10 shuffles per block of 128 threads.
+// Emulation speed (printed for docs/kernels.md; asserts only that the kernels ran):
+// - block_sum: 128 threads, 2 __syncthreads and 10 shuffle rounds per block, 2000 blocks
+//   spread over CUEMU_THREADS OS threads.
+// - fiber switch: one block (so one OS thread whatever CUEMU_THREADS says) of 128 threads
+//   doing nothing but __syncthreads. At each barrier every thread switches to the scheduler
+//   once and the scheduler switches into every thread once (the last arriver keeps running
+//   into the next barrier), so a barrier is 2 x 128 switches; the figure includes the
+//   scheduler's round-robin scan and the barrier bookkeeping, not only the 14 instructions.
 Test(cuemu, speed_report) {
     const int n_blocks = 2000, n = 1024;
     std::vector<float> in((size_t)n_blocks * n, 1.f);
@@ -349,4 +361,17 @@ Test(cuemu, speed_report) {
             n_blocks, n_blocks / dt, cuemu::n_threads());
     cudaFree(d_in);
     cudaFree(d_out);
+
+    const int threads = 128, iters = 16000;
+    int *d_it = dev_alloc<int>(1);
+    t0 = cuemu::now_s();
+    cr_assert_eq(launch(sync_loop_kernel, dim3(1), dim3(threads), 0, nullptr, d_it, iters),
+                 cudaSuccess);
+    dt = cuemu::now_s() - t0;
+    cr_assert_eq(from_dev(d_it, 1)[0], iters);
+    const double switches = 2.0 * threads * iters;
+    fprintf(stderr, "cuemu speed: fiber switch: %.1f ns (%d __syncthreads x %d threads, one OS "
+                    "thread, %.0f switches in %.1f ms)\n",
+            dt / switches * 1e9, iters, threads, switches, dt * 1e3);
+    cudaFree(d_it);
 }

@@ -164,6 +164,8 @@ typedef struct pl_bench_roofline {
     double gemm_gflops;    /* best f32 sgemm */
     int gemm_n;
     int blas_threads;
+    double fma_gflops;     /* register-resident f32 FMAs on n_threads threads: the cores' peak */
+    const char *fma_isa;   /* "AVX-512", "AVX2" or "none" (fma_gflops 0) */
     double seconds;        /* time the measurement took */
 } pl_bench_roofline;
 
@@ -172,6 +174,9 @@ void pl_bench_roofline_opts_default(pl_bench_roofline_opts *o);
 int pl_bench_roofline_flag(pl_bench_roofline_opts *o, int argc, char **argv, int *i);
 void pl_bench_print_roofline_flags(void);
 int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline *out);
+/* f32 FMA peak in GFLOP/s of n_threads threads, best of reps (bench/fma_peak.c); 0 and
+ * *isa "none" without AVX2+FMA. */
+double pl_bench_fma_peak_gflops(int n_threads, int reps, const char **isa);
 void pl_bench_roofline_print(FILE *f, const pl_bench_roofline *r);
 json_t *pl_bench_roofline_json(const pl_bench_roofline *r);
 

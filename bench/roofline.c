@@ -13,7 +13,8 @@
  *   pattern of a matmul streaming its weights) and STREAM's triad a = b + s*c (24 bytes per element
  *   counted; the write-allocate traffic is not counted, as in STREAM). Best of --roofline-reps.
  * - Compute: f32 square sgemm through OpenBLAS (cblas_sgemm, its own threads), best of reps
- *   after one warm-up call, 2*n^3 FLOPs per call.
+ *   after one warm-up call, 2*n^3 FLOPs per call; and the FMA units' peak (bench/fma_peak.c),
+ *   the ceiling no kernel passes even where OpenBLAS stays under it.
  *
  * Sizing: per array max(32 MiB, 8/3 x LLC) capped at 1 GiB and at an eighth of the memory
  * available now; --array-mib overrides. Some hypervisors report a host-wide LLC (hundreds of
@@ -292,6 +293,7 @@ int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline
     double t0 = pl_bench_now_s();
     int rc = measure_memory(o, out);
     if (rc == 0) rc = measure_gemm(o, out);
+    if (rc == 0) out->fma_gflops = pl_bench_fma_peak_gflops(out->n_threads, o->reps, &out->fma_isa);
     out->seconds = pl_bench_now_s() - t0;
     return rc;
 }
@@ -304,6 +306,10 @@ void pl_bench_roofline_print(FILE *f, const pl_bench_roofline *r) {
             r->blas_threads, r->gemm_gflops);
     fprintf(f, "Ridge point: %.2f FLOP/byte (GEMM peak / read bandwidth)\n",
             r->read_gbs > 0 ? r->gemm_gflops / r->read_gbs : 0.0);
+    if (r->fma_gflops > 0)
+        fprintf(f, "FMA peak (f32 %s FMAs on registers, %d threads): %.2f GFLOP/s; sgemm reaches "
+                   "%.0f%% of it\n", r->fma_isa, r->n_threads, r->fma_gflops,
+                100.0 * r->gemm_gflops / r->fma_gflops);
 }
 
 json_t *pl_bench_roofline_json(const pl_bench_roofline *r) {
@@ -318,6 +324,8 @@ json_t *pl_bench_roofline_json(const pl_bench_roofline *r) {
     json_object_set_new(o, "llc_bytes", json_integer((json_int_t)r->llc_bytes));
     json_object_set_new(o, "ridge_flop_per_byte",
                         json_real(r->read_gbs > 0 ? r->gemm_gflops / r->read_gbs : 0.0));
+    json_object_set_new(o, "fma_gflops", json_real(r->fma_gflops));
+    json_object_set_new(o, "fma_isa", json_string(r->fma_isa ? r->fma_isa : "none"));
     json_object_set_new(o, "seconds", json_real(r->seconds));
     return o;
 }
@@ -329,7 +337,8 @@ json_t *pl_bench_roofline_json(const pl_bench_roofline *r) {
 static void usage(void) {
     printf("usage: pagellm bench roofline [roofline flags] [--output-json FILE]\n\n"
            "Measures this machine's memory bandwidth (read and STREAM triad, all threads, arrays\n"
-           "far larger than the last-level cache) and f32 GEMM peak (OpenBLAS sgemm).\n\n");
+           "far larger than the last-level cache), f32 GEMM peak (OpenBLAS sgemm) and the\n"
+           "cores' f32 FMA peak (independent FMA chains on registers).\n\n");
     pl_bench_print_roofline_flags();
 }
 

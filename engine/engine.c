@@ -37,6 +37,15 @@ static pl_status available_memory(pl_engine *e, size_t *out) {
     return PL_OK;
 }
 
+/* Bytes of weights where the backend keeps them: a device may store f32 weights narrower (CUDA
+ * keeps f16), so counting the host copy would shrink the pool and refuse models that fit. */
+static pl_status stored_weight_bytes(const pl_engine *e, uint64_t *out) {
+    pl_dtype dt = e->model->tok_embed.dtype;
+    if (dt == PL_DTYPE_F32 && e->be->f32_weight_dtype != PL_DTYPE_AUTO)
+        dt = e->be->f32_weight_dtype;
+    return pl_model_config_weight_bytes(&e->model->cfg, dt, out);
+}
+
 /* Blocks for the KV pool: max_num_blocks, or what memory_threshold of the backend's memory
  * holds after weights and workspace, capped at what max_num_seqs full-length sequences use.
  * Weights count as stored (embedding table and norms too, as the loader's limit check counts
@@ -48,7 +57,13 @@ static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_b
     if (cap > (size_t)1 << 30) cap = (size_t)1 << 30;
     size_t avail, work_b = pl_runner_workspace_bytes(&e->model->cfg, lim);
     uint64_t weights_b;
-    PL_TRY(pl_model_config_weight_bytes(&e->model->cfg, e->model->tok_embed.dtype, &weights_b));
+    PL_TRY(stored_weight_bytes(e, &weights_b));
+    PL_TRY(available_memory(e, &avail));
+    if (weights_b > (uint64_t)avail) /* a device's copy: host copies were checked at load */
+        return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                       "%s: weights take %llu bytes on backend %s, more than the %zu bytes of "
+                       "memory available (memory_limit_bytes, else free device memory)",
+                       e->model->name, (unsigned long long)weights_b, e->be->ops->name, avail);
     if (c->max_num_blocks > 0) {
         /* An explicit pool is taken as asked, but under an explicit limit it must fit beside
          * the weights and the workspace (the threshold only shapes a derived pool). */
@@ -67,7 +82,6 @@ static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_b
         *out_blocks = c->max_num_blocks;
         return PL_OK;
     }
-    PL_TRY(available_memory(e, &avail));
     double budget = c->memory_threshold * (double)avail;
     double weights = (double)weights_b;
     double work = (double)work_b;
@@ -156,14 +170,16 @@ static pl_status load_tokenizer(pl_engine *e) {
 
 static pl_status engine_init(pl_engine *e) {
     pl_engine_config *c = &e->cfg;
-    /* The backend first: the memory it reports (or memory_limit_bytes) bounds the weights,
-     * which the loader checks from the header or config before reading or generating any,
-     * so a model that cannot fit is refused at once and with the numbers. */
+    /* The backend first: on a host backend its memory (or memory_limit_bytes) bounds the
+     * weights, which the loader checks from the header or config before reading or generating
+     * any, so a model that cannot fit is refused at once and with the numbers. A device's
+     * memory bounds the device copy instead, which may be narrower (f16 for f32 weights):
+     * size_pool checks it, before anything is uploaded. */
     PL_TRY(create_backend(c, &e->be));
     size_t avail;
     PL_TRY(available_memory(e, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
-    PL_TRY(pl_model_load_within(c->model_path, &mo, avail, &e->model));
+    PL_TRY(pl_model_load_within(c->model_path, &mo, e->be->is_host ? avail : 0, &e->model));
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
     e->eos_id = mc->eos_id;

@@ -152,6 +152,9 @@ struct pl_backend {
     void *ctx;          /* the implementation's state */
     bool is_host;       /* memory is host memory: upload/download are plain copies */
     pl_dtype kv_dtype;  /* element type of the KV cache this backend reads and writes */
+    /* What upload_weight stores an f32 weight as; AUTO = as given (f32). CUDA: f16. The engine
+     * sizes memory from it before any weight is uploaded. */
+    pl_dtype f32_weight_dtype;
 };
 
 typedef struct pl_backend_options {

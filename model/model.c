@@ -188,7 +188,8 @@ pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *c
     if (bytes <= limit) return PL_OK;
     return pl_fail(PL_ERR_OUT_OF_MEMORY,
                    "%s: weights take %" PRIu64 " bytes (%.1f MiB) stored as %s, more than the "
-                   "%" PRIu64 " bytes (%.1f MiB) the memory limit allows",
+                   "%" PRIu64 " bytes (%.1f MiB) of memory available (memory_limit_bytes, else "
+                   "physical memory)",
                    name, bytes, (double)bytes / 1048576.0, pl_dtype_name(dtype),
                    limit, (double)limit / 1048576.0);
 }

@@ -7,10 +7,9 @@
  * memory (cudaMemGetInfo, after the backend exists and before any weight is uploaded), and
  *     blocks = floor((memory_threshold * free - weight bytes - workspace bytes) / block bytes)
  * capped at max_num_seqs * ceil(max_model_len / block_size) + 1; fewer than one block is
- * PL_ERR_OUT_OF_MEMORY naming every term. Weights count as the host model stores them
- * (pl_model_config_weight_bytes of the loaded dtype): weight_dtype = F16 here, which is also
- * what the device stores, so the formula and the device agree (with AUTO the host keeps f32
- * and the count is twice the f16 bytes the device holds: see the report on issue 5).
+ * PL_ERR_OUT_OF_MEMORY naming every term. Weights count as the device stores them: f16 for
+ * weight_dtype F16 and for f32 weights alike (the backend's f32_weight_dtype), which
+ * f32_weights_count_as_the_device_stores_them checks.
  *
  * The expected figures are computed here from the model config, the runner's size functions
  * and memory_info of a fresh backend, in the same double arithmetic as size_pool, then
@@ -214,7 +213,7 @@ Test(cuda_engine_pool, too_little_device_memory_names_the_numbers) {
     cr_assert_eq((size_t)work, t.work, "%s", pl_last_error());
     cr_assert_eq(block, t.block, "%s", pl_last_error());
 
-    /* weights alone over the device's free memory: the loader refuses before uploading,
+    /* weights alone over the device's free memory: refused before anything is uploaded,
      * naming the model and both numbers */
     const size_t tiny_total = t.baseline + (size_t)t.weights - 1;
     pl_test_cuemu_set_device_memory(tiny_total);
@@ -227,6 +226,24 @@ Test(cuda_engine_pool, too_little_device_memory_names_the_numbers) {
     cr_assert_not_null(strstr(pl_last_error(), "dummy:tiny"), "%s", pl_last_error());
     cr_assert_not_null(strstr(pl_last_error(), want_w), "%s", pl_last_error());
     cr_assert_not_null(strstr(pl_last_error(), want_free), "%s", pl_last_error());
+    cr_assert_eq(pl_test_cuemu_device_bytes_in_use(), 0, "device memory leaked");
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* An f32 model is stored f16 on the device: the pool is sized from the f16 bytes, exactly as
+ * for an f16 model (counting the host's f32 copy would give fewer blocks). */
+Test(cuda_engine_pool, f32_weights_count_as_the_device_stores_them) {
+    const pool_terms t = terms();
+    const double threshold = 0.9;
+    const size_t total = memory_for(&t, threshold, 40.5);
+    pl_test_cuemu_set_device_memory(total);
+    pl_engine_config c = config(threshold);
+    int f16_blocks = create_and_count(&c, false);
+    c.weight_dtype = PL_DTYPE_F32;
+    int f32_blocks = create_and_count(&c, true);
+    cr_assert_eq(f16_blocks, 40, "f16 weights: %d blocks", f16_blocks);
+    cr_assert_eq(f32_blocks, f16_blocks, "f32 weights gave %d blocks, f16 weights %d",
+                 f32_blocks, f16_blocks);
     cr_assert_eq(pl_test_cuemu_device_bytes_in_use(), 0, "device memory leaked");
     PL_ASSERT_NO_LEAKS();
 }

@@ -122,7 +122,7 @@ static pl_status alloc_step_buffers(pl_engine *e) {
 static void free_step_buffers(pl_step_buffers *b) {
     void *p[] = {b->ids, b->positions, b->slots, b->query_start, b->context_lens,
                  b->block_tables, b->sample_rows, b->sample_entry, b->copy_pairs, b->logits,
-                 b->logits_tmp, b->sampled, b->deltas, b->finished};
+                 b->logits_tmp, b->sampled, b->deltas, b->finished, b->finished_samples};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) pl_free(p[i]);
 }
 
@@ -540,27 +540,23 @@ bool pl_engine_has_pending_work(const pl_engine *e) {
 
 /* ---- run ----------------------------------------------------------------------------- */
 
-static pl_status copy_completion(const pl_completion *src, pl_completion *dst) {
-    *dst = *src;
-    dst->prompt_ids = pl_calloc(src->n_prompt_ids + 1, 4);
-    dst->output_ids = pl_calloc(src->n_output_ids + 1, 4);
-    dst->text = pl_strdup(src->text ? src->text : "");
-    if (!dst->prompt_ids || !dst->output_ids || !dst->text) {
-        pl_free(dst->prompt_ids);
-        pl_free(dst->output_ids);
-        pl_free(dst->text);
-        return pl_fail(PL_ERR_OUT_OF_MEMORY, "run: completion copy");
-    }
-    memcpy(dst->prompt_ids, src->prompt_ids, src->n_prompt_ids * 4);
-    memcpy(dst->output_ids, src->output_ids, src->n_output_ids * 4);
-    return PL_OK;
+/* Moves the buffers of the step's i-th finished sample into a caller-owned completion: no
+ * allocation, so a completion the step reported cannot be lost on its way out. output_ids
+ * points into the prompt_ids block (pl_completions_free frees that one). */
+static void take_completion(pl_engine *e, size_t i, pl_completion *dst) {
+    pl_sample *s = e->sb.finished_samples[i];
+    *dst = e->sb.finished[i];
+    dst->prompt_ids = pl_seq_take_tokens(&s->seq);
+    dst->output_ids = dst->prompt_ids + dst->n_prompt_ids;
+    dst->text = s->text;
+    s->text = NULL;
+    s->text_len = s->text_cap = s->streamed = 0;
 }
 
 void pl_completions_free(pl_completion *c, size_t n) {
     if (!c) return;
     for (size_t i = 0; i < n; i++) {
-        pl_free(c[i].prompt_ids);
-        pl_free(c[i].output_ids);
+        pl_free(c[i].prompt_ids); /* output_ids lies in the same block */
         pl_free(c[i].text);
     }
     pl_free(c);
@@ -572,6 +568,27 @@ static int by_id_then_index(const void *a, const void *b) {
     return x->index - y->index;
 }
 
+/* Samples of the requests the stepping thread holds: at most this many finish in the next
+ * step, unless it drains new ones from the intake. */
+static size_t live_samples(const pl_engine *e) {
+    size_t n = 0;
+    for (const pl_request *r = e->live_head; r; r = r->next) n += (size_t)r->n_samples;
+    return n;
+}
+
+static pl_status grow_completions(pl_completion **all, size_t *cap, size_t want) {
+    if (want <= *cap) return PL_OK;
+    size_t nc = *cap ? 2 * *cap : 16;
+    if (nc < want) nc = want;
+    pl_completion *g = pl_reallocarray(*all, nc, sizeof *g);
+    if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "run: room for %zu completions", nc);
+    *all = g, *cap = nc;
+    return PL_OK;
+}
+
+/* Room is made before each step for every sample that may finish in it: a step reports its
+ * completions once, so growing after it could lose them. What finished before a failure is
+ * handed back with it. */
 pl_status pl_engine_run(pl_engine *e, pl_completion **out_completions, size_t *out_n) {
     if (!e || !out_completions || !out_n)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "run: NULL argument");
@@ -579,32 +596,21 @@ pl_status pl_engine_run(pl_engine *e, pl_completion **out_completions, size_t *o
     size_t n = 0, cap = 0;
     pl_status st = PL_OK;
     while (st == PL_OK && pl_engine_has_pending_work(e)) {
+        st = grow_completions(&all, &cap, n + live_samples(e));
+        if (st != PL_OK) break;
         pl_step_result r;
         pl_status s = pl_engine_step(e, &r);
         for (size_t i = 0; i < r.n_finished && st == PL_OK; i++) {
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 16;
-                pl_completion *g = pl_reallocarray(all, nc, sizeof *g);
-                if (!g) {
-                    st = pl_fail(PL_ERR_OUT_OF_MEMORY, "run: completions");
-                    break;
-                }
-                all = g, cap = nc;
-            }
-            st = copy_completion(&r.finished[i], &all[n]);
-            if (st == PL_OK) n++;
+            st = grow_completions(&all, &cap, n + 1); /* only for requests drained this step */
+            if (st == PL_OK) take_completion(e, i, &all[n++]);
         }
         /* a failed forward pass finished its requests with reason error; keep going */
         if (s != PL_OK && s != PL_ERR_BACKEND && st == PL_OK) st = s;
     }
-    if (st != PL_OK) {
-        pl_completions_free(all, n);
-        return st;
-    }
     if (n > 1) qsort(all, n, sizeof *all, by_id_then_index);
     *out_completions = all;
     *out_n = n;
-    return PL_OK;
+    return st;
 }
 
 /* ---- queries ------------------------------------------------------------------------- */

@@ -118,6 +118,7 @@ typedef struct pl_step_buffers {
     pl_stream_delta *deltas;
     size_t n_deltas, cap_deltas;
     pl_completion *finished;
+    pl_sample **finished_samples; /* (cap_finished) the sample behind each completion */
     size_t n_finished, cap_finished;
 } pl_step_buffers;
 

@@ -145,7 +145,7 @@ void pl_output_fill_completion(const pl_sample *s, pl_completion *c) {
         .n_prompt_ids = (size_t)q->n_prompt,
         .output_ids = q->tokens + q->n_prompt,
         .n_output_ids = (size_t)(q->n_tokens - q->n_prompt),
-        .text = s->text ? s->text : "",
+        .text = s->text,
         .finish_reason = s->reason,
         .n_cached_prompt_ids = (size_t)q->n_cached_prompt,
         .n_preemptions = q->n_preemptions,
@@ -165,6 +165,9 @@ pl_status pl_output_collect(pl_engine *e) {
             if (!s->finished || s->reported) continue;
             if (b->n_finished == b->cap_finished) {
                 size_t cap = b->cap_finished ? 2 * b->cap_finished : 64;
+                pl_sample **gs = pl_reallocarray(b->finished_samples, cap, sizeof *gs);
+                if (!gs) return pl_fail(PL_ERR_OUT_OF_MEMORY, "step result: completions");
+                b->finished_samples = gs;
                 pl_completion *g = pl_reallocarray(b->finished, cap, sizeof *g);
                 if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "step result: completions");
                 b->finished = g;
@@ -176,6 +179,7 @@ pl_status pl_output_collect(pl_engine *e) {
                 PL_TRY(push_delta(e, s, s->seq.n_tokens > s->seq.n_prompt
                                             ? s->seq.tokens[s->seq.n_tokens - 1] : -1));
             }
+            b->finished_samples[b->n_finished] = s;
             pl_output_fill_completion(s, &b->finished[b->n_finished++]);
             s->reported = true;
             r->n_unreported--;

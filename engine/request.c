@@ -63,6 +63,11 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
             return st;
         }
         s->seq.user = s;
+        /* text exists from the start (empty without a tokenizer): pl_engine_run moves it
+         * into the completion, with nothing to allocate once the request has finished */
+        s->text = pl_calloc(1, 1);
+        if (!s->text) goto oom;
+        s->text_cap = 1;
         if (e->tok) {
             pl_detok_init(&s->detok, e->tok, true);
             s->has_detok = true;

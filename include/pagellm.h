@@ -284,7 +284,9 @@ PL_API pl_status pl_engine_step(pl_engine *e, pl_step_result *out);
 
 /* Steps until no work is pending and returns every request finished meanwhile, in submit
  * order (then sample index). *out_completions is caller-owned: free with
- * pl_completions_free(*out_completions, *out_n). Errors as pl_engine_step. */
+ * pl_completions_free(*out_completions, *out_n). Errors as pl_engine_step; on an error
+ * *out_completions and *out_n are still set, to what finished before it (free them as
+ * above), and the requests not finished stay in the engine: call again to go on. */
 PL_API pl_status pl_engine_run(pl_engine *e, pl_completion **out_completions, size_t *out_n);
 PL_API void pl_completions_free(pl_completion *c, size_t n); /* NULL is a no-op */
 

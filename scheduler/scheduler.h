@@ -131,6 +131,9 @@ pl_status pl_seq_init(pl_seq *seq, uint64_t id, const int32_t *prompt, int n_pro
 
 /* Frees the token storage. seq must be NEW or FINISHED (holding no blocks). NULL is a no-op. */
 void pl_seq_deinit(pl_seq *seq);
+/* Hands a finished seq's token array (prompt then output, n_tokens of them) to the caller,
+ * who frees it with pl_free; the seq keeps its counts but no storage. */
+int32_t *pl_seq_take_tokens(pl_seq *seq);
 
 static inline int pl_seq_n_generated(const pl_seq *seq) { return seq->n_tokens - seq->n_prompt; }
 

@@ -105,6 +105,13 @@ pl_status pl_seq_init(pl_seq *seq, uint64_t id, const int32_t *prompt, int n_pro
     return PL_OK;
 }
 
+int32_t *pl_seq_take_tokens(pl_seq *seq) {
+    int32_t *t = seq->tokens;
+    seq->tokens = NULL;
+    seq->cap_tokens = 0;
+    return t;
+}
+
 void pl_seq_deinit(pl_seq *seq) {
     if (!seq) return;
 #ifndef NDEBUG

@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pagellm.h"
@@ -96,5 +97,73 @@ Test(faults, every_allocation_can_fail, .timeout = 300) {
     cr_assert_gt(failures, total / 2, "%d of %ld failure points surfaced", failures, total);
     fprintf(stderr, "faults: %ld allocation points swept, %d surfaced as PL_ERR_OUT_OF_MEMORY\n",
             total, failures);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* pl_engine_run under an allocation failure at every point of its run: whatever finished
+ * before the failure comes back with the error, the rest comes back from a second run, and
+ * across the two every accepted sample appears exactly once. */
+Test(faults, run_hands_back_what_finished_before_a_failure, .timeout = 300) {
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = "dummy:tiny";
+    c.backend = PL_BACKEND_REF;
+    c.block_size = 4;
+    c.max_num_blocks = 24;
+    c.max_total_tokens = 32;
+    c.max_batch_size = 4;
+    c.max_num_seqs = 8;
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.ignore_eos = true;
+    int partial_runs = 0;
+    for (long fail_after = 0;; fail_after++) {
+        pl_engine *e = NULL;
+        cr_assert_eq(pl_engine_create(&c, &e), PL_OK, "%s", pl_last_error());
+        pl_request_id ids[4];
+        for (int i = 0; i < 4; i++) { /* different lengths: they finish in different steps */
+            int32_t prompt[] = {1, 5 + i, 9, 13 + i, 17};
+            sp.max_tokens = 3 + 4 * i;
+            sp.n = i == 2 ? 2 : 1;
+            cr_assert_eq(pl_engine_submit_tokens(e, prompt, 5, &sp, &ids[i]), PL_OK);
+        }
+        pl_completion *c1 = NULL, *c2 = NULL;
+        size_t n1 = 0, n2 = 0;
+        pl_alloc_fail_after(fail_after);
+        pl_status s = pl_engine_run(e, &c1, &n1);
+        pl_alloc_fail_after(-1);
+        if (s == PL_OK) { /* past the last allocation of a run: the sweep is over */
+            cr_assert_eq(n1, 5);
+            pl_completions_free(c1, n1);
+            pl_engine_destroy(e);
+            break;
+        }
+        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "fail-after %ld: %s", fail_after, pl_last_error());
+        if (n1 > 0) partial_runs++;
+        cr_assert_eq(pl_engine_run(e, &c2, &n2), PL_OK, "%s", pl_last_error());
+        int seen[4][2] = {{0}};
+        for (size_t k = 0; k < n1 + n2; k++) {
+            const pl_completion *x = k < n1 ? &c1[k] : &c2[k - n1];
+            int r = 0;
+            while (r < 4 && ids[r] != x->id) r++;
+            cr_assert_lt(r, 4, "fail-after %ld: unknown request id", fail_after);
+            seen[r][x->index]++;
+        }
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < (r == 2 ? 2 : 1); i++) {
+                cr_assert_eq(seen[r][i], 1, "fail-after %ld: request %d sample %d reported %d "
+                             "times", fail_after, r, i, seen[r][i]);
+            }
+        pl_completions_free(c1, n1);
+        pl_completions_free(c2, n2);
+        pl_metrics m;
+        pl_engine_metrics(e, &m);
+        cr_assert_eq(m.kv_blocks_used, 0, "fail-after %ld: blocks leaked", fail_after);
+        pl_engine_destroy(e);
+        cr_assert_lt(fail_after, 100000, "no end to the allocations of one run");
+    }
+    cr_assert_gt(partial_runs, 0, "no failure fell after a request had finished");
+    fprintf(stderr, "faults: run: %d failures handed back finished requests\n", partial_runs);
     PL_ASSERT_NO_LEAKS();
 }

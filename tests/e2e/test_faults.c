@@ -9,7 +9,6 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "pagellm.h"
@@ -28,8 +27,7 @@ static void expect_oom_or_ok(pl_status s, const char *what, long n, outcome *o) 
     o->injected_failure_seen = true;
 }
 
-static outcome run_sequence(long fail_after) {
-    outcome o = {false, false};
+static pl_engine_config small_pool_config(void) {
     pl_engine_config c;
     pl_engine_config_default(&c);
     c.model_path = "dummy:tiny";
@@ -39,6 +37,12 @@ static outcome run_sequence(long fail_after) {
     c.max_total_tokens = 32;
     c.max_batch_size = 4;
     c.max_num_seqs = 8;
+    return c;
+}
+
+static outcome run_sequence(long fail_after) {
+    outcome o = {false, false};
+    pl_engine_config c = small_pool_config();
 
     pl_alloc_fail_after(fail_after);
     pl_engine *e = NULL;
@@ -104,15 +108,7 @@ Test(faults, every_allocation_can_fail, .timeout = 300) {
  * before the failure comes back with the error, the rest comes back from a second run, and
  * across the two every accepted sample appears exactly once. */
 Test(faults, run_hands_back_what_finished_before_a_failure, .timeout = 300) {
-    pl_engine_config c;
-    pl_engine_config_default(&c);
-    c.model_path = "dummy:tiny";
-    c.backend = PL_BACKEND_REF;
-    c.block_size = 4;
-    c.max_num_blocks = 24;
-    c.max_total_tokens = 32;
-    c.max_batch_size = 4;
-    c.max_num_seqs = 8;
+    pl_engine_config c = small_pool_config();
     pl_sampling_params sp;
     pl_sampling_params_default(&sp);
     sp.temperature = 0.0f;

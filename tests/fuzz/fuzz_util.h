@@ -96,4 +96,20 @@ static inline unsigned fuzz_touch_model(const pl_model *m) {
     return s;
 }
 
+/* The loader's contract on any input: a model whose every weight is readable and whose
+ * shapes agree with its config, or no model and a message. */
+static inline int fuzz_check_load(const char *path, const pl_model_load_options *opt) {
+    pl_model *m = NULL;
+    pl_status s = pl_model_load(path, opt, &m);
+    if (s == PL_OK) {
+        fuzz_touch_model(m);
+        pl_model_free(m);
+    } else if (m != NULL || pl_last_error()[0] == '\0') {
+        fprintf(stderr, "fuzz: failed load left a model or no message (%s)\n",
+                pl_status_name(s));
+        abort();
+    }
+    return 0;
+}
+
 #endif

@@ -197,7 +197,8 @@ typedef struct pl_sampling_params {
     int n_stop;
     bool ignore_eos;          /* keep going past EOS (benchmarks); false */
     int n;                    /* parallel samples sharing the prompt's KV; 1 */
-    int priority;             /* lower runs first; FCFS within a priority; 0 */
+    int priority;             /* lower runs first; FCFS within a priority; 0. Strict, no aging:
+                                 steady higher-priority work holds lower priorities back */
 } pl_sampling_params;
 
 /* Fills p with the defaults documented above. */

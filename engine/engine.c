@@ -385,13 +385,11 @@ static void fork_samples(pl_engine *e, pl_request *r) {
 }
 
 static pl_status push_sampled(pl_step_buffers *sb, size_t *n, pl_sample *s, int32_t tok) {
-    if (*n == sb->cap_sampled) {
-        size_t cap = sb->cap_sampled ? 2 * sb->cap_sampled : 64;
-        pl_sampled *p = pl_reallocarray(sb->sampled, cap, sizeof *p);
-        if (!p) return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: %zu sampled tokens", cap);
-        sb->sampled = p;
-        sb->cap_sampled = cap;
-    }
+    void *p = sb->sampled;
+    pl_status st = pl_grow_array(&p, &sb->cap_sampled, *n + 1, sizeof(pl_sampled),
+                                 "engine: sampled tokens");
+    sb->sampled = p;
+    PL_TRY(st);
     sb->sampled[(*n)++] = (pl_sampled){s, tok};
     return PL_OK;
 }
@@ -577,13 +575,10 @@ static size_t live_samples(const pl_engine *e) {
 }
 
 static pl_status grow_completions(pl_completion **all, size_t *cap, size_t want) {
-    if (want <= *cap) return PL_OK;
-    size_t nc = *cap ? 2 * *cap : 16;
-    if (nc < want) nc = want;
-    pl_completion *g = pl_reallocarray(*all, nc, sizeof *g);
-    if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "run: room for %zu completions", nc);
-    *all = g, *cap = nc;
-    return PL_OK;
+    void *p = *all;
+    pl_status st = pl_grow_array(&p, cap, want, sizeof(pl_completion), "run: completions");
+    *all = p;
+    return st;
 }
 
 /* Room is made before each step for every sample that may finish in it: a step reports its

@@ -99,13 +99,13 @@ typedef struct pl_engine_stats {
     pl_hist ttft, tpot, latency;
 } pl_engine_stats;
 
-/* Per-step buffers, sized at create for the largest step. */
 /* A token drawn for a sample this step, appended after all rows are drawn. */
 typedef struct pl_sampled {
     pl_sample *s;
     int32_t tok;
 } pl_sampled;
 
+/* Per-step buffers, sized at create for the largest step. */
 typedef struct pl_step_buffers {
     int32_t *ids, *positions, *query_start, *context_lens, *block_tables, *sample_rows;
     int32_t *sample_entry;       /* (max_seqs) entry index of each sample row */
@@ -118,8 +118,8 @@ typedef struct pl_step_buffers {
     pl_stream_delta *deltas;
     size_t n_deltas, cap_deltas;
     pl_completion *finished;
-    pl_sample **finished_samples; /* (cap_finished) the sample behind each completion */
-    size_t n_finished, cap_finished;
+    pl_sample **finished_samples; /* (n_finished) the sample behind each completion */
+    size_t n_finished, cap_finished, cap_finished_samples;
 } pl_step_buffers;
 
 struct pl_engine {

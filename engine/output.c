@@ -39,16 +39,14 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok) {
         while (safe > s->streamed && ((unsigned char)s->text[safe] & 0xC0) == 0x80) safe--;
     }
     if (safe < s->streamed) safe = s->streamed;
-    if (b->n_deltas == b->cap_deltas) {
-        size_t cap = b->cap_deltas ? 2 * b->cap_deltas : 64;
-        pl_stream_delta *g = pl_reallocarray(b->deltas, cap, sizeof *g);
-        if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "step result: stream deltas");
-        b->deltas = g;
-        b->cap_deltas = cap;
-    }
+    void *p = b->deltas;
+    pl_status st = pl_grow_array(&p, &b->cap_deltas, b->n_deltas + 1, sizeof(pl_stream_delta),
+                                 "step result: stream deltas");
+    b->deltas = p;
+    PL_TRY(st);
     b->deltas[b->n_deltas++] = (pl_stream_delta){
         .id = s->req->id, .index = s->index, .token = tok,
-        .text = s->text ? s->text + s->streamed : "", .text_len = safe - s->streamed,
+        .text = s->text + s->streamed, .text_len = safe - s->streamed,
     };
     s->streamed = safe;
     return PL_OK;
@@ -163,16 +161,17 @@ pl_status pl_output_collect(pl_engine *e) {
         for (int i = 0; i < r->n_samples; i++) {
             pl_sample *s = &r->samples[i];
             if (!s->finished || s->reported) continue;
-            if (b->n_finished == b->cap_finished) {
-                size_t cap = b->cap_finished ? 2 * b->cap_finished : 64;
-                pl_sample **gs = pl_reallocarray(b->finished_samples, cap, sizeof *gs);
-                if (!gs) return pl_fail(PL_ERR_OUT_OF_MEMORY, "step result: completions");
-                b->finished_samples = gs;
-                pl_completion *g = pl_reallocarray(b->finished, cap, sizeof *g);
-                if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "step result: completions");
-                b->finished = g;
-                b->cap_finished = cap;
-            }
+            /* two arrays, one count: each grows on its own capacity */
+            void *p = b->finished_samples;
+            pl_status gs = pl_grow_array(&p, &b->cap_finished_samples, b->n_finished + 1,
+                                         sizeof(pl_sample *), "step result: completions");
+            b->finished_samples = p;
+            PL_TRY(gs);
+            p = b->finished;
+            gs = pl_grow_array(&p, &b->cap_finished, b->n_finished + 1, sizeof(pl_completion),
+                               "step result: completions");
+            b->finished = p;
+            PL_TRY(gs);
             if (s->streamed < s->text_len && s->reason != PL_FINISH_ABORT &&
                 s->reason != PL_FINISH_OVERLOADED) {
                 /* flush what the stop-string hold-back kept (no token: the last delta had it) */

@@ -3,6 +3,8 @@
  */
 #include "util/alloc.h"
 
+#include "util/status.h"
+
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,4 +50,15 @@ char *pl_strdup(const char *s) {
     char *d = pl_malloc(n);
     if (d) memcpy(d, s, n);
     return d;
+}
+
+pl_status pl_grow_array(void **arr, size_t *cap, size_t need, size_t elem_size, const char *what) {
+    if (need <= *cap) return PL_OK;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) n = n > SIZE_MAX / 2 ? need : 2 * n;
+    void *p = pl_reallocarray(*arr, n, elem_size);
+    if (!p) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: room for %zu", what, n);
+    *arr = p;
+    *cap = n;
+    return PL_OK;
 }

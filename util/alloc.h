@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+#include "pagellm.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,6 +21,10 @@ void *pl_calloc(size_t n, size_t size);
 void *pl_reallocarray(void *p, size_t n, size_t size);
 void pl_free(void *p);
 char *pl_strdup(const char *s);
+
+/* Grows *arr (elements of elem_size, *cap of them) geometrically to hold at least need; on
+ * failure *arr and *cap are unchanged and PL_ERR_OUT_OF_MEMORY names `what`. */
+pl_status pl_grow_array(void **arr, size_t *cap, size_t need, size_t elem_size, const char *what);
 
 /* Test hook: after `n` more successful allocations, every allocation fails until reset with
  * a negative n (the default: never fail). Process-wide; for single-threaded tests. */

@@ -41,7 +41,7 @@ void pl_model_free(pl_model *m) {
     pl_model_backing *b = m->priv;
     if (b) {
         for (size_t i = 0; i < b->n_files; i++) pl_model_file_unmap(&b->files[i]);
-        for (size_t i = 0; i < b->n_bufs; i++) pl_free(b->bufs[i]);
+        for (size_t i = 0; i < b->n_bufs; i++) pl_free_aligned(b->bufs[i]);
         pl_free(b->files);
         pl_free(b->bufs);
         pl_free(b);
@@ -52,7 +52,7 @@ void pl_model_free(pl_model *m) {
     pl_free(m);
 }
 
-pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, bool zero, void **out) {
+pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, void **out) {
     pl_model_backing *b = m->priv;
     *out = NULL;
     if (b->n_bufs == b->cap_bufs) {
@@ -62,7 +62,10 @@ pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, bool zero, void **out)
         b->bufs = nb;
         b->cap_bufs = cap;
     }
-    void *p = zero ? pl_calloc(1, n_bytes) : pl_malloc(n_bytes);
+    /* Decode streams every weight once per token: huge pages spare a TLB miss per 4 KB
+     * (dummy:stories110m, batch 1, 6 alternating runs: f32 TPOT median 18.3 -> 16.2 ms, f16
+     * 9.8 -> 9.3). */
+    void *p = pl_calloc_aligned(n_bytes, n_bytes >= ((size_t)4 << 20));
     if (!p)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for weights",
                        m->name, n_bytes);
@@ -147,7 +150,7 @@ pl_status pl_model_bind(pl_model *m, pl_weight *w, const void *src, pl_dtype src
         return PL_OK;
     }
     void *buf;
-    pl_status s = pl_model_own_alloc(m, (size_t)bytes, false, &buf);
+    pl_status s = pl_model_own_alloc(m, (size_t)bytes, &buf);
     if (s != PL_OK) return pl_fail_prefix(s, "tensor %s", name);
     convert(buf, dt, src, src_dtype, (size_t)n);
     w->data = buf;

@@ -157,7 +157,7 @@ pl_status pl_model_alloc(const pl_model_config *cfg, pl_dtype dtype, const char 
     pl_model *m;
     PL_TRY(pl_model_shell_create(cfg, name, &m));
     void *base = NULL;
-    pl_status s = pl_model_own_alloc(m, (size_t)total, true, &base);
+    pl_status s = pl_model_own_alloc(m, (size_t)total, &base);
     if (s != PL_OK) {
         pl_model_free(m);
         return s;

@@ -66,9 +66,10 @@ typedef struct pl_model_backing {
 /* Allocates a model shell: the struct, its layers (n_layers, zeroed weights), its backing and
  * a copy of name. Fails with PL_ERR_OUT_OF_MEMORY. */
 pl_status pl_model_shell_create(const pl_model_config *cfg, const char *name, pl_model **out);
-/* Allocates n_bytes owned by m (freed with it); zeroed when `zero` (calloc: large zeroed
- * blocks come from fresh pages, so this costs nothing until touched). */
-pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, bool zero, void **out);
+/* Allocates n_bytes owned by m (freed with it), zeroed, 64-byte aligned, and from 4 MiB on in
+ * transparent huge pages (pl_calloc_aligned: large blocks are fresh pages, so the zeroing
+ * costs nothing until touched). */
+pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, void **out);
 /* Moves a mapping into m's backing (takes ownership; *f is zeroed even on failure, when the
  * mapping is unmapped). */
 pl_status pl_model_own_file(pl_model *m, pl_model_file *f);

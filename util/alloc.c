@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static atomic_long g_fail_after = -1;
 static atomic_ulong g_count;
@@ -44,6 +45,27 @@ void *pl_reallocarray(void *p, size_t n, size_t size) {
 }
 
 void pl_free(void *p) { free(p); }
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The raw pl_calloc pointer is kept in the word before the aligned block. */
+void *pl_calloc_aligned(size_t n_bytes, bool huge) {
+    size_t align = huge ? HUGE_PAGE : 64;
+    if (n_bytes > SIZE_MAX - align - sizeof(void *)) return NULL;
+    unsigned char *raw = pl_calloc(1, n_bytes + align + sizeof(void *));
+    if (!raw) return NULL;
+    uintptr_t a = ((uintptr_t)raw + sizeof(void *) + align - 1) & ~(uintptr_t)(align - 1);
+    ((void **)a)[-1] = raw;
+#ifdef MADV_HUGEPAGE
+    if (huge && n_bytes >= HUGE_PAGE)
+        (void)madvise((void *)a, n_bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
+#endif
+    return (void *)a;
+}
+
+void pl_free_aligned(void *p) {
+    if (p) pl_free(((void **)p)[-1]);
+}
 
 char *pl_strdup(const char *s) {
     size_t n = strlen(s) + 1;

@@ -8,6 +8,7 @@
 #ifndef PL_UTIL_ALLOC_H
 #define PL_UTIL_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "pagellm.h"
@@ -21,6 +22,14 @@ void *pl_calloc(size_t n, size_t size);
 void *pl_reallocarray(void *p, size_t n, size_t size);
 void pl_free(void *p);
 char *pl_strdup(const char *s);
+
+/* n_bytes zeroed, aligned to 64 bytes, or (huge) to 2 MiB and advised as transparent huge
+ * pages where the kernel allows them (THP "madvise" mode; the memory is still untouched, so
+ * the advice takes effect at first touch, and its failure only costs speed). Streaming a large
+ * buffer (weights, the KV pool) with 4 KB pages costs a TLB miss per 4 KB. Freed with
+ * pl_free_aligned. */
+void *pl_calloc_aligned(size_t n_bytes, bool huge);
+void pl_free_aligned(void *p);
 
 /* Grows *arr (elements of elem_size, *cap of them) geometrically to hold at least need; on
  * failure *arr and *cap are unchanged and PL_ERR_OUT_OF_MEMORY names `what`. */

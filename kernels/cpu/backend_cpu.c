@@ -11,7 +11,6 @@
 #include <cblas.h>
 #include <stdbool.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
@@ -58,26 +57,9 @@ const char *pl_cpu_isa_name(pl_cpu_isa isa) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// aligned host memory: the raw pl_calloc pointer is kept in the word before the aligned block
+// host memory
 
-#define ALIGN 64
 #define HUGE_PAGE ((size_t)2 << 20)
-
-/* n_bytes zeroed, aligned to `align` (a power of two). */
-static void *aligned_calloc_to(size_t n_bytes, size_t align) {
-    if (n_bytes > SIZE_MAX - align - sizeof(void *)) return NULL;
-    unsigned char *raw = pl_calloc(1, n_bytes + align + sizeof(void *));
-    if (!raw) return NULL;
-    uintptr_t a = ((uintptr_t)raw + sizeof(void *) + align - 1) & ~(uintptr_t)(align - 1);
-    ((void **)a)[-1] = raw;
-    return (void *)a;
-}
-
-static void *aligned_calloc(size_t n_bytes) { return aligned_calloc_to(n_bytes, ALIGN); }
-
-static void aligned_free(void *p) {
-    if (p) pl_free(((void **)p)[-1]);
-}
 
 static pl_status cpu_alloc(pl_backend *be, size_t n_bytes, void **out) {
     (void)be;
@@ -88,19 +70,15 @@ static pl_status cpu_alloc(pl_backend *be, size_t n_bytes, void **out) {
      * TLB miss (measured, one thread, decode of 64 sequences x 512 positions: 10% less CPU
      * time in attention). The memory is still untouched here (calloc of this size is a fresh
      * mmap), so the advice takes effect at first touch. Failure of madvise only costs speed. */
-    bool huge = n_bytes >= 2 * HUGE_PAGE;
-    *out = huge ? aligned_calloc_to(n_bytes, HUGE_PAGE) : aligned_calloc(n_bytes);
+    *out = pl_calloc_aligned(n_bytes, n_bytes >= 2 * HUGE_PAGE);
     if (!*out)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", n_bytes);
-#ifdef MADV_HUGEPAGE
-    if (huge) (void)madvise(*out, n_bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
-#endif
     return PL_OK;
 }
 
 static void cpu_free(pl_backend *be, void *p) {
     (void)be;
-    aligned_free(p);
+    pl_free_aligned(p);
 }
 
 static pl_status cpu_copy(pl_backend *be, void *dst, const void *src, size_t n_bytes) {
@@ -131,11 +109,11 @@ pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints) {
         if (cap > SIZE_MAX / sizeof(float))
             return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: scratch of %zu floats", n_floats);
         for (int t = 0; t < c->n_threads; t++) {
-            float *p = aligned_calloc(cap * sizeof(float));
+            float *p = pl_calloc_aligned(cap * sizeof(float), false);
             if (!p)
                 return pl_fail(PL_ERR_OUT_OF_MEMORY,
                                "cpu backend: no memory for %zu bytes of scratch", cap * 4);
-            aligned_free(c->scratch[t]);
+            pl_free_aligned(c->scratch[t]);
             c->scratch[t] = p;
         }
         c->scratch_cap = cap;
@@ -154,11 +132,11 @@ pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints) {
 pl_status pl_cpu_reserve_shared(pl_cpu_ctx *c, size_t n_floats) {
     if (n_floats <= c->shared_cap) return PL_OK;
     size_t cap = (n_floats + 4095) & ~(size_t)4095;
-    float *p = cap <= SIZE_MAX / sizeof(float) ? aligned_calloc(cap * sizeof(float)) : NULL;
+    float *p = cap <= SIZE_MAX / sizeof(float) ? pl_calloc_aligned(cap * sizeof(float), false) : NULL;
     if (!p)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: no memory for %zu floats of shared "
                        "scratch", n_floats);
-    aligned_free(c->shared);
+    pl_free_aligned(c->shared);
     c->shared = p;
     c->shared_cap = cap;
     return PL_OK;
@@ -179,10 +157,10 @@ static void cpu_destroy(pl_backend *be) {
     if (c) {
         pl_threadpool_destroy(c->pool);
         if (c->scratch)
-            for (int t = 0; t < c->n_threads; t++) aligned_free(c->scratch[t]);
+            for (int t = 0; t < c->n_threads; t++) pl_free_aligned(c->scratch[t]);
         pl_free(c->scratch);
         pl_free(c->ints);
-        aligned_free(c->shared);
+        pl_free_aligned(c->shared);
         pl_free(c);
     }
     pl_free(be);

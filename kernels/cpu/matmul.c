@@ -30,6 +30,53 @@
 /* Weight elements widened per f16/bf16 GEMM tile (1 MiB of f32 per thread). */
 #define TILE_FLOATS (256u * 1024u)
 
+// ---------------------------------------------------------------------------------------------
+// work ranges: a call's work items (GEMV row chunks, GEMM row groups) cut into contiguous
+// ranges, one per task; a task takes its own range's items from the front, in order, then
+// steals from the back of the others'. A thread thus walks one contiguous stretch of weights,
+// where the prefetches (software and hardware) run on from one item into the next, and the
+// stealing still evens out a thread slowed by another process.
+
+#define MAX_RANGES 64 /* ranges of one call (more threads just steal) */
+
+typedef struct ranges {
+    int n;
+    _Atomic uint64_t q[MAX_RANGES]; /* (back << 32) | front: items front .. back-1 untaken */
+} ranges;
+
+/* n_items cut into n_ranges (at most MAX_RANGES, at most n_items, at least 1) ranges. */
+static void ranges_init(ranges *R, int n_items, int n_ranges) {
+    if (n_ranges > MAX_RANGES) n_ranges = MAX_RANGES;
+    if (n_ranges > n_items) n_ranges = n_items;
+    if (n_ranges < 1) n_ranges = 1;
+    R->n = n_ranges;
+    for (int r = 0; r < n_ranges; r++) {
+        uint64_t front = (uint64_t)n_items * r / n_ranges;
+        uint64_t back = (uint64_t)n_items * (r + 1) / n_ranges;
+        atomic_init(&R->q[r], back << 32 | front);
+    }
+}
+
+/* Takes the item at the front (from_back false) or the back of range r; -1 if it is empty. */
+static int ranges_take(ranges *R, int r, bool from_back) {
+    uint64_t v = atomic_load_explicit(&R->q[r], memory_order_relaxed);
+    for (;;) {
+        uint32_t front = (uint32_t)v, back = (uint32_t)(v >> 32);
+        if (front >= back) return -1;
+        uint64_t nv = from_back ? ((uint64_t)(back - 1) << 32) | front
+                                : ((uint64_t)back << 32) | (front + 1);
+        if (atomic_compare_exchange_weak_explicit(&R->q[r], &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int)(from_back ? back - 1 : front);
+    }
+}
+
+/* The item after g in range r if its owner is likely to take it next (-1 at the range's end). */
+static int ranges_peek_next(ranges *R, int r, int g) {
+    uint64_t v = atomic_load_explicit(&R->q[r], memory_order_relaxed);
+    return g + 1 < (int)(uint32_t)(v >> 32) ? g + 1 : -1;
+}
+
 typedef struct mm_job {
     pl_cpu_ctx *c;
     float *out;      /* (n_rows, d_out) */
@@ -37,8 +84,9 @@ typedef struct mm_job {
     const void *w;   /* (d_out, d_in) of dt */
     pl_dtype dt;
     int n_rows, d_in, d_out;
-    int rows_per_task; /* output features per task (a multiple of 4) */
+    int rows_per_task; /* output features per task (GEMM) or chunk (GEMV; a multiple of 4) */
     int tile_rows;     /* GEMM f16/bf16: weight rows widened at once */
+    ranges chunks;     /* GEMV: chunks of rows_per_task rows, one range per task */
 } mm_job;
 
 // ---------------------------------------------------------------------------------------------
@@ -263,7 +311,6 @@ static PL_TARGET_AVX2 void gemv_avx2(const mm_job *J, int o_begin, int o_end) {
 #define KC 64              /* k per chunk */
 #define GK_GROUP_ROWS 24   /* weight rows per group (whole J-blocks) */
 #define GK_SLOT 384        /* floats of partial sums per (tile, J-block): V J 16 */
-#define GK_MAX_RANGES 64   /* work ranges of one call (more threads just steal) */
 
 typedef struct gk_job {
     pl_cpu_ctx *c;
@@ -276,11 +323,8 @@ typedef struct gk_job {
     int Rp, nv;        /* Rp = 16 nv */
     int kt_per_task;   /* transpose: k's per task */
     int J, GJ;         /* weight rows per J-block, J-blocks per group */
-    /* Work sharing: the groups are cut into n_ranges contiguous ranges, one per task; a task
-     * takes its range's groups from the front, in order, then steals from the back of the
-     * others. q[r] = (back << 32) | front: groups front .. back-1 of range r are untaken. */
-    int n_groups, n_ranges;
-    _Atomic uint64_t q[GK_MAX_RANGES];
+    int n_groups;
+    ranges groups; /* one range of groups per task */
 } gk_job;
 
 /* J weight rows per tile for nv vectors of rows. */
@@ -532,34 +576,14 @@ PL_INLINE PL_TARGET_AVX512 void gk_group(const gk_job *G, float *scratch, int g,
     gk_store(G, accs, jb0, nb);
 }
 
-/* Takes the group at the front (from_back false) or the back of range r; -1 if it is empty. */
-static int gk_take(gk_job *G, int r, bool from_back) {
-    uint64_t v = atomic_load_explicit(&G->q[r], memory_order_relaxed);
-    for (;;) {
-        uint32_t front = (uint32_t)v, back = (uint32_t)(v >> 32);
-        if (front >= back) return -1;
-        uint64_t nv = from_back ? ((uint64_t)(back - 1) << 32) | front
-                                : ((uint64_t)back << 32) | (front + 1);
-        if (atomic_compare_exchange_weak_explicit(&G->q[r], &v, nv, memory_order_relaxed,
-                                                  memory_order_relaxed))
-            return (int)(from_back ? back - 1 : front);
-    }
-}
-
-/* The group after g in range r if the owner is likely to take it (-1 at the range's end). */
-static int gk_peek_next(gk_job *G, int r, int g) {
-    uint64_t v = atomic_load_explicit(&G->q[r], memory_order_relaxed);
-    return g + 1 < (int)(uint32_t)(v >> 32) ? g + 1 : -1;
-}
-
 PL_INLINE PL_TARGET_AVX512 void gk_work(gk_job *G, float *scratch, int r, const pl_dtype dt) {
     /* own range, front to back: each group prefetches the next */
-    for (int g; (g = gk_take(G, r, false)) >= 0;)
-        gk_group(G, scratch, g, gk_peek_next(G, r, g), dt);
+    for (int g; (g = ranges_take(&G->groups, r, false)) >= 0;)
+        gk_group(G, scratch, g, ranges_peek_next(&G->groups, r, g), dt);
     /* then help the others from the back of their ranges */
-    for (int i = 1; i < G->n_ranges; i++) {
-        int o = (r + i) % G->n_ranges;
-        for (int g; (g = gk_take(G, o, true)) >= 0;) gk_group(G, scratch, g, -1, dt);
+    for (int i = 1; i < G->groups.n; i++) {
+        int o = (r + i) % G->groups.n;
+        for (int g; (g = ranges_take(&G->groups, o, true)) >= 0;) gk_group(G, scratch, g, -1, dt);
     }
 }
 
@@ -578,9 +602,8 @@ static PL_TARGET_AVX512 void gk_task(void *arg, int task, int thread) {
 // ---------------------------------------------------------------------------------------------
 // tasks
 
-static void gemv_task(void *arg, int task, int thread) {
-    const mm_job *J = arg;
-    int o0 = task * J->rows_per_task;
+static void gemv_chunk(mm_job *J, int chunk, int thread) {
+    int o0 = chunk * J->rows_per_task;
     int o1 = o0 + J->rows_per_task < J->d_out ? o0 + J->rows_per_task : J->d_out;
     switch (J->c->isa) {
 #ifdef PL_CPU_X86
@@ -588,6 +611,16 @@ static void gemv_task(void *arg, int task, int thread) {
     case PL_CPU_ISA_AVX2: gemv_avx2(J, o0, o1); break;
 #endif
     default: gemv_scalar(J, o0, o1, J->c->scratch[thread]); break;
+    }
+}
+
+/* Task r: range r's chunks in order, then the others' from their backs. */
+static void gemv_task(void *arg, int r, int thread) {
+    mm_job *J = arg;
+    for (int ch; (ch = ranges_take(&J->chunks, r, false)) >= 0;) gemv_chunk(J, ch, thread);
+    for (int i = 1; i < J->chunks.n; i++) {
+        int o = (r + i) % J->chunks.n;
+        for (int ch; (ch = ranges_take(&J->chunks, o, true)) >= 0;) gemv_chunk(J, ch, thread);
     }
 }
 
@@ -636,17 +669,11 @@ static pl_status own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void 
      * balanced by stealing groups, not by small tasks. */
     int n_jb = (N + G.J - 1) / G.J;
     G.n_groups = (n_jb + G.GJ - 1) / G.GJ;
-    G.n_ranges = c->own_ranges > 0 ? c->own_ranges : c->n_threads;
-    if ((size_t)R * K * N < (1u << 18) && c->own_ranges <= 0) G.n_ranges = 1; /* a wake-up
-                                                                           costs more */
-    if (G.n_ranges > GK_MAX_RANGES) G.n_ranges = GK_MAX_RANGES;
-    if (G.n_ranges > G.n_groups) G.n_ranges = G.n_groups;
-    for (int r = 0; r < G.n_ranges; r++) {
-        uint64_t front = (uint64_t)G.n_groups * r / G.n_ranges;
-        uint64_t back = (uint64_t)G.n_groups * (r + 1) / G.n_ranges;
-        atomic_init(&G.q[r], back << 32 | front);
-    }
-    pl_threadpool_run(c->pool, G.n_ranges, gk_task, &G);
+    int n_ranges = c->own_ranges > 0 ? c->own_ranges : c->n_threads;
+    if ((size_t)R * K * N < (1u << 18) && c->own_ranges <= 0) n_ranges = 1; /* a wake-up
+                                                                         costs more */
+    ranges_init(&G.groups, G.n_groups, n_ranges);
+    pl_threadpool_run(c->pool, G.groups.n, gk_task, &G);
     return PL_OK;
 }
 #endif
@@ -698,12 +725,14 @@ pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *
     }
     if (c->isa == PL_CPU_ISA_SCALAR && w_dtype != PL_DTYPE_F32)
         PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
-    /* ~64K multiply-adds per task at least: below that a wake-up costs more than the work. */
-    int n_tasks = pl_cpu_n_tasks(c, (size_t)d_out * d_in * n_rows, 1u << 16);
-    /* a whole number of tasks per thread: 9 tasks on 2 threads take 5 task-times, 10 take 5
+    /* Chunks of ~64K multiply-adds at least: below that a wake-up costs more than the work. */
+    int n_chunks = pl_cpu_n_tasks(c, (size_t)d_out * d_in * n_rows, 1u << 16);
+    /* a whole number of chunks per thread: 9 chunks on 2 threads take 5 chunk-times, 10 take 5
      * shorter ones */
-    n_tasks = round_up(n_tasks, c->n_threads);
-    J.rows_per_task = round_up((d_out + n_tasks - 1) / n_tasks, 4);
-    pl_threadpool_run(c->pool, (d_out + J.rows_per_task - 1) / J.rows_per_task, gemv_task, &J);
+    n_chunks = round_up(n_chunks, c->n_threads);
+    J.rows_per_task = round_up((d_out + n_chunks - 1) / n_chunks, 4);
+    n_chunks = (d_out + J.rows_per_task - 1) / J.rows_per_task;
+    ranges_init(&J.chunks, n_chunks, c->n_threads);
+    pl_threadpool_run(c->pool, J.chunks.n, gemv_task, &J);
     return PL_OK;
 }

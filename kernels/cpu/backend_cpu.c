@@ -64,12 +64,10 @@ const char *pl_cpu_isa_name(pl_cpu_isa isa) {
 static pl_status cpu_alloc(pl_backend *be, size_t n_bytes, void **out) {
     (void)be;
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "alloc: out is NULL");
-    /* Large buffers (the KV cache above all) get transparent huge pages where the kernel allows
-     * them (THP "madvise" mode): attention visits a sequence's blocks in table order, i.e. 4 KB
-     * pieces scattered over the whole cache, and with 4 KB pages nearly every block costs a
-     * TLB miss (measured, one thread, decode of 64 sequences x 512 positions: 10% less CPU
-     * time in attention). The memory is still untouched here (calloc of this size is a fresh
-     * mmap), so the advice takes effect at first touch. Failure of madvise only costs speed. */
+    /* Large buffers (the KV cache above all) ask for transparent huge pages: attention visits
+     * a sequence's blocks in table order, i.e. 4 KB pieces scattered over the whole cache, and
+     * with 4 KB pages nearly every block costs a TLB miss (measured, one thread, decode of 64
+     * sequences x 512 positions: 10% less CPU time in attention). */
     *out = pl_calloc_aligned(n_bytes, n_bytes >= 2 * HUGE_PAGE);
     if (!*out)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", n_bytes);
@@ -132,7 +130,8 @@ pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints) {
 pl_status pl_cpu_reserve_shared(pl_cpu_ctx *c, size_t n_floats) {
     if (n_floats <= c->shared_cap) return PL_OK;
     size_t cap = (n_floats + 4095) & ~(size_t)4095;
-    float *p = cap <= SIZE_MAX / sizeof(float) ? pl_calloc_aligned(cap * sizeof(float), false) : NULL;
+    float *p =
+        cap <= SIZE_MAX / sizeof(float) ? pl_calloc_aligned(cap * sizeof(float), false) : NULL;
     if (!p)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: no memory for %zu floats of shared "
                        "scratch", n_floats);

@@ -65,7 +65,8 @@ def summarize(kind, steps, peak, layer_params, head_params):
           f"{ms / n:.2f} ms per step")
     if mm > 0:
         g = flops / (mm * 1e-3) / 1e9
-        print(f"  matmul     {mm / n:8.2f} ms/step  {g:7.1f} GFLOP/s  {100 * g / peak:5.1f}% of peak")
+        print(f"  matmul     {mm / n:8.2f} ms/step  {g:7.1f} GFLOP/s  "
+              f"{100 * g / peak:5.1f}% of peak")
     g = flops / (ms * 1e-3) / 1e9
     print(f"  whole step {ms / n:8.2f} ms/step  {g:7.1f} GFLOP/s  {100 * g / peak:5.1f}% of peak")
     for key in ("attention", "norms+rope+act+kv", "sample", "engine"):

@@ -295,12 +295,12 @@ static PL_TARGET_AVX2 void gemv_avx2(const mm_job *J, int o_begin, int o_end) {
 // Measured in L1, one core: 168-185 GFLOP/s of the 211 a pure FMA loop reaches.
 //
 // Blocking. Work comes in groups of GK_GROUP_ROWS weight rows (whole J-blocks of J rows); each
-// thread owns a contiguous range of groups and walks it in order, then steals groups from the
-// back of the others' ranges (see gk_work); k runs in chunks of KC. For each chunk, the group's weights are widened
-// (f16/bf16) or copied (f32) into an L1 buffer (rows, KC), so every broadcast has a constant
-// offset (with 24 row pointers gcc spilled), and each tile's xt slice (KC, 16 V) is loaded
-// into L1 once and used for all J-blocks of the group. Partial sums wait in a per-(tile,
-// J-block) slot between chunks; after the last chunk the group's sums are stored row by row.
+// thread owns a contiguous range of groups and walks it in order, then steals groups from the back
+// of the others' ranges (see gk_work); k runs in chunks of KC. For each chunk, the group's weights
+// are widened (f16/bf16) or copied (f32) into an L1 buffer (rows, KC), so every broadcast has a
+// constant offset (with 24 row pointers gcc spilled), and each tile's xt slice (KC, 16 V) is loaded
+// into L1 once and used for all J-blocks of the group. Partial sums wait in a per-(tile, J-block)
+// slot between chunks; after the last chunk the group's sums are stored row by row.
 // Memory: while a group is multiplied the next group is prefetched into L2 (whole rows, a
 // few lines per k), and with one or two row vectors, where the FMAs keep pace with memory,
 // also the next chunk into L1 for the copy. Every weight element is read from memory once per

@@ -65,7 +65,7 @@ pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, void **out) {
     /* Decode streams every weight once per token: huge pages spare a TLB miss per 4 KB
      * (dummy:stories110m, batch 1, 6 alternating runs: f32 TPOT median 18.3 -> 16.2 ms, f16
      * 9.8 -> 9.3). */
-    void *p = pl_calloc_aligned(n_bytes, n_bytes >= ((size_t)4 << 20));
+    void *p = pl_calloc_aligned(n_bytes, true);
     if (!p)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes for weights",
                        m->name, n_bytes);

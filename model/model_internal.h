@@ -67,8 +67,8 @@ typedef struct pl_model_backing {
  * a copy of name. Fails with PL_ERR_OUT_OF_MEMORY. */
 pl_status pl_model_shell_create(const pl_model_config *cfg, const char *name, pl_model **out);
 /* Allocates n_bytes owned by m (freed with it), zeroed, 64-byte aligned, and from 4 MiB on in
- * transparent huge pages (pl_calloc_aligned: large blocks are fresh pages, so the zeroing
- * costs nothing until touched). */
+ * transparent huge pages (pl_calloc_aligned with huge: large blocks are fresh pages, so the
+ * zeroing costs nothing until touched). */
 pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, void **out);
 /* Moves a mapping into m's backing (takes ownership; *f is zeroed even on failure, when the
  * mapping is unmapped). */

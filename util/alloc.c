@@ -50,6 +50,7 @@ void pl_free(void *p) { free(p); }
 
 /* The raw pl_calloc pointer is kept in the word before the aligned block. */
 void *pl_calloc_aligned(size_t n_bytes, bool huge) {
+    huge = huge && n_bytes >= 2 * HUGE_PAGE;
     size_t align = huge ? HUGE_PAGE : 64;
     if (n_bytes > SIZE_MAX - align - sizeof(void *)) return NULL;
     unsigned char *raw = pl_calloc(1, n_bytes + align + sizeof(void *));
@@ -57,8 +58,7 @@ void *pl_calloc_aligned(size_t n_bytes, bool huge) {
     uintptr_t a = ((uintptr_t)raw + sizeof(void *) + align - 1) & ~(uintptr_t)(align - 1);
     ((void **)a)[-1] = raw;
 #ifdef MADV_HUGEPAGE
-    if (huge && n_bytes >= HUGE_PAGE)
-        (void)madvise((void *)a, n_bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
+    if (huge) (void)madvise((void *)a, n_bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
 #endif
     return (void *)a;
 }

@@ -23,11 +23,12 @@ void *pl_reallocarray(void *p, size_t n, size_t size);
 void pl_free(void *p);
 char *pl_strdup(const char *s);
 
-/* n_bytes zeroed, aligned to 64 bytes, or (huge) to 2 MiB and advised as transparent huge
- * pages where the kernel allows them (THP "madvise" mode; the memory is still untouched, so
- * the advice takes effect at first touch, and its failure only costs speed). Streaming a large
- * buffer (weights, the KV pool) with 4 KB pages costs a TLB miss per 4 KB. Freed with
- * pl_free_aligned. */
+/* n_bytes zeroed, aligned to 64 bytes. With `huge` and n_bytes of two huge pages (4 MiB) or
+ * more, aligned to 2 MiB instead and advised as transparent huge pages where the kernel allows
+ * them (THP "madvise" mode; the memory is still untouched, so the advice takes effect at first
+ * touch, and its failure only costs speed): streaming a large buffer (weights, the KV pool)
+ * with 4 KB pages costs a TLB miss per 4 KB. Below 4 MiB the 2 MiB of alignment padding would
+ * cost more than it saves. Freed with pl_free_aligned. */
 void *pl_calloc_aligned(size_t n_bytes, bool huge);
 void pl_free_aligned(void *p);
 

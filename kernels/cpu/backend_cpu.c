@@ -59,8 +59,6 @@ const char *pl_cpu_isa_name(pl_cpu_isa isa) {
 // ---------------------------------------------------------------------------------------------
 // host memory
 
-#define HUGE_PAGE ((size_t)2 << 20)
-
 static pl_status cpu_alloc(pl_backend *be, size_t n_bytes, void **out) {
     (void)be;
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "alloc: out is NULL");
@@ -68,7 +66,7 @@ static pl_status cpu_alloc(pl_backend *be, size_t n_bytes, void **out) {
      * a sequence's blocks in table order, i.e. 4 KB pieces scattered over the whole cache, and
      * with 4 KB pages nearly every block costs a TLB miss (measured, one thread, decode of 64
      * sequences x 512 positions: 10% less CPU time in attention). */
-    *out = pl_calloc_aligned(n_bytes, n_bytes >= 2 * HUGE_PAGE);
+    *out = pl_calloc_aligned(n_bytes, true);
     if (!*out)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "cpu backend: cannot allocate %zu bytes", n_bytes);
     return PL_OK;

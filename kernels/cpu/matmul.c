@@ -71,6 +71,15 @@ static int ranges_take(ranges *R, int r, bool from_back) {
     }
 }
 
+/* Task r's next item: from the front of its own range (*own true), else from the back of
+ * another's; -1 when all are taken. */
+static int ranges_next(ranges *R, int r, bool *own) {
+    int g = ranges_take(R, r, false);
+    *own = g >= 0;
+    for (int i = 1; g < 0 && i < R->n; i++) g = ranges_take(R, (r + i) % R->n, true);
+    return g;
+}
+
 /* The item after g in range r if its owner is likely to take it next (-1 at the range's end). */
 static int ranges_peek_next(ranges *R, int r, int g) {
     uint64_t v = atomic_load_explicit(&R->q[r], memory_order_relaxed);
@@ -577,14 +586,10 @@ PL_INLINE PL_TARGET_AVX512 void gk_group(const gk_job *G, float *scratch, int g,
 }
 
 PL_INLINE PL_TARGET_AVX512 void gk_work(gk_job *G, float *scratch, int r, const pl_dtype dt) {
-    /* own range, front to back: each group prefetches the next */
-    for (int g; (g = ranges_take(&G->groups, r, false)) >= 0;)
-        gk_group(G, scratch, g, ranges_peek_next(&G->groups, r, g), dt);
-    /* then help the others from the back of their ranges */
-    for (int i = 1; i < G->groups.n; i++) {
-        int o = (r + i) % G->groups.n;
-        for (int g; (g = ranges_take(&G->groups, o, true)) >= 0;) gk_group(G, scratch, g, -1, dt);
-    }
+    /* a group of the own range prefetches the next; stolen groups have no next */
+    bool own;
+    for (int g; (g = ranges_next(&G->groups, r, &own)) >= 0;)
+        gk_group(G, scratch, g, own ? ranges_peek_next(&G->groups, r, g) : -1, dt);
 }
 
 static PL_TARGET_AVX512 void gk_task(void *arg, int task, int thread) {
@@ -617,11 +622,8 @@ static void gemv_chunk(mm_job *J, int chunk, int thread) {
 /* Task r: range r's chunks in order, then the others' from their backs. */
 static void gemv_task(void *arg, int r, int thread) {
     mm_job *J = arg;
-    for (int ch; (ch = ranges_take(&J->chunks, r, false)) >= 0;) gemv_chunk(J, ch, thread);
-    for (int i = 1; i < J->chunks.n; i++) {
-        int o = (r + i) % J->chunks.n;
-        for (int ch; (ch = ranges_take(&J->chunks, o, true)) >= 0;) gemv_chunk(J, ch, thread);
-    }
+    bool own;
+    for (int ch; (ch = ranges_next(&J->chunks, r, &own)) >= 0;) gemv_chunk(J, ch, thread);
 }
 
 static void gemm_task(void *arg, int task, int thread) {

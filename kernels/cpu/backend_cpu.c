@@ -186,11 +186,11 @@ static const pl_backend_ops cpu_ops = {
     .copy_blocks = pl_cpu_copy_blocks,
 };
 
-/* Below gemm_min_rows activation rows (no own GEMM: AVX2, scalar), streaming the weights once
- * through the own GEMV kernel beats OpenBLAS (which repacks the weight panel on every call).
- * bench_kernels --only batch, 2048x768, 2 threads, fastest of repeats: f32 GEMV/sgemm
- * 0.91/1.19 ms at 16 rows, 1.37/1.48 at 32, 2.40/2.20 at 64; f16 1.15/1.63 at 32, 2.15/2.26
- * at 64. */
+/* Without the own GEMM (scalar CPUs), below gemm_min_rows activation rows streaming the
+ * weights once through the GEMV kernel beats OpenBLAS (which repacks the weight panel on every
+ * call). Measured with the AVX2 GEMV before AVX2 had the own GEMM (bench_kernels --only batch,
+ * 2048x768, 2 threads, fastest of repeats: f32 GEMV/sgemm 0.91/1.19 ms at 16 rows, 1.37/1.48
+ * at 32, 2.40/2.20 at 64; f16 1.15/1.63 at 32, 2.15/2.26 at 64); the scalar GEMV is slower. */
 #define DEFAULT_GEMM_MIN_ROWS 48
 /* With AVX-512, from this many rows the own register-tiled GEMM beats the GEMV kernel
  * (bench_kernels --only batch, 2048x768, fastest of repeats, 2 threads: f32 GEMV/own 335/358
@@ -204,6 +204,16 @@ static const pl_backend_ops cpu_ops = {
 #define DEFAULT_OWN_MIN_ROWS_F32 12
 #define DEFAULT_OWN_MIN_ROWS_HALF 14
 #define DEFAULT_OWN_MAX_ROWS_F32 256
+/* AVX2 (12 accumulators instead of 24): all three kernels land near 75-80% of the FMA peak
+ * from 32 rows, so the margins are small; single-thread runs are the steady ones here (Zen 3,
+ * bench_kernels --only batch --threads 1, 2048x768, GFLOP/s GEMV/own/sgemm): f32 16 rows
+ * 60/67/49, 24 59/64/57, 32 69/73/64, 48 72/79/72, 64 75/79/73-77, 128 55-77/63-77/76-80;
+ * f16 24 77/67/58, 32 78/76/63, 48 80/54-80/71, 64 80/81/74-75, 96 80/81/81, 128 75-78/61-78
+ * /82-83. The f16 GEMV widens in registers, which keeps it ahead of the own GEMM's copy up
+ * to 48 rows. */
+#define AVX2_OWN_MIN_ROWS_F32 16
+#define AVX2_OWN_MIN_ROWS_HALF 48
+#define AVX2_OWN_MAX_ROWS 96
 
 /* Whether OpenBLAS runs AVX-512 kernels. Debian 12's OpenBLAS 0.3.21 predates AMD Zen 4/5 and
  * takes its AVX2 (Haswell) kernels there: on a Zen 5 EPYC, 2 threads, sgemm 56-89 GFLOP/s at
@@ -246,6 +256,11 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     c->own_min_rows[1] = DEFAULT_OWN_MIN_ROWS_HALF;
     c->own_max_rows[0] = DEFAULT_OWN_MAX_ROWS_F32;
     c->own_max_rows[1] = 0;
+    if (c->isa == PL_CPU_ISA_AVX2) {
+        c->own_min_rows[0] = AVX2_OWN_MIN_ROWS_F32;
+        c->own_min_rows[1] = AVX2_OWN_MIN_ROWS_HALF;
+        c->own_max_rows[0] = c->own_max_rows[1] = AVX2_OWN_MAX_ROWS;
+    }
     if (c->isa == PL_CPU_ISA_AVX512 && !blas_runs_avx512()) {
         c->own_max_rows[0] = 0; /* the own GEMM beats OpenBLAS's AVX2 kernels at every size */
         pl_log(PL_LOG_INFO, "backend cpu: OpenBLAS runs its %s kernels on this AVX-512 CPU; "

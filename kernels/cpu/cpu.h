@@ -46,7 +46,7 @@ typedef enum pl_cpu_isa {
 } pl_cpu_isa;
 
 /* The matmul kernels; AUTO picks by rows and dtype (tests and benchmarks force one; OWN
- * needs AVX-512 and at most 256 rows and falls back to AUTO otherwise). */
+ * needs AVX2 and falls back to AUTO without it). */
 typedef enum pl_cpu_mm_path {
     PL_CPU_MM_AUTO = 0,
     PL_CPU_MM_GEMV = 1,
@@ -60,10 +60,10 @@ typedef struct pl_cpu_ctx {
     pl_cpu_isa isa;
 
     /* matmul regime by activation rows R (see matmul.c), unless mm_force names one:
-     * - AVX-512, index [0] for f32 weights, [1] for f16/bf16: R < own_min_rows streams the
-     *   weights through the GEMV kernel; up to own_max_rows (0: no limit) the own
-     *   register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
-     * - AVX2 and scalar: R < gemm_min_rows GEMV, otherwise OpenBLAS. */
+     * - AVX-512 and AVX2, index [0] for f32 weights, [1] for f16/bf16: R < own_min_rows
+     *   streams the weights through the GEMV kernel; up to own_max_rows (0: no limit) the
+     *   own register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
+     * - scalar: R < gemm_min_rows GEMV, otherwise OpenBLAS. */
     pl_cpu_mm_path mm_force;
     int own_min_rows[2], own_max_rows[2];
     int gemm_min_rows;
@@ -100,6 +100,14 @@ pl_status pl_cpu_reserve_shared(pl_cpu_ctx *c, size_t n_floats);
 
 /* Splits `work` units into tasks of at least `min_per_task` units, at most 8 per thread. */
 int pl_cpu_n_tasks(const pl_cpu_ctx *c, size_t work, size_t min_per_task);
+
+/* Most activation rows of one own-GEMM call (its transposed x is at most that x d_in). */
+#define PL_CPU_OWN_MAX_ROWS 256
+
+/* out (R, N) = x (R, K) @ w^T with the own register-tiled GEMM (own_gemm.c), R in [1,
+ * PL_CPU_OWN_MAX_ROWS], isa AVX2 or AVX-512 (PL_ERR_UNSUPPORTED otherwise). */
+pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_dtype dt,
+                          int R, int K, int N);
 
 /* dst (n) f32 = src (n) of t, widened with the ISA's conversion (exact for f16 and bf16).
  * Defined in embed.c; matmul widens f16/bf16 weight tiles with it. */

@@ -31,7 +31,7 @@ static void check_dtype(pl_dtype t) {
             cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, t, rows, d_in, d_out), PL_OK);
             for (int b = 0; b < e.n_cpu; b++) {
                 pl_cpu_ctx *c = e.cpu[b]->ctx;
-                /* default choice, then each kernel forced (own falls back without AVX-512) */
+                /* default choice, then each kernel forced (own falls back without AVX2) */
                 for (int m = PL_CPU_MM_AUTO; m <= PL_CPU_MM_BLAS; m++) {
                     c->mm_force = (pl_cpu_mm_path)m;
                     memset(got, 0xff, n * 4); /* NaN: every output must be written */
@@ -84,10 +84,12 @@ Test(matmul, f16_gemm_many_tiles) {
     PL_ASSERT_NO_LEAKS();
 }
 
-/* The own GEMM's blocking: 300 rows (blocks of 256 + 44), 256 (four tiles of 4 vectors),
- * several tiles with a shorter last one (130 rows: 4 + 4 + 1 vectors; 100: 4 + 3), one tile
- * of each width (5, 17, 49 rows), a last J-block and a last group with fewer weight rows,
- * d_in not a multiple of the chunk, and a long d_in. Every cpu backend, own GEMM forced. */
+/* The own GEMM's blocking: 300 rows (blocks of 256 + 44), 256 (AVX-512: four tiles of 4
+ * vectors), several tiles with a shorter last one (130 rows: AVX-512 4 + 4 + 1 vectors, AVX2
+ * eight tiles of 2 + one of 1; 100: 4 + 3), one tile of each width (5 rows: the 1 x 24 and
+ * 1 x 12 tiles; 17, 49), a last J-block and a last group with fewer weight rows, d_in not a
+ * multiple of the chunk, and a long d_in. Every cpu backend (AVX-512 where the machine has
+ * it, AVX2, scalar, which falls back), own GEMM forced. */
 Test(matmul, own_gemm_blocking) {
     pl_kt_env e;
     pl_kt_env_init(&e, PL_DTYPE_F32);

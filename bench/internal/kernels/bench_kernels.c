@@ -258,15 +258,13 @@ static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, flo
                 size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
                 int reps = reps_for(wbytes, flops);
                 set_path(c, MM_BLAS);
-                double s =
-                    time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps).best;
+                timing s = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
                 set_path(c, MM_OWN);
-                double g =
-                    time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps).best;
+                timing g = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
                 printf("gemm dtype=%s rows=%d d_out=%d d_in=%d sgemm_GFLOPs=%.1f "
-                       "own_kernel_GFLOPs=%.1f\n",
-                       pl_dtype_name(types[ti]), rows[ri], d_out, d_in, flops / s / 1e9,
-                       flops / g / 1e9);
+                       "own_kernel_GFLOPs=%.1f median: sgemm_GFLOPs=%.1f own_kernel_GFLOPs=%.1f\n",
+                       pl_dtype_name(types[ti]), rows[ri], d_out, d_in, flops / s.best / 1e9,
+                       flops / g.best / 1e9, flops / s.med / 1e9, flops / g.med / 1e9);
             }
     c->mm_force = PL_CPU_MM_AUTO;
 }

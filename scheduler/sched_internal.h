@@ -54,14 +54,14 @@ struct pl_sched {
 
     /* Output storage, reused every step; each grows geometrically and never shrinks. */
     pl_sched_entry *entries; /* (cap_entries) */
-    int cap_entries;
+    size_t cap_entries;
     pl_kv_copy *copies;      /* (cap_copies); n_copies pending until pl_sched_update */
     int n_copies;
-    int cap_copies;
+    size_t cap_copies;
     pl_seq **victims;        /* (cap_victims) preempted this step */
-    int cap_victims;
+    size_t cap_victims;
     pl_seq **passed;         /* (cap_passed) waiting seqs passed over in this admission pass */
-    int cap_passed;
+    size_t cap_passed;
 };
 
 /* ---- lists (queue.c) ---- */
@@ -90,8 +90,6 @@ bool pl_sched_transition_allowed(pl_seq_state from, pl_seq_state to);
 pl_status pl_sched_bug(const char *fmt, ...) PL_PRINTF(1, 2);
 /* Room for at least n_tokens tokens in seq->tokens, growing geometrically. */
 pl_status pl_sched_seq_reserve(pl_seq *seq, int n_tokens);
-/* Grows *arr (elements of elem_size, capacity *cap) to hold at least need elements. */
-pl_status pl_sched_grow(void **arr, int *cap, int need, size_t elem_size, const char *what);
 
 #ifdef __cplusplus
 }

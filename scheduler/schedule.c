@@ -12,6 +12,7 @@
  * never leaves a seq holding slots the output does not mention.
  */
 #include "scheduler/sched_internal.h"
+#include "util/alloc.h"
 #include "util/log.h"
 
 /* Admission's verdict on one waiting seq. */
@@ -29,16 +30,18 @@ static int chunk_size(const pl_sched *s, int remaining, int budget) {
 
 static pl_status make_room(pl_sched *s, int n_entries, int n_victims) {
     void *p = s->entries;
-    pl_status st = pl_sched_grow(&p, &s->cap_entries, n_entries + 1, sizeof(pl_sched_entry),
-                                 "scheduled entries");
+    pl_status st = pl_grow_array(&p, &s->cap_entries, (size_t)n_entries + 1,
+                                 sizeof(pl_sched_entry), "scheduler: scheduled entries");
     s->entries = p;
     PL_TRY(st);
     p = s->copies; /* allocate() writes at most one copy per call */
-    st = pl_sched_grow(&p, &s->cap_copies, s->n_copies + 1, sizeof(pl_kv_copy), "block copies");
+    st = pl_grow_array(&p, &s->cap_copies, (size_t)s->n_copies + 1, sizeof(pl_kv_copy),
+                       "scheduler: block copies");
     s->copies = p;
     PL_TRY(st);
     p = s->victims;
-    st = pl_sched_grow(&p, &s->cap_victims, n_victims + 1, sizeof(pl_seq *), "preempted list");
+    st = pl_grow_array(&p, &s->cap_victims, (size_t)n_victims + 1, sizeof(pl_seq *),
+                       "scheduler: preempted list");
     s->victims = p;
     return st;
 }
@@ -199,7 +202,8 @@ static pl_status schedule_waiting(pl_sched *s, int *budget, int *n_entries) {
          * the pass looks past at most max_skip_head such seqs, which bounds its cost. */
         if (w->n_passed >= s->cfg.max_skip_head || n_passed >= s->cfg.max_skip_head) break;
         void *p = s->passed;
-        PL_TRY(pl_sched_grow(&p, &s->cap_passed, n_passed + 1, sizeof(pl_seq *), "passed list"));
+        PL_TRY(pl_grow_array(&p, &s->cap_passed, (size_t)n_passed + 1, sizeof(pl_seq *),
+                             "scheduler: passed list"));
         s->passed = p;
         s->passed[n_passed++] = w;
     }

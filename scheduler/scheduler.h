@@ -104,7 +104,7 @@ struct pl_seq {
     /* Tokens: prompt then generated. Storage owned by the seq (pl_seq_init/pl_seq_deinit). */
     int32_t *tokens;   /* (cap_tokens) token ids; the first n_tokens are valid */
     int n_tokens;      /* n_prompt + generated */
-    int cap_tokens;
+    size_t cap_tokens;
     int n_prompt;
     int n_computed;    /* (sched) leading tokens whose KV is computed */
     int n_cached_prompt; /* (sched) prompt tokens taken from the prefix cache at first admission */

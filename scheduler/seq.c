@@ -64,21 +64,10 @@ pl_status pl_sched_transition(pl_seq *seq, pl_seq_state to) {
     return PL_OK;
 }
 
-pl_status pl_sched_grow(void **arr, int *cap, int need, size_t elem_size, const char *what) {
-    if (need <= *cap) return PL_OK;
-    int n = *cap > 0 ? *cap : 8;
-    while (n < need) n = n > (1 << 29) ? need : n * 2;
-    void *p = pl_reallocarray(*arr, (size_t)n, elem_size);
-    if (!p)
-        return pl_fail(PL_ERR_OUT_OF_MEMORY, "scheduler: growing %s to %d entries", what, n);
-    *arr = p;
-    *cap = n;
-    return PL_OK;
-}
-
 pl_status pl_sched_seq_reserve(pl_seq *seq, int n_tokens) {
     void *p = seq->tokens;
-    pl_status st = pl_sched_grow(&p, &seq->cap_tokens, n_tokens, sizeof(int32_t), "seq tokens");
+    pl_status st = pl_grow_array(&p, &seq->cap_tokens, (size_t)n_tokens, sizeof(int32_t),
+                                 "scheduler: seq tokens");
     seq->tokens = p;
     return st;
 }

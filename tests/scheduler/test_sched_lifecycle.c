@@ -468,7 +468,7 @@ Test(lifecycle, create_and_api_calls_fail_cleanly_without_memory) {
     /* Token storage starts at prompt + 64 and grows: fail the growth, nothing changes. */
     int n_before = 0;
     for (int i = 0; i < 200; i++) {
-        if (a.n_tokens == a.cap_tokens) {
+        if ((size_t)a.n_tokens == a.cap_tokens) {
             n_before = a.n_tokens;
             pl_alloc_fail_after(0);
             cr_assert_eq(pl_sched_append_token(s, &a, 9), PL_ERR_OUT_OF_MEMORY);

@@ -24,6 +24,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "pagellm.h"
+#include "run_one.h"
 #include "test_support.h"
 
 #define BLOCK_SIZE 16
@@ -97,20 +98,8 @@ static int create_and_count(const pl_engine_config *c, bool run) {
     pl_metrics m;
     pl_engine_metrics(e, &m);
     if (run) { /* the derived pool is allocated and works */
-        pl_sampling_params sp;
-        pl_sampling_params_default(&sp);
-        sp.temperature = 0.f;
-        sp.max_tokens = 4;
-        sp.ignore_eos = true;
         int32_t ids[] = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 69};
-        cr_assert_eq(pl_engine_submit_tokens(e, ids, sizeof ids / sizeof ids[0], &sp, NULL), PL_OK,
-                     "%s", pl_last_error());
-        pl_completion *out = NULL;
-        size_t n = 0;
-        cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK, "%s", pl_last_error());
-        cr_assert_eq(n, 1);
-        cr_assert_eq(out[0].n_output_ids, 4);
-        pl_completions_free(out, n);
+        pl_test_run_one(e, ids, sizeof ids / sizeof ids[0], 4);
     }
     pl_engine_destroy(e);
     return m.kv_blocks_total;

@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model_fixtures.h"
 #include "pagellm.h"
+#include "run_one.h"
 #include "test_support.h"
 #include "util/alloc.h"
 
@@ -59,19 +60,8 @@ static void expect_creates_and_runs(const pl_engine_config *c) {
     pl_engine_metrics(e, &m);
     cr_assert_gt(m.kv_blocks_total, 0);
     if (c->max_num_blocks) cr_assert_eq(m.kv_blocks_total, c->max_num_blocks);
-    pl_sampling_params sp;
-    pl_sampling_params_default(&sp);
-    sp.temperature = 0.0f;
-    sp.max_tokens = 4;
-    sp.ignore_eos = true;
     int32_t ids[] = {1, 2, 3};
-    cr_assert_eq(pl_engine_submit_tokens(e, ids, 3, &sp, NULL), PL_OK, "%s", pl_last_error());
-    pl_completion *out = NULL;
-    size_t n = 0;
-    cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK, "%s", pl_last_error());
-    cr_assert_eq(n, 1);
-    cr_assert_eq(out[0].n_output_ids, 4);
-    pl_completions_free(out, n);
+    pl_test_run_one(e, ids, 3, 4);
     pl_engine_destroy(e);
 }
 

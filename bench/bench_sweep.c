@@ -29,6 +29,9 @@
 
 #define DEFAULT_MODEL "dummy:stories15m"
 #define DEFAULT_SCRIPT "scripts/plot_sweep.gp"
+#ifndef PL_BENCH_SOURCE_DIR
+#define PL_BENCH_SOURCE_DIR "."
+#endif
 #define MAX_LENS 32
 
 extern char **environ;
@@ -267,8 +270,9 @@ static bool on_path(const char *prog) {
 }
 
 /* The gnuplot script into buf: --gnuplot-script FILE, else DEFAULT_SCRIPT under the current
- * directory, else beside the executable (build/tools/pagellm -> ../../scripts/plot_sweep.gp).
- * Returns false, with a note on stderr saying what was tried, when none is readable. */
+ * directory, beside the executable (build/tools/pagellm -> ../../scripts/plot_sweep.gp), or
+ * in the source tree this binary was built from (a build directory outside it). Returns
+ * false, with a note on stderr saying what was tried, when none is readable. */
 static bool find_script(const sweep_opts *o, char *buf, size_t cap) {
     if (o->script) {
         snprintf(buf, cap, "%s", o->script);
@@ -287,9 +291,13 @@ static bool find_script(const sweep_opts *o, char *buf, size_t cap) {
         int len = snprintf(buf, cap, "%s/../../%s", exe, DEFAULT_SCRIPT);
         if (len > 0 && (size_t)len < cap && access(buf, R_OK) == 0) return true;
     }
-    fprintf(stderr, "pagellm bench sweep: no gnuplot script (tried ./%s%s%s): no PNG; give one "
-                    "with --gnuplot-script FILE\n", DEFAULT_SCRIPT, slash ? " and " : "",
-            slash ? buf : "");
+    char tried[4096];
+    snprintf(tried, sizeof tried, "%s", slash ? buf : "");
+    int len = snprintf(buf, cap, "%s/%s", PL_BENCH_SOURCE_DIR, DEFAULT_SCRIPT);
+    if (len > 0 && (size_t)len < cap && access(buf, R_OK) == 0) return true;
+    fprintf(stderr, "pagellm bench sweep: no gnuplot script (tried ./%s, %s%s%s): no PNG; give "
+                    "one with --gnuplot-script FILE\n", DEFAULT_SCRIPT, tried, slash ? " and " : "",
+            buf);
     return false;
 }
 

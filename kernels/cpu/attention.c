@@ -20,8 +20,11 @@
  * Causality: query row j at position p attends to t <= p, so each row stops at its own limit
  * within a tile; rows of a prefill chunk also see all earlier context.
  *
- * Scratch per thread (floats): O (M, head_dim), m (M), l (M), scores (KEY_TILE), K and V row
- * pointers (2 x KEY_TILE). No allocation once reserved.
+ * With grouped-query heads the query vectors go through the kernels two at a time (two heads
+ * of the group), so each K and V row loaded from cache serves both.
+ *
+ * Scratch per thread (floats): O (M, head_dim), m (M), l (M), scores (2 x KEY_TILE), K and V
+ * row pointers (2 x KEY_TILE). No allocation once reserved.
  */
 #include <math.h>
 
@@ -32,15 +35,37 @@
 #define KEY_TILE 128     /* keys per online-softmax step */
 #define MAX_UNIT_VECS 32 /* query vectors (rows x group heads) per unit, unless G is larger */
 
-/* Kernel set for one ISA and KV dtype. */
+/* Kernel set for one ISA and KV dtype. Each takes nq (1 or 2) query vectors at once, so with
+ * grouped-query heads two heads of a group share every K and V row load. */
 typedef struct attn_fns {
-    /* s (n) = scale * q . K(kp[t]); returns max over s. q (hd); kp[t] -> a K row of kv dtype. */
-    float (*scores)(float *s, const float *q, const void *const *kp, int n, int hd, float scale);
+    /* s[e] (n) = scale * q[e] . K(kp[t]), mx[e] = max over s[e], e < nq. q[e] (hd); kp[t] -> a
+     * K row of kv dtype. */
+    void (*scores)(float *const *s, const float *const *q, int nq, const void *const *kp, int n,
+                   int hd, float scale, float *mx);
     /* s (n) = exp(s - mx); returns the sum. */
     float (*exp_sum)(float *s, int n, float mx);
-    /* o (hd) = o * c + sum_t p[t] * V(vp[t]). */
-    void (*pv)(float *o, float c, const float *p, const void *const *vp, int n, int hd);
+    /* o[e] (hd) = o[e] * c[e] + sum_t p[e][t] * V(vp[t]), e < nq. */
+    void (*pv)(float *const *o, const float *c, const float *const *p, int nq,
+               const void *const *vp, int n, int hd);
 } attn_fns;
+
+/* The exported kernels of one ISA and dtype: 1 or 2 query vectors, constant in the body. */
+#define ATTN_WRAPPERS(ISA, TARGET, T, DT)                                                     \
+    static TARGET void scores_##ISA##_##T(float *const *s, const float *const *q, int nq,     \
+                                          const void *const *kp, int n, int hd, float scale,  \
+                                          float *mx) {                                        \
+        if (nq == 2)                                                                          \
+            scores_##ISA(s, q, kp, n, hd, scale, mx, 2, DT);                                  \
+        else                                                                                  \
+            scores_##ISA(s, q, kp, n, hd, scale, mx, 1, DT);                                  \
+    }                                                                                         \
+    static TARGET void pv_##ISA##_##T(float *const *o, const float *c, const float *const *p, \
+                                      int nq, const void *const *vp, int n, int hd) {         \
+        if (nq == 2)                                                                          \
+            pv_##ISA(o, c, p, vp, n, hd, 2, DT);                                              \
+        else                                                                                  \
+            pv_##ISA(o, c, p, vp, n, hd, 1, DT);                                              \
+    }
 
 // ---------------------------------------------------------------------------------------------
 // scalar kernels
@@ -49,24 +74,18 @@ static float load_kv(const void *p, pl_dtype t, int i) {
     return t == PL_DTYPE_F16 ? pl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-static float scores_scalar(float *s, const float *q, const void *const *kp, int n, int hd,
-                           float scale, pl_dtype t) {
-    float mx = -INFINITY;
-    for (int k = 0; k < n; k++) {
-        float acc = 0;
-        for (int i = 0; i < hd; i++) acc += q[i] * load_kv(kp[k], t, i);
-        s[k] = acc * scale;
-        mx = s[k] > mx ? s[k] : mx;
+static inline void scores_scalar(float *const *s, const float *const *q, const void *const *kp,
+                                 int n, int hd, float scale, float *mx, const int nq,
+                                 const pl_dtype t) {
+    for (int e = 0; e < nq; e++) {
+        mx[e] = -INFINITY;
+        for (int k = 0; k < n; k++) {
+            float acc = 0;
+            for (int i = 0; i < hd; i++) acc += q[e][i] * load_kv(kp[k], t, i);
+            s[e][k] = acc * scale;
+            mx[e] = s[e][k] > mx[e] ? s[e][k] : mx[e];
+        }
     }
-    return mx;
-}
-static float scores_scalar_f32(float *s, const float *q, const void *const *kp, int n, int hd,
-                               float scale) {
-    return scores_scalar(s, q, kp, n, hd, scale, PL_DTYPE_F32);
-}
-static float scores_scalar_f16(float *s, const float *q, const void *const *kp, int n, int hd,
-                               float scale) {
-    return scores_scalar(s, q, kp, n, hd, scale, PL_DTYPE_F16);
 }
 
 static float exp_sum_scalar(float *s, int n, float mx) {
@@ -78,26 +97,23 @@ static float exp_sum_scalar(float *s, int n, float mx) {
     return sum;
 }
 
-static void pv_scalar(float *o, float c, const float *p, const void *const *vp, int n, int hd,
-                      pl_dtype t) {
-    for (int i = 0; i < hd; i++) o[i] *= c;
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < hd; i++) o[i] += p[k] * load_kv(vp[k], t, i);
+static inline void pv_scalar(float *const *o, const float *c, const float *const *p,
+                             const void *const *vp, int n, int hd, const int nq,
+                             const pl_dtype t) {
+    for (int e = 0; e < nq; e++) {
+        for (int i = 0; i < hd; i++) o[e][i] *= c[e];
+        for (int k = 0; k < n; k++)
+            for (int i = 0; i < hd; i++) o[e][i] += p[e][k] * load_kv(vp[k], t, i);
+    }
 }
-static void pv_scalar_f32(float *o, float c, const float *p, const void *const *vp, int n,
-                          int hd) {
-    pv_scalar(o, c, p, vp, n, hd, PL_DTYPE_F32);
-}
-static void pv_scalar_f16(float *o, float c, const float *p, const void *const *vp, int n,
-                          int hd) {
-    pv_scalar(o, c, p, vp, n, hd, PL_DTYPE_F16);
-}
+ATTN_WRAPPERS(scalar, , f32, PL_DTYPE_F32)
+ATTN_WRAPPERS(scalar, , f16, PL_DTYPE_F16)
 
 #ifdef PL_CPU_X86
 /* The SIMD scores and pv prefetch the K (V) row PF_KEYS keys ahead of the one they read: one
- * block of 16. A block's rows of one head are 2-4 KB, and the same head's next block
- * lies elsewhere, where the hardware prefetchers, which stop at 4 KB pages, start over (the
- * tile start only touches each block's first lines). bench_kernels --only attention, decode,
+ * block of 16. A block's rows of one head are 2-4 KB, and the same head's next block lies
+ * elsewhere, where the hardware prefetchers, which stop at 4 KB pages, start over (the tile
+ * start only touches each block's first lines). bench_kernels --only attention, decode,
  * medians of 5 alternating runs, GB/s of KV: f32 32 x 256 positions 27.0 -> 31.3, 64 x 512
  * 23.3 -> 23.8; f16 26.0 -> 27.5, 17.5 -> 18.3 (32 keys ahead: 32.8, 23.9, 25.3, 18.4). */
 #define PF_KEYS 16
@@ -108,63 +124,68 @@ PL_INLINE void prefetch_row(const void *row, size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// AVX-512 kernels
+// AVX-512 kernels: 4 keys at a time (q loaded once per 4 keys), NQ query vectors per K load
 
-PL_INLINE PL_TARGET_AVX512 float scores_avx512(float *s, const float *q, const void *const *kp,
-                                               int n, int hd, float scale, const pl_dtype t) {
+PL_INLINE PL_TARGET_AVX512 void scores_avx512(float *const *s, const float *const *q,
+                                              const void *const *kp, int n, int hd,
+                                              float scale, float *mx, const int NQ,
+                                              const pl_dtype t) {
     const __mmask16 tm = pl_avx512_mask(hd & 15);
     const int full = hd & ~15;
     const __m128 sc = _mm_set1_ps(scale);
-    __m128 mx4 = _mm_set1_ps(-INFINITY);
-    int k = 0;
     const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
+    __m128 mx4[2];
+    for (int e = 0; e < NQ; e++) mx4[e] = _mm_set1_ps(-INFINITY);
+    int k = 0;
     for (; k + 4 <= n; k += 4) {
         if (k + PF_KEYS + 4 <= n)
             for (int r = 0; r < 4; r++) prefetch_row(kp[k + PF_KEYS + r], row_bytes);
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        __m512 a[2][4], kv[4];
+        for (int e = 0; e < NQ; e++)
+            for (int r = 0; r < 4; r++) a[e][r] = _mm512_setzero_ps();
         int i = 0;
         for (; i < full; i += 16) {
-            __m512 qv = _mm512_loadu_ps(q + i);
-            a0 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k], t, (size_t)i), a0);
-            a1 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k + 1], t, (size_t)i), a1);
-            a2 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k + 2], t, (size_t)i), a2);
-            a3 = _mm512_fmadd_ps(qv, pl_avx512_load(kp[k + 3], t, (size_t)i), a3);
+            for (int r = 0; r < 4; r++) kv[r] = pl_avx512_load(kp[k + r], t, (size_t)i);
+            for (int e = 0; e < NQ; e++) {
+                __m512 qv = _mm512_loadu_ps(q[e] + i);
+                for (int r = 0; r < 4; r++) a[e][r] = _mm512_fmadd_ps(qv, kv[r], a[e][r]);
+            }
         }
         if (tm) {
-            __m512 qv = _mm512_maskz_loadu_ps(tm, q + i);
-            a0 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k], t, (size_t)i, tm), a0);
-            a1 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k + 1], t, (size_t)i, tm), a1);
-            a2 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k + 2], t, (size_t)i, tm), a2);
-            a3 = _mm512_fmadd_ps(qv, pl_avx512_load_mask(kp[k + 3], t, (size_t)i, tm), a3);
+            for (int r = 0; r < 4; r++) kv[r] = pl_avx512_load_mask(kp[k + r], t, (size_t)i, tm);
+            for (int e = 0; e < NQ; e++) {
+                __m512 qv = _mm512_maskz_loadu_ps(tm, q[e] + i);
+                for (int r = 0; r < 4; r++) a[e][r] = _mm512_fmadd_ps(qv, kv[r], a[e][r]);
+            }
         }
-        __m128 v = _mm_mul_ps(pl_avx512_hsum4(a0, a1, a2, a3), sc);
-        _mm_storeu_ps(s + k, v);
-        mx4 = _mm_max_ps(mx4, v);
+        for (int e = 0; e < NQ; e++) {
+            __m128 v = _mm_mul_ps(pl_avx512_hsum4(a[e][0], a[e][1], a[e][2], a[e][3]), sc);
+            _mm_storeu_ps(s[e] + k, v);
+            mx4[e] = _mm_max_ps(mx4[e], v);
+        }
     }
-    mx4 = _mm_max_ps(mx4, _mm_movehl_ps(mx4, mx4));
-    mx4 = _mm_max_ss(mx4, _mm_movehdup_ps(mx4));
-    float mx = _mm_cvtss_f32(mx4);
+    for (int e = 0; e < NQ; e++) {
+        __m128 m = _mm_max_ps(mx4[e], _mm_movehl_ps(mx4[e], mx4[e]));
+        mx[e] = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
     for (; k < n; k++) {
-        __m512 a = _mm512_setzero_ps();
+        __m512 a[2];
+        for (int e = 0; e < NQ; e++) a[e] = _mm512_setzero_ps();
         int i = 0;
-        for (; i < full; i += 16)
-            a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), pl_avx512_load(kp[k], t, (size_t)i), a);
-        if (tm)
-            a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tm, q + i),
-                                pl_avx512_load_mask(kp[k], t, (size_t)i, tm), a);
-        s[k] = _mm512_reduce_add_ps(a) * scale;
-        mx = s[k] > mx ? s[k] : mx;
+        for (; i < full; i += 16) {
+            __m512 kv = pl_avx512_load(kp[k], t, (size_t)i);
+            for (int e = 0; e < NQ; e++) a[e] = _mm512_fmadd_ps(_mm512_loadu_ps(q[e] + i), kv, a[e]);
+        }
+        if (tm) {
+            __m512 kv = pl_avx512_load_mask(kp[k], t, (size_t)i, tm);
+            for (int e = 0; e < NQ; e++)
+                a[e] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tm, q[e] + i), kv, a[e]);
+        }
+        for (int e = 0; e < NQ; e++) {
+            s[e][k] = _mm512_reduce_add_ps(a[e]) * scale;
+            mx[e] = s[e][k] > mx[e] ? s[e][k] : mx[e];
+        }
     }
-    return mx;
-}
-static PL_TARGET_AVX512 float scores_avx512_f32(float *s, const float *q, const void *const *kp,
-                                                int n, int hd, float scale) {
-    return scores_avx512(s, q, kp, n, hd, scale, PL_DTYPE_F32);
-}
-static PL_TARGET_AVX512 float scores_avx512_f16(float *s, const float *q, const void *const *kp,
-                                                int n, int hd, float scale) {
-    return scores_avx512(s, q, kp, n, hd, scale, PL_DTYPE_F16);
 }
 
 static PL_TARGET_AVX512 float exp_sum_avx512(float *s, int n, float mx) {
@@ -178,105 +199,105 @@ static PL_TARGET_AVX512 float exp_sum_avx512(float *s, int n, float mx) {
     return _mm512_reduce_add_ps(sum);
 }
 
-PL_INLINE PL_TARGET_AVX512 void pv_avx512(float *o, float c, const float *p,
-                                          const void *const *vp, int n, int hd,
-                                          const pl_dtype t) {
-    const __m512 cv = _mm512_set1_ps(c);
+/* A 64-wide slice of every o[e] in registers (4 x NQ accumulators) across all keys. */
+PL_INLINE PL_TARGET_AVX512 void pv_avx512(float *const *o, const float *c,
+                                          const float *const *p, const void *const *vp, int n,
+                                          int hd, const int NQ, const pl_dtype t) {
     const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
     int d = 0;
-    for (; d + 64 <= hd; d += 64) { /* 4 accumulators: a 64-wide slice of o in registers */
-        __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(o + d), cv);
-        __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(o + d + 16), cv);
-        __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(o + d + 32), cv);
-        __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(o + d + 48), cv);
+    for (; d + 64 <= hd; d += 64) {
+        __m512 a[2][4], v[4];
+        for (int e = 0; e < NQ; e++)
+            for (int u = 0; u < 4; u++)
+                a[e][u] = _mm512_mul_ps(_mm512_loadu_ps(o[e] + d + 16 * u), _mm512_set1_ps(c[e]));
         for (int k = 0; k < n; k++) {
             if (d == 0 && k + PF_KEYS < n) prefetch_row(vp[k + PF_KEYS], row_bytes);
-            __m512 pk = _mm512_set1_ps(p[k]);
-            a0 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d), a0);
-            a1 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d + 16), a1);
-            a2 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d + 32), a2);
-            a3 = _mm512_fmadd_ps(pk, pl_avx512_load(vp[k], t, (size_t)d + 48), a3);
+            for (int u = 0; u < 4; u++) v[u] = pl_avx512_load(vp[k], t, (size_t)(d + 16 * u));
+            for (int e = 0; e < NQ; e++) {
+                __m512 pk = _mm512_set1_ps(p[e][k]);
+                for (int u = 0; u < 4; u++) a[e][u] = _mm512_fmadd_ps(pk, v[u], a[e][u]);
+            }
         }
-        _mm512_storeu_ps(o + d, a0);
-        _mm512_storeu_ps(o + d + 16, a1);
-        _mm512_storeu_ps(o + d + 32, a2);
-        _mm512_storeu_ps(o + d + 48, a3);
+        for (int e = 0; e < NQ; e++)
+            for (int u = 0; u < 4; u++) _mm512_storeu_ps(o[e] + d + 16 * u, a[e][u]);
     }
     for (; d < hd; d += 16) {
         __mmask16 m = pl_avx512_mask(hd - d < 16 ? hd - d : 16);
-        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + d), cv);
-        for (int k = 0; k < n; k++)
-            a = _mm512_fmadd_ps(_mm512_set1_ps(p[k]),
-                                pl_avx512_load_mask(vp[k], t, (size_t)d, m), a);
-        _mm512_mask_storeu_ps(o + d, m, a);
+        __m512 a[2];
+        for (int e = 0; e < NQ; e++)
+            a[e] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o[e] + d), _mm512_set1_ps(c[e]));
+        for (int k = 0; k < n; k++) {
+            __m512 v = pl_avx512_load_mask(vp[k], t, (size_t)d, m);
+            for (int e = 0; e < NQ; e++) a[e] = _mm512_fmadd_ps(_mm512_set1_ps(p[e][k]), v, a[e]);
+        }
+        for (int e = 0; e < NQ; e++) _mm512_mask_storeu_ps(o[e] + d, m, a[e]);
     }
 }
-static PL_TARGET_AVX512 void pv_avx512_f32(float *o, float c, const float *p,
-                                           const void *const *vp, int n, int hd) {
-    pv_avx512(o, c, p, vp, n, hd, PL_DTYPE_F32);
-}
-static PL_TARGET_AVX512 void pv_avx512_f16(float *o, float c, const float *p,
-                                           const void *const *vp, int n, int hd) {
-    pv_avx512(o, c, p, vp, n, hd, PL_DTYPE_F16);
-}
+ATTN_WRAPPERS(avx512, PL_TARGET_AVX512, f32, PL_DTYPE_F32)
+ATTN_WRAPPERS(avx512, PL_TARGET_AVX512, f16, PL_DTYPE_F16)
 
 // ---------------------------------------------------------------------------------------------
-// AVX2 kernels
+// AVX2 kernels: the same with 8-wide vectors
 
-PL_INLINE PL_TARGET_AVX2 float scores_avx2(float *s, const float *q, const void *const *kp,
-                                           int n, int hd, float scale, const pl_dtype t) {
+PL_INLINE PL_TARGET_AVX2 void scores_avx2(float *const *s, const float *const *q,
+                                          const void *const *kp, int n, int hd, float scale,
+                                          float *mx, const int NQ, const pl_dtype t) {
     const int full = hd & ~7, rem = hd & 7;
     const __m128 sc = _mm_set1_ps(scale);
-    __m128 mx4 = _mm_set1_ps(-INFINITY);
-    int k = 0;
     const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
+    __m128 mx4[2];
+    for (int e = 0; e < NQ; e++) mx4[e] = _mm_set1_ps(-INFINITY);
+    int k = 0;
     for (; k + 4 <= n; k += 4) {
         if (k + PF_KEYS + 4 <= n)
             for (int r = 0; r < 4; r++) prefetch_row(kp[k + PF_KEYS + r], row_bytes);
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        __m256 a[2][4], kv[4];
+        for (int e = 0; e < NQ; e++)
+            for (int r = 0; r < 4; r++) a[e][r] = _mm256_setzero_ps();
         int i = 0;
         for (; i < full; i += 8) {
-            __m256 qv = _mm256_loadu_ps(q + i);
-            a0 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k], t, (size_t)i), a0);
-            a1 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k + 1], t, (size_t)i), a1);
-            a2 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k + 2], t, (size_t)i), a2);
-            a3 = _mm256_fmadd_ps(qv, pl_avx2_load(kp[k + 3], t, (size_t)i), a3);
+            for (int r = 0; r < 4; r++) kv[r] = pl_avx2_load(kp[k + r], t, (size_t)i);
+            for (int e = 0; e < NQ; e++) {
+                __m256 qv = _mm256_loadu_ps(q[e] + i);
+                for (int r = 0; r < 4; r++) a[e][r] = _mm256_fmadd_ps(qv, kv[r], a[e][r]);
+            }
         }
         if (rem) {
-            __m256 qv = pl_avx2_load_part(q, PL_DTYPE_F32, (size_t)i, rem);
-            a0 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k], t, (size_t)i, rem), a0);
-            a1 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k + 1], t, (size_t)i, rem), a1);
-            a2 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k + 2], t, (size_t)i, rem), a2);
-            a3 = _mm256_fmadd_ps(qv, pl_avx2_load_part(kp[k + 3], t, (size_t)i, rem), a3);
+            for (int r = 0; r < 4; r++) kv[r] = pl_avx2_load_part(kp[k + r], t, (size_t)i, rem);
+            for (int e = 0; e < NQ; e++) {
+                __m256 qv = pl_avx2_load_part(q[e], PL_DTYPE_F32, (size_t)i, rem);
+                for (int r = 0; r < 4; r++) a[e][r] = _mm256_fmadd_ps(qv, kv[r], a[e][r]);
+            }
         }
-        __m128 v = _mm_mul_ps(pl_avx2_hsum4(a0, a1, a2, a3), sc);
-        _mm_storeu_ps(s + k, v);
-        mx4 = _mm_max_ps(mx4, v);
+        for (int e = 0; e < NQ; e++) {
+            __m128 v = _mm_mul_ps(pl_avx2_hsum4(a[e][0], a[e][1], a[e][2], a[e][3]), sc);
+            _mm_storeu_ps(s[e] + k, v);
+            mx4[e] = _mm_max_ps(mx4[e], v);
+        }
     }
-    mx4 = _mm_max_ps(mx4, _mm_movehl_ps(mx4, mx4));
-    mx4 = _mm_max_ss(mx4, _mm_movehdup_ps(mx4));
-    float mx = _mm_cvtss_f32(mx4);
+    for (int e = 0; e < NQ; e++) {
+        __m128 m = _mm_max_ps(mx4[e], _mm_movehl_ps(mx4[e], mx4[e]));
+        mx[e] = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
     for (; k < n; k++) {
-        __m256 a = _mm256_setzero_ps();
+        __m256 a[2];
+        for (int e = 0; e < NQ; e++) a[e] = _mm256_setzero_ps();
         int i = 0;
-        for (; i < full; i += 8)
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), pl_avx2_load(kp[k], t, (size_t)i), a);
-        if (rem)
-            a = _mm256_fmadd_ps(pl_avx2_load_part(q, PL_DTYPE_F32, (size_t)i, rem),
-                                pl_avx2_load_part(kp[k], t, (size_t)i, rem), a);
-        s[k] = pl_avx2_hsum(a) * scale;
-        mx = s[k] > mx ? s[k] : mx;
+        for (; i < full; i += 8) {
+            __m256 kv = pl_avx2_load(kp[k], t, (size_t)i);
+            for (int e = 0; e < NQ; e++) a[e] = _mm256_fmadd_ps(_mm256_loadu_ps(q[e] + i), kv, a[e]);
+        }
+        if (rem) {
+            __m256 kv = pl_avx2_load_part(kp[k], t, (size_t)i, rem);
+            for (int e = 0; e < NQ; e++)
+                a[e] = _mm256_fmadd_ps(pl_avx2_load_part(q[e], PL_DTYPE_F32, (size_t)i, rem), kv,
+                                       a[e]);
+        }
+        for (int e = 0; e < NQ; e++) {
+            s[e][k] = pl_avx2_hsum(a[e]) * scale;
+            mx[e] = s[e][k] > mx[e] ? s[e][k] : mx[e];
+        }
     }
-    return mx;
-}
-static PL_TARGET_AVX2 float scores_avx2_f32(float *s, const float *q, const void *const *kp,
-                                            int n, int hd, float scale) {
-    return scores_avx2(s, q, kp, n, hd, scale, PL_DTYPE_F32);
-}
-static PL_TARGET_AVX2 float scores_avx2_f16(float *s, const float *q, const void *const *kp,
-                                            int n, int hd, float scale) {
-    return scores_avx2(s, q, kp, n, hd, scale, PL_DTYPE_F16);
 }
 
 static PL_TARGET_AVX2 float exp_sum_avx2(float *s, int n, float mx) {
@@ -295,46 +316,43 @@ static PL_TARGET_AVX2 float exp_sum_avx2(float *s, int n, float mx) {
     return total;
 }
 
-PL_INLINE PL_TARGET_AVX2 void pv_avx2(float *o, float c, const float *p, const void *const *vp,
-                                      int n, int hd, const pl_dtype t) {
-    const __m256 cv = _mm256_set1_ps(c);
+/* A 32-wide slice of every o[e] in registers (4 x NQ accumulators) across all keys. */
+PL_INLINE PL_TARGET_AVX2 void pv_avx2(float *const *o, const float *c, const float *const *p,
+                                      const void *const *vp, int n, int hd, const int NQ,
+                                      const pl_dtype t) {
     const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
     int d = 0;
     for (; d + 32 <= hd; d += 32) {
-        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(o + d), cv);
-        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(o + d + 8), cv);
-        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(o + d + 16), cv);
-        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(o + d + 24), cv);
+        __m256 a[2][4], v[4];
+        for (int e = 0; e < NQ; e++)
+            for (int u = 0; u < 4; u++)
+                a[e][u] = _mm256_mul_ps(_mm256_loadu_ps(o[e] + d + 8 * u), _mm256_set1_ps(c[e]));
         for (int k = 0; k < n; k++) {
             if (d == 0 && k + PF_KEYS < n) prefetch_row(vp[k + PF_KEYS], row_bytes);
-            __m256 pk = _mm256_set1_ps(p[k]);
-            a0 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d), a0);
-            a1 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d + 8), a1);
-            a2 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d + 16), a2);
-            a3 = _mm256_fmadd_ps(pk, pl_avx2_load(vp[k], t, (size_t)d + 24), a3);
+            for (int u = 0; u < 4; u++) v[u] = pl_avx2_load(vp[k], t, (size_t)(d + 8 * u));
+            for (int e = 0; e < NQ; e++) {
+                __m256 pk = _mm256_set1_ps(p[e][k]);
+                for (int u = 0; u < 4; u++) a[e][u] = _mm256_fmadd_ps(pk, v[u], a[e][u]);
+            }
         }
-        _mm256_storeu_ps(o + d, a0);
-        _mm256_storeu_ps(o + d + 8, a1);
-        _mm256_storeu_ps(o + d + 16, a2);
-        _mm256_storeu_ps(o + d + 24, a3);
+        for (int e = 0; e < NQ; e++)
+            for (int u = 0; u < 4; u++) _mm256_storeu_ps(o[e] + d + 8 * u, a[e][u]);
     }
     for (; d < hd; d += 8) {
         int w = hd - d < 8 ? hd - d : 8;
-        __m256 a = _mm256_mul_ps(pl_avx2_load_part(o, PL_DTYPE_F32, (size_t)d, w), cv);
-        for (int k = 0; k < n; k++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(p[k]), pl_avx2_load_part(vp[k], t, (size_t)d, w),
-                                a);
-        pl_avx2_store_part(o + d, a, w);
+        __m256 a[2];
+        for (int e = 0; e < NQ; e++)
+            a[e] = _mm256_mul_ps(pl_avx2_load_part(o[e], PL_DTYPE_F32, (size_t)d, w),
+                                 _mm256_set1_ps(c[e]));
+        for (int k = 0; k < n; k++) {
+            __m256 v = pl_avx2_load_part(vp[k], t, (size_t)d, w);
+            for (int e = 0; e < NQ; e++) a[e] = _mm256_fmadd_ps(_mm256_set1_ps(p[e][k]), v, a[e]);
+        }
+        for (int e = 0; e < NQ; e++) pl_avx2_store_part(o[e] + d, a[e], w);
     }
 }
-static PL_TARGET_AVX2 void pv_avx2_f32(float *o, float c, const float *p, const void *const *vp,
-                                       int n, int hd) {
-    pv_avx2(o, c, p, vp, n, hd, PL_DTYPE_F32);
-}
-static PL_TARGET_AVX2 void pv_avx2_f16(float *o, float c, const float *p, const void *const *vp,
-                                       int n, int hd) {
-    pv_avx2(o, c, p, vp, n, hd, PL_DTYPE_F16);
-}
+ATTN_WRAPPERS(avx2, PL_TARGET_AVX2, f32, PL_DTYPE_F32)
+ATTN_WRAPPERS(avx2, PL_TARGET_AVX2, f16, PL_DTYPE_F16)
 #endif /* PL_CPU_X86 */
 
 static attn_fns select_fns(pl_cpu_isa isa, pl_dtype kv) {
@@ -388,7 +406,7 @@ static void attn_unit(void *arg, int u, int thread) {
     float *O = base;                  /* (M, hd) unnormalised outputs */
     float *mrow = base + J->off_m;    /* (M) running max */
     float *lrow = base + J->off_l;    /* (M) running sum of exp */
-    float *S = base + J->off_s;       /* (KEY_TILE) scores, then probabilities */
+    float *S = base + J->off_s;       /* (2, KEY_TILE) scores, then probabilities */
     const void **kp = (const void **)(void *)(base + J->off_ptr); /* (KEY_TILE) */
     const void **vp = kp + KEY_TILE;                                /* (KEY_TILE) */
     for (int i = 0; i < M * hd; i++) O[i] = 0.0f;
@@ -422,16 +440,24 @@ static void attn_unit(void *arg, int u, int thread) {
             int pos = ctx - q_len + j;
             int lim = (pos + 1 < t1 ? pos + 1 : t1) - t0; /* keys of this tile row j sees */
             if (lim <= 0) continue;
-            for (int g = 0; g < G; g++) {
-                int m = (j - j0) * G + g;
-                const float *qv = J->q + ((size_t)(q0 + j) * b->n_heads + (size_t)kh * G + g) * hd;
-                float mx = J->f.scores(S, qv, kp, lim, hd, b->scale);
-                if (mrow[m] > mx) mx = mrow[m];
-                float sum = J->f.exp_sum(S, lim, mx);
-                float corr = mrow[m] == -INFINITY ? 0.0f : expf(mrow[m] - mx);
-                lrow[m] = lrow[m] * corr + sum;
-                J->f.pv(O + (size_t)m * hd, corr, S, vp, lim, hd);
-                mrow[m] = mx;
+            for (int g = 0; g < G; g += 2) { /* two heads of the group per K/V pass */
+                int nq = G - g >= 2 ? 2 : 1, m0 = (j - j0) * G + g;
+                float *Sq[2] = {S, S + KEY_TILE}, *Oq[2], mx[2], corr[2];
+                const float *qv[2];
+                for (int e = 0; e < nq; e++) {
+                    qv[e] = J->q + ((size_t)(q0 + j) * b->n_heads + (size_t)kh * G + g + e) * hd;
+                    Oq[e] = O + (size_t)(m0 + e) * hd;
+                }
+                J->f.scores(Sq, qv, nq, kp, lim, hd, b->scale, mx);
+                for (int e = 0; e < nq; e++) {
+                    int m = m0 + e;
+                    if (mrow[m] > mx[e]) mx[e] = mrow[m];
+                    float sum = J->f.exp_sum(Sq[e], lim, mx[e]);
+                    corr[e] = mrow[m] == -INFINITY ? 0.0f : expf(mrow[m] - mx[e]);
+                    lrow[m] = lrow[m] * corr[e] + sum;
+                    mrow[m] = mx[e];
+                }
+                J->f.pv(Oq, corr, (const float *const *)Sq, nq, vp, lim, hd);
             }
         }
     }
@@ -461,7 +487,7 @@ pl_status pl_cpu_attention(pl_backend *be, float *out, const float *q, const voi
     J.off_m = round16(M * (size_t)b->head_dim);
     J.off_l = J.off_m + round16(M);
     J.off_s = J.off_l + round16(M);
-    J.off_ptr = J.off_s + KEY_TILE;
+    J.off_ptr = J.off_s + 2 * KEY_TILE;
     size_t ptr_floats = 2 * KEY_TILE * sizeof(void *) / sizeof(float);
     PL_TRY(pl_cpu_reserve(c, J.off_ptr + ptr_floats, (size_t)b->n_seqs + 1));
 

@@ -65,6 +65,7 @@ pl_status pl_sched_transition(pl_seq *seq, pl_seq_state to) {
 }
 
 pl_status pl_sched_seq_reserve(pl_seq *seq, int n_tokens) {
+    if (n_tokens <= 0) return PL_OK;
     void *p = seq->tokens;
     pl_status st = pl_grow_array(&p, &seq->cap_tokens, (size_t)n_tokens, sizeof(int32_t),
                                  "scheduler: seq tokens");

@@ -268,6 +268,21 @@ static pl_status matmul(pl_runner *r, float *out, const float *x, const dev_weig
     return PL_OK;
 }
 
+/* The products of one input in one backend op (see pl_backend_matmul_group). */
+static pl_status matmul_group(pl_runner *r, const pl_matmul_part *parts, int n_parts,
+                              const float *x, int rows, int d_in) {
+    pl_backend *be = r->be;
+    if (r->profiling)
+        for (int i = 0; i < n_parts; i++)
+            count_matmul(r, rows, d_in, parts[i].d_out, parts[i].w_dtype);
+    OP(PL_OP_MATMUL, pl_backend_matmul_group(be, parts, n_parts, x, rows, d_in));
+    return PL_OK;
+}
+
+static pl_matmul_part part(float *out, const dev_weight *w, int d_out) {
+    return (pl_matmul_part){.out = out, .w = w->data, .w_dtype = w->dtype, .d_out = d_out};
+}
+
 static pl_status upload_batch(pl_runner *r, const pl_runner_batch *b) {
     pl_backend *be = r->be;
     size_t T = (size_t)b->n_tokens, S = (size_t)b->n_seqs;
@@ -325,9 +340,9 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
         char *kc = (char *)r->kv_cache + 2 * (size_t)l * layer_elems * esz;
         char *vc = kc + layer_elems * esz;
 
-        PL_TRY(matmul(r, r->q, r->xb, &L->wq, T, D, qd));
-        PL_TRY(matmul(r, r->k, r->xb, &L->wk, T, D, kvd));
-        PL_TRY(matmul(r, r->v, r->xb, &L->wv, T, D, kvd));
+        const pl_matmul_part qkv[] = {part(r->q, &L->wq, qd), part(r->k, &L->wk, kvd),
+                                      part(r->v, &L->wv, kvd)};
+        PL_TRY(matmul_group(r, qkv, 3, r->xb, T, D));
         OP(PL_OP_ROPE, be->ops->rope(be, r->q, r->k, r->d_pos, r->inv_freq, T, c->n_heads,
                                      c->n_kv_heads, hd, (pl_rope_layout)c->rope_layout));
         OP(PL_OP_KV_STORE, be->ops->kv_store(be, kc, vc, r->k, r->v, r->d_slots, T,
@@ -336,8 +351,8 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
         PL_TRY(matmul(r, r->xb2, r->att, &L->wo, T, qd, D));
         OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, L->ffn_norm, T, D, c->norm_eps));
 
-        PL_TRY(matmul(r, r->hb, r->xb, &L->w1, T, D, H));
-        PL_TRY(matmul(r, r->hb2, r->xb, &L->w3, T, D, H));
+        const pl_matmul_part gate_up[] = {part(r->hb, &L->w1, H), part(r->hb2, &L->w3, H)};
+        PL_TRY(matmul_group(r, gate_up, 2, r->xb, T, D));
         OP(PL_OP_ACTIVATION, be->ops->silu_mul(be, r->hb, r->hb, r->hb2, (size_t)T * H));
         PL_TRY(matmul(r, r->xb2, r->hb, &L->w2, T, H, D));
         const float *next = l + 1 < c->n_layers ? r->layers[l + 1].attn_norm : r->final_norm;

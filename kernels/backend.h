@@ -77,6 +77,16 @@ typedef struct pl_attn_batch {
     float scale;                 /* host: usually 1/sqrt(head_dim) */
 } pl_attn_batch;
 
+/* One product of a matmul group: out (n_rows, d_out) = x @ w^T, w (d_out, d_in) of w_dtype. */
+typedef struct pl_matmul_part {
+    float *out;
+    const void *w;
+    pl_dtype w_dtype;
+    int d_out;
+} pl_matmul_part;
+
+#define PL_MATMUL_MAX_PARTS 4
+
 typedef struct pl_backend_ops {
     const char *name; /* "ref", "cpu", "cuda" */
 
@@ -145,6 +155,12 @@ typedef struct pl_backend_ops {
      * block dst in K and V of every layer of the cache. */
     pl_status (*copy_blocks)(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
                              const int32_t *pairs, int n_pairs);
+
+    /* Optional (NULL: pl_backend_matmul_group runs matmul once per part). Every part's
+     * product of the same x, as one op: q, k and v; gate and up. Kept last in the table: the
+     * CUDA backend's table is positional. */
+    pl_status (*matmul_group)(pl_backend *be, const pl_matmul_part *parts, int n_parts,
+                              const float *x, int n_rows, int d_in);
 } pl_backend_ops;
 
 struct pl_backend {
@@ -171,6 +187,23 @@ pl_status pl_backend_cuda_create(const pl_backend_options *opt, pl_backend **out
 
 static inline void pl_backend_destroy(pl_backend *be) {
     if (be) be->ops->destroy(be);
+}
+
+/* parts[i].out = x @ parts[i].w^T for i < n_parts (1 .. PL_MATMUL_MAX_PARTS), in one op where
+ * the backend has matmul_group. */
+static inline pl_status pl_backend_matmul_group(pl_backend *be, const pl_matmul_part *parts,
+                                                int n_parts, const float *x, int n_rows,
+                                                int d_in) {
+    if (!parts || n_parts < 1 || n_parts > PL_MATMUL_MAX_PARTS)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul_group: %d parts (1..%d)", n_parts,
+                       PL_MATMUL_MAX_PARTS);
+    if (be->ops->matmul_group) return be->ops->matmul_group(be, parts, n_parts, x, n_rows, d_in);
+    for (int i = 0; i < n_parts; i++) {
+        const pl_matmul_part *p = &parts[i];
+        pl_status st = be->ops->matmul(be, p->out, x, p->w, p->w_dtype, n_rows, d_in, p->d_out);
+        if (st != PL_OK) return st;
+    }
+    return PL_OK;
 }
 
 #ifdef __cplusplus

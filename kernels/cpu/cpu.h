@@ -122,6 +122,8 @@ pl_status pl_cpu_add_rmsnorm(pl_backend *be, float *out, float *residual, const 
                              const float *w, int n_rows, int dim, float eps);
 pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
                         pl_dtype w_dtype, int n_rows, int d_in, int d_out);
+pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n_parts,
+                              const float *x, int n_rows, int d_in);
 pl_status pl_cpu_rope(pl_backend *be, float *q, float *k, const int32_t *positions,
                       const float *inv_freq, int n_tokens, int n_heads, int n_kv_heads,
                       int head_dim, pl_rope_layout layout);

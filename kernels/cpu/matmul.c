@@ -16,6 +16,9 @@
  * - OpenBLAS sgemm (single-threaded, one tile of output features per task): large batches
  *   where it measures faster, and every batch on CPUs without AVX2; f16/bf16 tiles are first
  *   widened into the task's thread scratch (TILE_FLOATS).
+ * A matmul group (products of one x: q, k, v; gate, up) runs its GEMV products as one pool call
+ * (gemv_group); the other kernels run product by product, where each call is long enough that
+ * its start and end cost little.
  */
 #include <cblas.h>
 
@@ -36,8 +39,17 @@ typedef struct mm_job {
     int n_rows, d_in, d_out;
     int rows_per_task; /* output features per task (GEMM) or chunk (GEMV; a multiple of 4) */
     int tile_rows;     /* GEMM f16/bf16: weight rows widened at once */
-    pl_ranges chunks;  /* GEMV: chunks of rows_per_task rows, one range per task */
 } mm_job;
+
+/* The GEMV products of one x (a matmul group: q, k, v), run as one pool call: their chunks are
+ * numbered across all parts and cut into one range per thread, so one barrier ends them all,
+ * and a thread done early steals from another product instead of waiting at each one's end. */
+typedef struct gemv_group {
+    mm_job part[PL_MATMUL_MAX_PARTS];
+    int first_chunk[PL_MATMUL_MAX_PARTS + 1]; /* part p's chunks: first_chunk[p] .. [p+1]-1 */
+    int n_parts;
+    pl_ranges chunks;
+} gemv_group;
 
 // ---------------------------------------------------------------------------------------------
 // scalar GEMV: reference-speed fallback for CPUs without AVX2
@@ -252,9 +264,13 @@ static void gemv_chunk(mm_job *J, int chunk, int thread) {
 
 /* Task r: range r's chunks in order, then the others' from their backs. */
 static void gemv_task(void *arg, int r, int thread) {
-    mm_job *J = arg;
+    gemv_group *G = arg;
     bool own;
-    for (int ch; (ch = pl_ranges_next(&J->chunks, r, &own)) >= 0;) gemv_chunk(J, ch, thread);
+    for (int ch; (ch = pl_ranges_next(&G->chunks, r, &own)) >= 0;) {
+        int p = 0;
+        while (ch >= G->first_chunk[p + 1]) p++;
+        gemv_chunk(&G->part[p], ch - G->first_chunk[p], thread);
+    }
 }
 
 static void gemm_task(void *arg, int task, int thread) {
@@ -280,60 +296,88 @@ static void gemm_task(void *arg, int task, int thread) {
 
 static int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
-pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
-                        pl_dtype w_dtype, int n_rows, int d_in, int d_out) {
-    PL_TRY(pl_ref_check_matmul(out, x, w, w_dtype, n_rows, d_in, d_out));
-    if (n_rows == 0) return PL_OK;
-    pl_cpu_ctx *c = be->ctx;
-    mm_job J = {.c = c, .out = out, .x = x, .w = w, .dt = w_dtype, .n_rows = n_rows,
-                .d_in = d_in, .d_out = d_out};
+static pl_cpu_mm_path choose_path(const pl_cpu_ctx *c, pl_dtype w_dtype, int n_rows) {
     pl_cpu_mm_path path = c->mm_force;
     bool own_ok = c->isa >= PL_CPU_ISA_AVX2;
     if (path == PL_CPU_MM_OWN && !own_ok) path = PL_CPU_MM_AUTO;
-    if (path == PL_CPU_MM_AUTO) {
-        int d = w_dtype == PL_DTYPE_F32 ? 0 : 1;
-        if (own_ok)
-            path = n_rows < c->own_min_rows[d] ? PL_CPU_MM_GEMV
-                   : c->own_max_rows[d] > 0 && n_rows > c->own_max_rows[d] ? PL_CPU_MM_BLAS
-                                                                           : PL_CPU_MM_OWN;
-        else
-            path = n_rows >= c->gemm_min_rows ? PL_CPU_MM_BLAS : PL_CPU_MM_GEMV;
+    if (path != PL_CPU_MM_AUTO) return path;
+    int d = w_dtype == PL_DTYPE_F32 ? 0 : 1;
+    if (!own_ok) return n_rows >= c->gemm_min_rows ? PL_CPU_MM_BLAS : PL_CPU_MM_GEMV;
+    if (n_rows < c->own_min_rows[d]) return PL_CPU_MM_GEMV;
+    return c->own_max_rows[d] > 0 && n_rows > c->own_max_rows[d] ? PL_CPU_MM_BLAS : PL_CPU_MM_OWN;
+}
+
+static pl_status run_own(pl_cpu_ctx *c, const mm_job *J) {
+    /* blocks of PL_CPU_OWN_MAX_ROWS rows: each reads the weights again, from L3 if they fit */
+    for (int r0 = 0; r0 < J->n_rows; r0 += PL_CPU_OWN_MAX_ROWS) {
+        int r = J->n_rows - r0 < PL_CPU_OWN_MAX_ROWS ? J->n_rows - r0 : PL_CPU_OWN_MAX_ROWS;
+        PL_TRY(pl_cpu_own_gemm(c, J->out + (size_t)r0 * J->d_out, J->x + (size_t)r0 * J->d_in,
+                               J->w, J->dt, r, J->d_in, J->d_out));
     }
-    if (path == PL_CPU_MM_OWN) {
-        /* blocks of PL_CPU_OWN_MAX_ROWS rows: each reads the weights again, from L3 if they
-         * fit */
-        for (int r0 = 0; r0 < n_rows; r0 += PL_CPU_OWN_MAX_ROWS) {
-            int r = n_rows - r0 < PL_CPU_OWN_MAX_ROWS ? n_rows - r0 : PL_CPU_OWN_MAX_ROWS;
-            PL_TRY(pl_cpu_own_gemm(c, out + (size_t)r0 * d_out, x + (size_t)r0 * d_in, w,
-                                   w_dtype, r, d_in, d_out));
-        }
-        return PL_OK;
+    return PL_OK;
+}
+
+static pl_status run_blas(pl_cpu_ctx *c, mm_job *J) {
+    /* Tiles of >= 64 features keep sgemm's packing overhead small; 2 per thread balance a
+     * core lost to another process. */
+    int n_tasks = pl_cpu_n_tasks(c, (size_t)J->d_out, 64);
+    if (n_tasks > 2 * c->n_threads) n_tasks = 2 * c->n_threads;
+    J->rows_per_task = round_up((J->d_out + n_tasks - 1) / n_tasks, 16);
+    if (J->dt != PL_DTYPE_F32) {
+        int tr = (int)(TILE_FLOATS / (unsigned)J->d_in) / 16 * 16;
+        J->tile_rows = tr < 16 ? 16 : tr;
+        PL_TRY(pl_cpu_reserve(c, (size_t)J->tile_rows * J->d_in, 0));
     }
-    bool gemm = path == PL_CPU_MM_BLAS;
-    if (gemm) {
-        /* Tiles of >= 64 features keep sgemm's packing overhead small; 2 per thread balance
-         * a core lost to another process. */
-        int n_tasks = pl_cpu_n_tasks(c, (size_t)d_out, 64);
-        if (n_tasks > 2 * c->n_threads) n_tasks = 2 * c->n_threads;
-        J.rows_per_task = round_up((d_out + n_tasks - 1) / n_tasks, 16);
-        if (w_dtype != PL_DTYPE_F32) {
-            int tr = (int)(TILE_FLOATS / (unsigned)d_in) / 16 * 16;
-            J.tile_rows = tr < 16 ? 16 : tr;
-            PL_TRY(pl_cpu_reserve(c, (size_t)J.tile_rows * d_in, 0));
-        }
-        pl_threadpool_run(c->pool, (d_out + J.rows_per_task - 1) / J.rows_per_task, gemm_task, &J);
-        return PL_OK;
-    }
-    if (c->isa == PL_CPU_ISA_SCALAR && w_dtype != PL_DTYPE_F32)
-        PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
+    pl_threadpool_run(c->pool, (J->d_out + J->rows_per_task - 1) / J->rows_per_task, gemm_task,
+                      J);
+    return PL_OK;
+}
+
+/* Cuts J's output features into GEMV chunks (sets rows_per_task); returns their count. */
+static int gemv_chunks(const pl_cpu_ctx *c, mm_job *J) {
     /* Chunks of ~64K multiply-adds at least: below that a wake-up costs more than the work. */
-    int n_chunks = pl_cpu_n_tasks(c, (size_t)d_out * d_in * n_rows, 1u << 16);
+    int n = pl_cpu_n_tasks(c, (size_t)J->d_out * J->d_in * J->n_rows, 1u << 16);
     /* a whole number of chunks per thread: 9 chunks on 2 threads take 5 chunk-times, 10 take 5
      * shorter ones */
-    n_chunks = round_up(n_chunks, c->n_threads);
-    J.rows_per_task = round_up((d_out + n_chunks - 1) / n_chunks, 4);
-    n_chunks = (d_out + J.rows_per_task - 1) / J.rows_per_task;
-    pl_ranges_init(&J.chunks, n_chunks, c->n_threads);
-    pl_threadpool_run(c->pool, J.chunks.n, gemv_task, &J);
+    n = round_up(n, c->n_threads);
+    J->rows_per_task = round_up((J->d_out + n - 1) / n, 4);
+    return (J->d_out + J->rows_per_task - 1) / J->rows_per_task;
+}
+
+pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n_parts,
+                              const float *x, int n_rows, int d_in) {
+    if (!parts || n_parts < 1 || n_parts > PL_MATMUL_MAX_PARTS)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul_group: %d parts (1..%d)", n_parts,
+                       PL_MATMUL_MAX_PARTS);
+    for (int p = 0; p < n_parts; p++)
+        PL_TRY(pl_ref_check_matmul(parts[p].out, x, parts[p].w, parts[p].w_dtype, n_rows, d_in,
+                                   parts[p].d_out));
+    if (n_rows == 0) return PL_OK;
+    pl_cpu_ctx *c = be->ctx;
+    gemv_group G = {.n_parts = 0};
+    for (int p = 0; p < n_parts; p++) {
+        mm_job J = {.c = c, .out = parts[p].out, .x = x, .w = parts[p].w,
+                    .dt = parts[p].w_dtype, .n_rows = n_rows, .d_in = d_in,
+                    .d_out = parts[p].d_out};
+        switch (choose_path(c, J.dt, n_rows)) {
+        case PL_CPU_MM_OWN: PL_TRY(run_own(c, &J)); break;
+        case PL_CPU_MM_BLAS: PL_TRY(run_blas(c, &J)); break;
+        default: /* GEMV: gathered into one pool call below */
+            if (c->isa == PL_CPU_ISA_SCALAR && J.dt != PL_DTYPE_F32)
+                PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
+            G.first_chunk[G.n_parts + 1] = G.first_chunk[G.n_parts] + gemv_chunks(c, &J);
+            G.part[G.n_parts++] = J;
+            break;
+        }
+    }
+    if (G.n_parts == 0) return PL_OK;
+    pl_ranges_init(&G.chunks, G.first_chunk[G.n_parts], c->n_threads);
+    pl_threadpool_run(c->pool, G.chunks.n, gemv_task, &G);
     return PL_OK;
+}
+
+pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
+                        pl_dtype w_dtype, int n_rows, int d_in, int d_out) {
+    pl_matmul_part part = {.out = out, .w = w, .w_dtype = w_dtype, .d_out = d_out};
+    return pl_cpu_matmul_group(be, &part, 1, x, n_rows, d_in);
 }

@@ -134,3 +134,86 @@ Test(matmul, own_gemm_blocking) {
     pl_kt_env_fini(&e);
     PL_ASSERT_NO_LEAKS();
 }
+
+/* A matmul group (q, k, v; gate, up): parts of different widths and weight types share one
+ * x; each part must equal its own ref matmul, on every cpu backend and path (the GEMV parts
+ * run as one pool call whose chunks are numbered across the parts), and through
+ * pl_backend_matmul_group on ref, which has no group op and runs the parts one by one. */
+Test(matmul, group) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 37);
+    enum { N_PARTS = 4, D_IN = 172 };
+    const int d_out[N_PARTS] = {255, 64, 17, 768};
+    const pl_dtype types[N_PARTS] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16, PL_DTYPE_F16};
+    void *w[N_PARTS];
+    for (int p = 0; p < N_PARTS; p++)
+        w[p] = pl_kt_rand_weights(&r, (size_t)D_IN * d_out[p], types[p], NULL);
+    static const int GROUP_ROWS[] = {1, 3, 16, 49, 64};
+    for (int ri = 0; ri < 5; ri++) {
+        int rows = GROUP_ROWS[ri];
+        float *x = pl_kt_rand(&r, (size_t)rows * D_IN, 1.0f);
+        float *want[N_PARTS], *got[N_PARTS];
+        pl_matmul_part parts[N_PARTS];
+        for (int p = 0; p < N_PARTS; p++) {
+            size_t n = (size_t)rows * d_out[p];
+            want[p] = malloc(n * 4);
+            got[p] = malloc(n * 4);
+            cr_assert_eq(e.ref->ops->matmul(e.ref, want[p], x, w[p], types[p], rows, D_IN,
+                                            d_out[p]),
+                         PL_OK);
+            parts[p] = (pl_matmul_part){got[p], w[p], types[p], d_out[p]};
+        }
+        for (int b = -1; b < e.n_cpu; b++) {
+            pl_backend *be = b < 0 ? e.ref : e.cpu[b];
+            const char *name = b < 0 ? "ref" : e.name[b];
+            for (int m = PL_CPU_MM_AUTO; m <= (b < 0 ? PL_CPU_MM_AUTO : PL_CPU_MM_BLAS); m++) {
+                if (b >= 0) ((pl_cpu_ctx *)be->ctx)->mm_force = (pl_cpu_mm_path)m;
+                for (int p = 0; p < N_PARTS; p++)
+                    memset(got[p], 0xff, (size_t)rows * d_out[p] * 4);
+                cr_assert_eq(pl_backend_matmul_group(be, parts, N_PARTS, x, rows, D_IN), PL_OK);
+                for (int p = 0; p < N_PARTS; p++)
+                    cr_assert(pl_kt_close(name, want[p], got[p], (size_t)rows * d_out[p],
+                                          TOL_MATMUL),
+                              "group part %d (%s, %d wide), rows %d, path %d", p,
+                              pl_dtype_name(types[p]), d_out[p], rows, m);
+            }
+            if (b >= 0) ((pl_cpu_ctx *)be->ctx)->mm_force = PL_CPU_MM_AUTO;
+        }
+        for (int p = 0; p < N_PARTS; p++) free(want[p]), free(got[p]);
+        free(x);
+    }
+    for (int p = 0; p < N_PARTS; p++) free(w[p]);
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* A group of no parts, of too many, or with a bad part is refused, and nothing is written. */
+Test(matmul, group_bad_input) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    float x[4] = {1, 2, 3, 4}, w[8] = {0}, out[2] = {7, 7};
+    pl_matmul_part ok = {out, w, PL_DTYPE_F32, 2};
+    pl_matmul_part five[5] = {ok, ok, ok, ok, ok};
+    pl_matmul_part bad[2] = {ok, {out, NULL, PL_DTYPE_F32, 2}};
+    pl_matmul_part bad_type[2] = {ok, {out, w, PL_DTYPE_AUTO, 2}};
+    for (int b = -1; b < e.n_cpu; b++) {
+        pl_backend *be = b < 0 ? e.ref : e.cpu[b];
+        cr_assert_eq(pl_backend_matmul_group(be, &ok, 0, x, 1, 4), PL_ERR_INVALID_ARGUMENT);
+        cr_assert_eq(pl_backend_matmul_group(be, NULL, 1, x, 1, 4), PL_ERR_INVALID_ARGUMENT);
+        cr_assert_eq(pl_backend_matmul_group(be, five, 5, x, 1, 4), PL_ERR_INVALID_ARGUMENT);
+        cr_assert_eq(pl_backend_matmul_group(be, bad_type, 2, x, 1, 4),
+                     PL_ERR_INVALID_ARGUMENT);
+        if (b >= 0) { /* the cpu op checks every part before it runs any */
+            out[0] = out[1] = 7;
+            cr_assert_eq(be->ops->matmul_group(be, bad, 2, x, 1, 4), PL_ERR_INVALID_ARGUMENT);
+            cr_assert_eq(be->ops->matmul_group(be, bad_type, 2, x, 1, 4),
+                         PL_ERR_INVALID_ARGUMENT);
+            cr_assert_eq(be->ops->matmul_group(be, five, 5, x, 1, 4), PL_ERR_INVALID_ARGUMENT);
+            cr_assert(out[0] == 7 && out[1] == 7, "%s wrote before refusing", e.name[b]);
+        }
+    }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}

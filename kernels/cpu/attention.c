@@ -13,9 +13,10 @@
  * context does not hold up the others more than its own cost.
  *
  * Inside a unit, keys are visited in tiles of KEY_TILE positions. A tile's K/V row pointers
- * are resolved once through the block table (positions t -> block table[t / block_size],
- * offset t % block_size; a row is head_dim contiguous elements), then for each query vector:
- * scores (4 keys at a time, q loaded once per 4 keys), online softmax (running max m and sum l,
+ * are resolved once through the block table, block by block (positions t -> block
+ * table[t / block_size], offset t % block_size; a row is head_dim contiguous elements), then
+ * for each query vector: scores (AVX2: 8 keys at a time for one query vector, 4 for two;
+ * AVX-512: 4), online softmax (running max m and sum l,
  * the accumulator rescaled by exp(m_old - m_new)), and the V accumulation o = o * c + sum p V.
  * Causality: query row j at position p attends to t <= p, so each row stops at its own limit
  * within a tile; rows of a prefill chunk also see all earlier context.
@@ -239,42 +240,62 @@ ATTN_WRAPPERS(avx512, PL_TARGET_AVX512, f16, PL_DTYPE_F16)
 // ---------------------------------------------------------------------------------------------
 // AVX2 kernels: the same with 8-wide vectors
 
+/* Scores of keys k .. k+KG-1 (KG 8 or 4) for NQ query vectors: KG x NQ accumulator chains,
+ * each head_dim / 8 FMAs deep; mx4[e] takes their maximum. */
+PL_INLINE PL_TARGET_AVX2 void scores_step_avx2(float *const *s, const float *const *q,
+                                               const void *const *kp, int k, int n, int hd,
+                                               __m256 sc, __m128 *mx4, const int NQ,
+                                               const int KG, const pl_dtype t) {
+    const int full = hd & ~7, rem = hd & 7;
+    const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
+    if (k + PF_KEYS + KG <= n)
+        for (int r = 0; r < KG; r++) prefetch_row(kp[k + PF_KEYS + r], row_bytes);
+    __m256 a[2][8], kv[8];
+    for (int e = 0; e < NQ; e++)
+        for (int r = 0; r < KG; r++) a[e][r] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i < full; i += 8) {
+        for (int r = 0; r < KG; r++) kv[r] = pl_avx2_load(kp[k + r], t, (size_t)i);
+        for (int e = 0; e < NQ; e++) {
+            __m256 qv = _mm256_loadu_ps(q[e] + i);
+            for (int r = 0; r < KG; r++) a[e][r] = _mm256_fmadd_ps(qv, kv[r], a[e][r]);
+        }
+    }
+    if (rem) {
+        for (int r = 0; r < KG; r++) kv[r] = pl_avx2_load_part(kp[k + r], t, (size_t)i, rem);
+        for (int e = 0; e < NQ; e++) {
+            __m256 qv = pl_avx2_load_part(q[e], PL_DTYPE_F32, (size_t)i, rem);
+            for (int r = 0; r < KG; r++) a[e][r] = _mm256_fmadd_ps(qv, kv[r], a[e][r]);
+        }
+    }
+    for (int e = 0; e < NQ; e++) {
+        __m128 v4;
+        if (KG == 8) {
+            __m256 v = _mm256_mul_ps(pl_avx2_hsum8(a[e]), sc);
+            _mm256_storeu_ps(s[e] + k, v);
+            v4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        } else {
+            v4 = _mm_mul_ps(pl_avx2_hsum4(a[e][0], a[e][1], a[e][2], a[e][3]),
+                            _mm256_castps256_ps128(sc));
+            _mm_storeu_ps(s[e] + k, v4);
+        }
+        mx4[e] = _mm_max_ps(mx4[e], v4);
+    }
+}
+
+/* One query vector takes keys 8 at a time, two take 4: 8 independent FMA chains either way
+ * (with 4 chains of head_dim / 8 FMAs, the FMA latency set the pace). */
 PL_INLINE PL_TARGET_AVX2 void scores_avx2(float *const *s, const float *const *q,
                                           const void *const *kp, int n, int hd, float scale,
                                           float *mx, const int NQ, const pl_dtype t) {
     const int full = hd & ~7, rem = hd & 7;
-    const __m128 sc = _mm_set1_ps(scale);
-    const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
+    const __m256 sc = _mm256_set1_ps(scale);
     __m128 mx4[2];
     for (int e = 0; e < NQ; e++) mx4[e] = _mm_set1_ps(-INFINITY);
     int k = 0;
-    for (; k + 4 <= n; k += 4) {
-        if (k + PF_KEYS + 4 <= n)
-            for (int r = 0; r < 4; r++) prefetch_row(kp[k + PF_KEYS + r], row_bytes);
-        __m256 a[2][4], kv[4];
-        for (int e = 0; e < NQ; e++)
-            for (int r = 0; r < 4; r++) a[e][r] = _mm256_setzero_ps();
-        int i = 0;
-        for (; i < full; i += 8) {
-            for (int r = 0; r < 4; r++) kv[r] = pl_avx2_load(kp[k + r], t, (size_t)i);
-            for (int e = 0; e < NQ; e++) {
-                __m256 qv = _mm256_loadu_ps(q[e] + i);
-                for (int r = 0; r < 4; r++) a[e][r] = _mm256_fmadd_ps(qv, kv[r], a[e][r]);
-            }
-        }
-        if (rem) {
-            for (int r = 0; r < 4; r++) kv[r] = pl_avx2_load_part(kp[k + r], t, (size_t)i, rem);
-            for (int e = 0; e < NQ; e++) {
-                __m256 qv = pl_avx2_load_part(q[e], PL_DTYPE_F32, (size_t)i, rem);
-                for (int r = 0; r < 4; r++) a[e][r] = _mm256_fmadd_ps(qv, kv[r], a[e][r]);
-            }
-        }
-        for (int e = 0; e < NQ; e++) {
-            __m128 v = _mm_mul_ps(pl_avx2_hsum4(a[e][0], a[e][1], a[e][2], a[e][3]), sc);
-            _mm_storeu_ps(s[e] + k, v);
-            mx4[e] = _mm_max_ps(mx4[e], v);
-        }
-    }
+    if (NQ == 1)
+        for (; k + 8 <= n; k += 8) scores_step_avx2(s, q, kp, k, n, hd, sc, mx4, NQ, 8, t);
+    for (; k + 4 <= n; k += 4) scores_step_avx2(s, q, kp, k, n, hd, sc, mx4, NQ, 4, t);
     for (int e = 0; e < NQ; e++) {
         __m128 m = _mm_max_ps(mx4[e], _mm_movehl_ps(mx4[e], mx4[e]));
         mx[e] = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
@@ -316,28 +337,38 @@ static PL_TARGET_AVX2 float exp_sum_avx2(float *s, int n, float mx) {
     return total;
 }
 
-/* A 32-wide slice of every o[e] in registers (4 x NQ accumulators) across all keys. */
+/* Columns d .. d + 8U - 1 of every o[e] in registers (U x NQ accumulators) across all keys;
+ * the first slice (d == 0) prefetches the V rows ahead. */
+PL_INLINE PL_TARGET_AVX2 void pv_slice_avx2(float *const *o, const float *c,
+                                            const float *const *p, const void *const *vp, int n,
+                                            int hd, int d, const int NQ, const int U,
+                                            const pl_dtype t) {
+    const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
+    __m256 a[2][8], v[8];
+    for (int e = 0; e < NQ; e++)
+        for (int u = 0; u < U; u++)
+            a[e][u] = _mm256_mul_ps(_mm256_loadu_ps(o[e] + d + 8 * u), _mm256_set1_ps(c[e]));
+    for (int k = 0; k < n; k++) {
+        if (d == 0 && k + PF_KEYS < n) prefetch_row(vp[k + PF_KEYS], row_bytes);
+        for (int u = 0; u < U; u++) v[u] = pl_avx2_load(vp[k], t, (size_t)(d + 8 * u));
+        for (int e = 0; e < NQ; e++) {
+            __m256 pk = _mm256_set1_ps(p[e][k]);
+            for (int u = 0; u < U; u++) a[e][u] = _mm256_fmadd_ps(pk, v[u], a[e][u]);
+        }
+    }
+    for (int e = 0; e < NQ; e++)
+        for (int u = 0; u < U; u++) _mm256_storeu_ps(o[e] + d + 8 * u, a[e][u]);
+}
+
+/* One query vector takes 64 columns per pass over the keys, two take 32: 8 accumulator chains
+ * either way, and head_dim 64 needs one pass for one vector. */
 PL_INLINE PL_TARGET_AVX2 void pv_avx2(float *const *o, const float *c, const float *const *p,
                                       const void *const *vp, int n, int hd, const int NQ,
                                       const pl_dtype t) {
-    const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
     int d = 0;
-    for (; d + 32 <= hd; d += 32) {
-        __m256 a[2][4], v[4];
-        for (int e = 0; e < NQ; e++)
-            for (int u = 0; u < 4; u++)
-                a[e][u] = _mm256_mul_ps(_mm256_loadu_ps(o[e] + d + 8 * u), _mm256_set1_ps(c[e]));
-        for (int k = 0; k < n; k++) {
-            if (d == 0 && k + PF_KEYS < n) prefetch_row(vp[k + PF_KEYS], row_bytes);
-            for (int u = 0; u < 4; u++) v[u] = pl_avx2_load(vp[k], t, (size_t)(d + 8 * u));
-            for (int e = 0; e < NQ; e++) {
-                __m256 pk = _mm256_set1_ps(p[e][k]);
-                for (int u = 0; u < 4; u++) a[e][u] = _mm256_fmadd_ps(pk, v[u], a[e][u]);
-            }
-        }
-        for (int e = 0; e < NQ; e++)
-            for (int u = 0; u < 4; u++) _mm256_storeu_ps(o[e] + d + 8 * u, a[e][u]);
-    }
+    if (NQ == 1)
+        for (; d + 64 <= hd; d += 64) pv_slice_avx2(o, c, p, vp, n, hd, d, NQ, 8, t);
+    for (; d + 32 <= hd; d += 32) pv_slice_avx2(o, c, p, vp, n, hd, d, NQ, 4, t);
     for (; d < hd; d += 8) {
         int w = hd - d < 8 ? hd - d : 8;
         __m256 a[2];
@@ -420,20 +451,23 @@ static void attn_unit(void *arg, int u, int thread) {
     int pmax = ctx - q_len + j1 - 1; /* position of the unit's last row */
     for (int t0 = 0; t0 <= pmax; t0 += KEY_TILE) {
         int t1 = t0 + KEY_TILE < pmax + 1 ? t0 + KEY_TILE : pmax + 1;
-        for (int t = t0; t < t1; t++) {
-            size_t row = ((size_t)table[t / bs] * b->n_kv_heads + kh) * bs + (size_t)(t % bs);
-            kp[t - t0] = J->k_cache + row * row_bytes;
-            vp[t - t0] = J->v_cache + row * row_bytes;
-            if (t % bs == 0 || t == t0) {
-                /* A block's rows of one head are contiguous (4 KB at head_dim 64, f32), but
-                 * the next block is elsewhere, where the hardware streamer has to start
-                 * over; touching its first lines now gets every block of the tile going
-                 * (K into L1, needed first; V into L2). Decode, 64 sequences x 512
-                 * positions, 2 threads: f32 KV 26.3 -> 29.9 GB/s, f16 22.4 -> 29.8. */
-                for (int l = 0; l < 4; l++) {
-                    __builtin_prefetch((const char *)kp[t - t0] + 64 * l, 0, 3);
-                    __builtin_prefetch((const char *)vp[t - t0] + 64 * l, 0, 2);
-                }
+        for (int t = t0; t < t1;) { /* block by block: one division per block, not per key */
+            int off = t % bs, n = bs - off < t1 - t ? bs - off : t1 - t;
+            size_t row = ((size_t)table[t / bs] * b->n_kv_heads + kh) * bs + (size_t)off;
+            const unsigned char *kr = J->k_cache + row * row_bytes;
+            const unsigned char *vr = J->v_cache + row * row_bytes;
+            /* A block's rows of one head are contiguous (4 KB at head_dim 64, f32), but the
+             * next block is elsewhere, where the hardware streamer has to start over;
+             * touching its first lines now gets every block of the tile going (K into L1,
+             * needed first; V into L2). Decode, 64 sequences x 512 positions, 2 threads: f32
+             * KV 26.3 -> 29.9 GB/s, f16 22.4 -> 29.8. */
+            for (int l = 0; l < 4; l++) {
+                __builtin_prefetch(kr + 64 * l, 0, 3);
+                __builtin_prefetch(vr + 64 * l, 0, 2);
+            }
+            for (int i = 0; i < n; i++, t++) {
+                kp[t - t0] = kr + (size_t)i * row_bytes;
+                vp[t - t0] = vr + (size_t)i * row_bytes;
             }
         }
         for (int j = j0; j < j1; j++) {

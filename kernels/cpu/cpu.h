@@ -261,6 +261,15 @@ PL_INLINE PL_TARGET_AVX2 __m128 pl_avx2_hsum4(__m256 a, __m256 b, __m256 c, __m2
     return _mm_hadd_ps(_mm_hadd_ps(a4, b4), _mm_hadd_ps(c4, d4));
 }
 
+/* The eight horizontal sums of a[0..7] as one vector (sum a[0], ..., sum a[7]). */
+PL_INLINE PL_TARGET_AVX2 __m256 pl_avx2_hsum8(const __m256 *a) {
+    /* hadd pairs within 128-bit lanes: after two rounds the low lanes hold the sums of
+     * elements 0-3 of each input, the high lanes those of elements 4-7 */
+    __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
 /* exp(x) lane-wise as pl_avx512_exp (0 below -87.3, for the same reason); 2^n is built in
  * the exponent field, so x is clamped to [-87.3, 88.3] where n stays in the normal range. */
 PL_INLINE PL_TARGET_AVX2 __m256 pl_avx2_exp(__m256 x) {

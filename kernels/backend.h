@@ -190,14 +190,14 @@ static inline void pl_backend_destroy(pl_backend *be) {
 }
 
 /* parts[i].out = x @ parts[i].w^T for i < n_parts (1 .. PL_MATMUL_MAX_PARTS), in one op where
- * the backend has matmul_group. */
+ * the backend has matmul_group (which checks its arguments itself), else part by part. */
 static inline pl_status pl_backend_matmul_group(pl_backend *be, const pl_matmul_part *parts,
                                                 int n_parts, const float *x, int n_rows,
                                                 int d_in) {
+    if (be->ops->matmul_group) return be->ops->matmul_group(be, parts, n_parts, x, n_rows, d_in);
     if (!parts || n_parts < 1 || n_parts > PL_MATMUL_MAX_PARTS)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul_group: %d parts (1..%d)", n_parts,
                        PL_MATMUL_MAX_PARTS);
-    if (be->ops->matmul_group) return be->ops->matmul_group(be, parts, n_parts, x, n_rows, d_in);
     for (int i = 0; i < n_parts; i++) {
         const pl_matmul_part *p = &parts[i];
         pl_status st = be->ops->matmul(be, p->out, x, p->w, p->w_dtype, n_rows, d_in, p->d_out);

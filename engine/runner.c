@@ -260,12 +260,8 @@ static void count_matmul(pl_runner *r, int rows, int d_in, int d_out, pl_dtype d
                             4.0 * rows * ((double)d_in + d_out);
 }
 
-static pl_status matmul(pl_runner *r, float *out, const float *x, const dev_weight *w, int rows,
-                        int d_in, int d_out) {
-    pl_backend *be = r->be;
-    if (r->profiling) count_matmul(r, rows, d_in, d_out, w->dtype);
-    OP(PL_OP_MATMUL, be->ops->matmul(be, out, x, w->data, w->dtype, rows, d_in, d_out));
-    return PL_OK;
+static pl_matmul_part part(float *out, const dev_weight *w, int d_out) {
+    return (pl_matmul_part){.out = out, .w = w->data, .w_dtype = w->dtype, .d_out = d_out};
 }
 
 /* The products of one input in one backend op (see pl_backend_matmul_group). */
@@ -279,8 +275,10 @@ static pl_status matmul_group(pl_runner *r, const pl_matmul_part *parts, int n_p
     return PL_OK;
 }
 
-static pl_matmul_part part(float *out, const dev_weight *w, int d_out) {
-    return (pl_matmul_part){.out = out, .w = w->data, .w_dtype = w->dtype, .d_out = d_out};
+static pl_status matmul(pl_runner *r, float *out, const float *x, const dev_weight *w, int rows,
+                        int d_in, int d_out) {
+    const pl_matmul_part p = part(out, w, d_out);
+    return matmul_group(r, &p, 1, x, rows, d_in);
 }
 
 static pl_status upload_batch(pl_runner *r, const pl_runner_batch *b) {

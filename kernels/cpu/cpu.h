@@ -101,6 +101,9 @@ pl_status pl_cpu_reserve_shared(pl_cpu_ctx *c, size_t n_floats);
 /* Splits `work` units into tasks of at least `min_per_task` units, at most 8 per thread. */
 int pl_cpu_n_tasks(const pl_cpu_ctx *c, size_t work, size_t min_per_task);
 
+/* v rounded up to a multiple of m (v >= 0, m > 0). */
+static inline int pl_cpu_round_up(int v, int m) { return (v + m - 1) / m * m; }
+
 /* Most activation rows of one own-GEMM call (its transposed x is at most that x d_in). */
 #define PL_CPU_OWN_MAX_ROWS 256
 
@@ -267,7 +270,8 @@ PL_INLINE PL_TARGET_AVX2 __m256 pl_avx2_hsum8(const __m256 *a) {
      * elements 0-3 of each input, the high lanes those of elements 4-7 */
     __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
     __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
+                         _mm256_permute2f128_ps(h0, h1, 0x31));
 }
 
 /* exp(x) lane-wise as pl_avx512_exp (0 below -87.3, for the same reason); 2^n is built in

@@ -294,8 +294,6 @@ static void gemm_task(void *arg, int task, int thread) {
     }
 }
 
-static int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
 static pl_cpu_mm_path choose_path(const pl_cpu_ctx *c, pl_dtype w_dtype, int n_rows) {
     pl_cpu_mm_path path = c->mm_force;
     bool own_ok = c->isa >= PL_CPU_ISA_AVX2;
@@ -322,7 +320,7 @@ static pl_status run_blas(pl_cpu_ctx *c, mm_job *J) {
      * core lost to another process. */
     int n_tasks = pl_cpu_n_tasks(c, (size_t)J->d_out, 64);
     if (n_tasks > 2 * c->n_threads) n_tasks = 2 * c->n_threads;
-    J->rows_per_task = round_up((J->d_out + n_tasks - 1) / n_tasks, 16);
+    J->rows_per_task = pl_cpu_round_up((J->d_out + n_tasks - 1) / n_tasks, 16);
     if (J->dt != PL_DTYPE_F32) {
         int tr = (int)(TILE_FLOATS / (unsigned)J->d_in) / 16 * 16;
         J->tile_rows = tr < 16 ? 16 : tr;
@@ -339,8 +337,8 @@ static int gemv_chunks(const pl_cpu_ctx *c, mm_job *J) {
     int n = pl_cpu_n_tasks(c, (size_t)J->d_out * J->d_in * J->n_rows, 1u << 16);
     /* a whole number of chunks per thread: 9 chunks on 2 threads take 5 chunk-times, 10 take 5
      * shorter ones */
-    n = round_up(n, c->n_threads);
-    J->rows_per_task = round_up((J->d_out + n - 1) / n, 4);
+    n = pl_cpu_round_up(n, c->n_threads);
+    J->rows_per_task = pl_cpu_round_up((J->d_out + n - 1) / n, 4);
     return (J->d_out + J->rows_per_task - 1) / J->rows_per_task;
 }
 

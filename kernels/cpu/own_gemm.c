@@ -539,8 +539,6 @@ static void gk_task(void *arg, int r, int thread) {
         gk_group(G, G->scratch[thread], g, own ? pl_ranges_peek_next(&G->groups, r, g) : -1);
 }
 
-static int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
 pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_dtype dt,
                           int R, int K, int N) {
     if (c->isa < PL_CPU_ISA_AVX2 || R < 1 || R > PL_CPU_OWN_MAX_ROWS)
@@ -548,7 +546,7 @@ pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void 
                        pl_cpu_isa_name(c->isa));
     const gk_isa *isa = c->isa == PL_CPU_ISA_AVX512 ? &GK_AVX512 : &GK_AVX2;
     gk_job G = {.isa = isa, .out = out, .x = x, .w = w, .dt = dt, .R = R, .K = K, .N = N};
-    G.Rp = round_up(R, isa->lanes);
+    G.Rp = pl_cpu_round_up(R, isa->lanes);
     G.nv = G.Rp / isa->lanes;
     G.J = isa->n_acc / (G.nv < isa->tile_v ? G.nv : isa->tile_v);
     G.GJ = (GK_GROUP_ROWS + G.J - 1) / G.J;

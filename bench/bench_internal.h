@@ -169,6 +169,23 @@ typedef struct pl_bench_roofline {
     double seconds;        /* time the measurement took */
 } pl_bench_roofline;
 
+/* The memory bandwidth probe (bench/membw.c): three arrays far larger than the last-level
+ * cache, allocated and first touched once, measured as often as wanted. */
+typedef struct pl_bench_membw {
+    double *a, *b, *c;     /* (n) each, 64-byte aligned, owned */
+    size_t n;
+    size_t array_bytes;    /* n doubles */
+    size_t llc_bytes;      /* as the OS reports it; 0 unknown */
+    int n_threads;
+} pl_bench_membw;
+
+/* Sizes the arrays from o (array_mib, n_threads), allocates them and touches each thread's
+ * chunk from that thread. Exit status; on failure nothing is left to free. */
+int pl_bench_membw_init(pl_bench_membw *m, const pl_bench_roofline_opts *o);
+/* Best of reps of the read kernel into *read_gbs; with triad_gbs, first the triad's. */
+int pl_bench_membw_measure(pl_bench_membw *m, int reps, double *read_gbs, double *triad_gbs);
+void pl_bench_membw_free(pl_bench_membw *m);
+
 void pl_bench_roofline_opts_default(pl_bench_roofline_opts *o);
 /* --array-mib, --roofline-threads, --gemm-n, --roofline-reps: as pl_bench_workload_flag. */
 int pl_bench_roofline_flag(pl_bench_roofline_opts *o, int argc, char **argv, int *i);

@@ -11,6 +11,13 @@
  * iteration) so the prefix cache cannot turn later iterations' prefill into cache hits.
  * Unless --max-batch-size / --max-num-seqs are given, they are raised to --batch-size so the
  * whole batch really runs together.
+ *
+ * --bandwidth measures the memory read bandwidth (bench/membw.c) before the first measured
+ * iteration and after each, and compares each iteration's weight streaming rate (weight bytes
+ * per decode step over the median TPOT of its requests) with the mean of the two readings
+ * around it. On a shared machine whose bandwidth swings from minute to minute, that ratio is
+ * what decode at batch 1 is judged by (issue 8), and pairing it with a `bench roofline` run
+ * made at another moment adds the swing to it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +40,84 @@ static void usage(void) {
            "Times whole batches: average latency and its 10/25/50/75/90/99th percentiles,\n"
            "TTFT and TPOT. Default: --model " DEFAULT_MODEL ".\n"
            "  --profile FILE   profile the measured iterations (trace + summary table)\n"
-           "  --no-roofline    with --profile: skip measuring the machine's ceilings\n\n");
+           "  --no-roofline    with --profile: skip measuring the machine's ceilings\n"
+           "  --bandwidth      measure the read bandwidth around every measured iteration\n"
+           "                   (3 arrays as in bench roofline) and report weight bytes per\n"
+           "                   decode step / TPOT as a fraction of it\n\n");
     pl_bench_print_roofline_flags();
     cli_print_engine_flags();
+}
+
+/* --bandwidth: the probe and what it read; read_gbs[0] before the first measured iteration,
+ * read_gbs[i + 1] after iteration i. */
+typedef struct bw_track {
+    pl_bench_membw m;
+    int reps;
+    double *read_gbs;   /* (iters + 1) */
+    double *weight_gbs; /* (iters) weight bytes per decode step / the iteration's median TPOT */
+    double *ratio;      /* (iters) weight_gbs / mean of the readings before and after */
+} bw_track;
+
+static int bw_init(bw_track *b, const pl_bench_roofline_opts *o, long long iters) {
+    b->reps = o->reps;
+    b->read_gbs = calloc((size_t)iters + 1, sizeof *b->read_gbs);
+    b->weight_gbs = calloc((size_t)iters, sizeof *b->weight_gbs);
+    b->ratio = calloc((size_t)iters, sizeof *b->ratio);
+    if (!b->read_gbs || !b->weight_gbs || !b->ratio) {
+        fprintf(stderr, "pagellm bench latency: out of memory\n");
+        return 1;
+    }
+    return pl_bench_membw_init(&b->m, o);
+}
+
+static void bw_free(bw_track *b) {
+    if (b->m.a) pl_bench_membw_free(&b->m);
+    free(b->read_gbs);
+    free(b->weight_gbs);
+    free(b->ratio);
+}
+
+/* Reading k (0: before the first measured iteration). */
+static int bw_read(bw_track *b, long long k) {
+    return pl_bench_membw_measure(&b->m, b->reps, &b->read_gbs[k], NULL);
+}
+
+/* Iteration it, whose requests are in run, ended and reading it + 1 was taken. */
+static int bw_iteration(bw_track *b, long long it, const pl_bench_run *run, uint64_t w_bytes) {
+    pl_bench_summary ttft, tpot;
+    if (pl_bench_latency_summaries(run, &ttft, &tpot)) return 1;
+    double around = 0.5 * (b->read_gbs[it] + b->read_gbs[it + 1]);
+    b->weight_gbs[it] = tpot.median > 0 ? (double)w_bytes / tpot.median * 1e-9 : 0;
+    b->ratio[it] = around > 0 ? b->weight_gbs[it] / around : 0;
+    return 0;
+}
+
+static void bw_report(const bw_track *b, long long iters, json_t *root) {
+    double med_bw = pl_bench_median(b->read_gbs, (size_t)iters + 1);
+    double med_w = pl_bench_median(b->weight_gbs, (size_t)iters);
+    double med_r = pl_bench_median(b->ratio, (size_t)iters);
+    printf("Read bandwidth around the iterations (GB/s, 3 x %zu MiB, %d threads):",
+           b->m.array_bytes >> 20, b->m.n_threads);
+    for (long long k = 0; k <= iters; k++) printf(" %.2f", b->read_gbs[k]);
+    printf("\nWeight streaming (weight bytes per decode step / median TPOT) per iteration:");
+    for (long long k = 0; k < iters; k++)
+        printf(" %.2f GB/s (%.1f%%)", b->weight_gbs[k], 100.0 * b->ratio[k]);
+    printf("\nWeight streaming: median %.2f GB/s = %.1f%% of the bandwidth around each "
+           "iteration (median of the per-iteration ratios; median bandwidth %.2f GB/s)\n",
+           med_w, 100.0 * med_r, med_bw);
+    json_t *o = json_object(), *r = json_array(), *w = json_array(), *q = json_array();
+    for (long long k = 0; k <= iters; k++) json_array_append_new(r, json_real(b->read_gbs[k]));
+    for (long long k = 0; k < iters; k++) {
+        json_array_append_new(w, json_real(b->weight_gbs[k]));
+        json_array_append_new(q, json_real(b->ratio[k]));
+    }
+    json_object_set_new(o, "read_gbs", r);
+    json_object_set_new(o, "weight_gbs", w);
+    json_object_set_new(o, "ratio", q);
+    json_object_set_new(o, "median_ratio", json_real(med_r));
+    json_object_set_new(o, "array_bytes", json_integer((json_int_t)b->m.array_bytes));
+    json_object_set_new(o, "threads", json_integer(b->m.n_threads));
+    json_object_set_new(root, "bandwidth", o);
 }
 
 static int one_iteration(pl_engine *e, const pl_bench_workload_opts *wo, uint64_t iter,
@@ -68,6 +150,7 @@ int pl_bench_latency_main(int argc, char **argv) {
     pl_bench_profiling prof = {0};
     pl_bench_roofline_opts_default(&prof.roof_opts);
     const char *json_path = NULL;
+    bool bandwidth = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -99,6 +182,8 @@ int pl_bench_latency_main(int argc, char **argv) {
             wo.seed = (uint64_t)n, i++;
         } else if (!strcmp(a, "--output-json") && v) {
             json_path = v, i++;
+        } else if (!strcmp(a, "--bandwidth")) {
+            bandwidth = true;
         } else {
             return pl_bench_unknown_flag("bench latency", a);
         }
@@ -110,9 +195,18 @@ int pl_bench_latency_main(int argc, char **argv) {
 
     const char *build = pl_bench_build_describe(true);
     if (pl_bench_profiling_prepare(&prof)) return 1;
+    bw_track bw = {0};
+    /* the probe's arrays are touched before the engine's memory, as bench roofline's are */
+    if (bandwidth && bw_init(&bw, &prof.roof_opts, iters)) {
+        bw_free(&bw);
+        return 1;
+    }
     pl_engine *e = NULL;
     int rc = pl_bench_engine_create("bench latency", &cfg, &e);
-    if (rc) return rc;
+    if (rc) {
+        bw_free(&bw);
+        return rc;
+    }
     pl_bench_print_model(stdout, &cfg, e, build);
     printf("Batch: %d requests x (%lld prompt + %lld output tokens); %lld warm-up, %lld measured "
            "iterations\n", batch, wo.input_len, wo.output_len, warmup, iters);
@@ -137,9 +231,12 @@ int pl_bench_latency_main(int argc, char **argv) {
         pl_bench_run_free(&run);
     }
     if (rc == 0 && prof.trace_path) rc = pl_bench_profiling_start(e, prof.trace_path);
+    if (rc == 0 && bandwidth) rc = bw_read(&bw, 0);
     for (long long it = 0; it < iters && rc == 0; it++) {
         pl_bench_run run = {0};
         rc = one_iteration(e, &wo, (uint64_t)(warmup + it), &sp, &run);
+        if (rc == 0 && bandwidth) rc = bw_read(&bw, it + 1);
+        if (rc == 0 && bandwidth) rc = bw_iteration(&bw, it, &run, pl_engine_weight_bytes(e));
         if (rc == 0) {
             lat[it] = run.elapsed_s;
             memcpy(all.reqs + all.n_reqs, run.reqs, run.n_reqs * sizeof *run.reqs);
@@ -186,6 +283,7 @@ int pl_bench_latency_main(int argc, char **argv) {
     json_object_set_new(root, "output_len", json_integer(wo.output_len));
     json_object_set_new(root, "num_iters_warmup", json_integer(warmup));
     json_object_set_new(root, "num_iters", json_integer(iters));
+    if (bandwidth) bw_report(&bw, iters, root);
     if (prof.trace_path) {
         printf("\n");
         if (prof.have_roof) pl_bench_roofline_print(stdout, &prof.roof);
@@ -202,6 +300,7 @@ int pl_bench_latency_main(int argc, char **argv) {
     }
 done:
     json_decref(root);
+    bw_free(&bw);
     free(all.reqs);
     free(lat);
     pl_engine_destroy(e);

@@ -6,28 +6,17 @@
  * project runs on shared virtual machines whose real limits are neither documented nor
  * stable; profiles then read as fractions of what the machine did in the same run.
  *
- * - Memory: three arrays of doubles, each far larger than the last-level cache, split into
- *   one contiguous chunk per thread (pthreads, all online CPUs by default). Each thread first
- *   touches its own chunk so that pages are placed where they are used. Two kernels:
- *   read (sum of all three arrays in one pass: 8 bytes per element read, no writes: the
- *   pattern of a matmul streaming its weights) and STREAM's triad a = b + s*c (24 bytes per element
- *   counted; the write-allocate traffic is not counted, as in STREAM). Best of --roofline-reps.
+ * - Memory: read and STREAM triad bandwidth over three arrays far larger than the last-level
+ *   cache, all threads (bench/membw.c). Best of --roofline-reps.
  * - Compute: f32 square sgemm through OpenBLAS (cblas_sgemm, its own threads), best of reps
  *   after one warm-up call, 2*n^3 FLOPs per call; and the FMA units' peak (bench/fma_peak.c),
  *   the ceiling no kernel passes even where OpenBLAS stays under it.
- *
- * Sizing: per array max(32 MiB, 8/3 x LLC) capped at 1 GiB and at an eighth of the memory
- * available now; --array-mib overrides. Some hypervisors report a host-wide LLC (hundreds of
- * MiB); the cap keeps the footprint bounded and the result says which sizes were used.
  */
 #include <cblas.h>
-#include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench/bench_internal.h"
 #include "tools/cli.h"
@@ -71,177 +60,15 @@ void pl_bench_print_roofline_flags(void) {
            "  --roofline-reps N (5) best of N\n");
 }
 
-/* ------------------------------------------------------------------------------------------
- * Memory kernels
- * ---------------------------------------------------------------------------------------- */
-
-enum { K_INIT, K_TRIAD, K_READ };
-
-typedef struct team team;
-typedef struct worker {
-    team *t;
-    size_t lo, hi;  /* element range of this thread in each array */
-    double sum;     /* keeps the read kernel's loads alive */
-} worker;
-
-struct team {
-    pthread_barrier_t bar;
-    /* The start gate: threads wait here until all exist (go) or one could not be made
-     * (abort); the barrier counts every thread, so a missing one would hang the others. */
-    pthread_mutex_t gate_mu;
-    pthread_cond_t gate_cv;
-    bool go, abort;
-    double *a, *b, *c;   /* (n) each, 64-byte aligned */
-    size_t n;
-    int n_threads;
-    int kind;            /* written by thread 0 between barriers */
-    int reps;
-    double best[3];      /* best seconds per kind, thread 0 only */
-    worker *w;           /* (n_threads) */
-};
-
-/* Sums a, b and c over [lo, hi) in one pass: three concurrent streams keep more misses in
- * flight than one (measured here: ~15% more bandwidth per core than three passes), and eight
- * independent chains keep the adds from serialising, so the loads set the pace. */
-static double read_sum(const double *a, const double *b, const double *c, size_t lo,
-                       size_t hi) {
-    double s[8] = {0};
-    size_t i = lo;
-    for (; i + 4 <= hi; i += 4)
-        for (int k = 0; k < 4; k++) {
-            s[k] += a[i + k] + b[i + k];
-            s[k + 4] += c[i + k];
-        }
-    for (; i < hi; i++) s[0] += a[i] + b[i] + c[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-static void run_kernel(team *t, worker *w, int kind) {
-    double *restrict a = t->a;
-    const double *restrict b = t->b, *restrict c = t->c;
-    switch (kind) {
-    case K_INIT:
-        for (size_t i = w->lo; i < w->hi; i++) {
-            t->a[i] = 0.0;
-            t->b[i] = 1.0;
-            t->c[i] = 2.0;
-        }
-        break;
-    case K_TRIAD:
-        for (size_t i = w->lo; i < w->hi; i++) a[i] = b[i] + 3.0 * c[i];
-        break;
-    case K_READ:
-        w->sum += read_sum(a, b, c, w->lo, w->hi);
-        break;
-    }
-}
-
-/* Every thread runs: init once, then reps of triad, then reps of read, each rep between two
- * barriers; thread 0 times from the first barrier to the second, so a rep lasts until the
- * slowest thread is done. */
-static void *worker_main(void *arg) {
-    worker *w = arg;
-    team *t = w->t;
-    bool lead = w == &t->w[0];
-    pthread_mutex_lock(&t->gate_mu);
-    while (!t->go && !t->abort) pthread_cond_wait(&t->gate_cv, &t->gate_mu);
-    bool abort = t->abort;
-    pthread_mutex_unlock(&t->gate_mu);
-    if (abort) return NULL;
-    static const int kinds[] = {K_INIT, K_TRIAD, K_READ};
-    for (int k = 0; k < 3; k++) {
-        int reps = kinds[k] == K_INIT ? 1 : t->reps;
-        for (int r = 0; r < reps; r++) {
-            pthread_barrier_wait(&t->bar);
-            double t0 = lead ? pl_bench_now_s() : 0;
-            run_kernel(t, w, kinds[k]);
-            pthread_barrier_wait(&t->bar);
-            if (lead) {
-                double dt = pl_bench_now_s() - t0;
-                if (r == 0 || dt < t->best[k]) t->best[k] = dt;
-            }
-        }
-    }
-    return NULL;
-}
-
-static size_t auto_array_bytes(size_t llc) {
-    size_t mib = (size_t)1 << 20;
-    size_t want = llc ? llc / 3 * 8 : 256 * mib;
-    if (want < 32 * mib) want = 32 * mib;
-    if (want > 1024 * mib) want = 1024 * mib;
-    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && psz > 0) {
-        size_t avail = (size_t)pages * (size_t)psz / 8;
-        if (want > avail && avail >= 8 * mib) want = avail;
-    }
-    return want;
-}
-
 static int measure_memory(const pl_bench_roofline_opts *o, pl_bench_roofline *out) {
-    long llc = -1;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    out->llc_bytes = llc > 0 ? (size_t)llc : 0;
-    size_t bytes = o->array_mib ? (size_t)o->array_mib << 20 : auto_array_bytes(out->llc_bytes);
-    team t = {.n = bytes / sizeof(double), .reps = o->reps,
-              .gate_mu = PTHREAD_MUTEX_INITIALIZER, .gate_cv = PTHREAD_COND_INITIALIZER};
-    t.n_threads = o->n_threads > 0 ? o->n_threads : pl_bench_online_cpus();
-    out->array_bytes = t.n * sizeof(double);
-    out->n_threads = t.n_threads;
-    size_t alloc = (out->array_bytes + 63) / 64 * 64;
-    t.a = aligned_alloc(64, alloc);
-    t.b = aligned_alloc(64, alloc);
-    t.c = aligned_alloc(64, alloc);
-    t.w = calloc((size_t)t.n_threads, sizeof *t.w);
-    pthread_t *tid = calloc((size_t)t.n_threads, sizeof *tid);
-    int rc = 0, started = 1;
-    bool have_bar = false;
-    if (!t.a || !t.b || !t.c || !t.w || !tid) {
-        fprintf(stderr, "pagellm roofline: cannot allocate 3 x %zu MiB (try --array-mib)\n",
-                out->array_bytes >> 20);
-        rc = 1;
-        goto done;
-    }
-    if (pthread_barrier_init(&t.bar, NULL, (unsigned)t.n_threads) != 0) {
-        fprintf(stderr, "pagellm roofline: pthread_barrier_init failed\n");
-        rc = 1;
-        goto done;
-    }
-    have_bar = true;
-    for (int k = 0; k < t.n_threads; k++) {
-        t.w[k] = (worker){.t = &t, .lo = t.n * (size_t)k / (size_t)t.n_threads,
-                          .hi = t.n * (size_t)(k + 1) / (size_t)t.n_threads};
-    }
-    for (started = 1; started < t.n_threads; started++) {
-        int e = pthread_create(&tid[started], NULL, worker_main, &t.w[started]);
-        if (e) {
-            fprintf(stderr, "pagellm roofline: pthread_create: %s; use --roofline-threads %d\n",
-                    strerror(e), started);
-            rc = 1;
-            break;
-        }
-    }
-    pthread_mutex_lock(&t.gate_mu);
-    if (rc) t.abort = true; else t.go = true;
-    pthread_cond_broadcast(&t.gate_cv);
-    pthread_mutex_unlock(&t.gate_mu);
-    if (!rc) worker_main(&t.w[0]);
-    for (int k = 1; k < started; k++) pthread_join(tid[k], NULL);
-    if (rc) goto done;
-    double sink = 0;
-    for (int k = 0; k < t.n_threads; k++) sink += t.w[k].sum;
-    if (!(sink > 0)) fprintf(stderr, "pagellm roofline: unexpected checksum %g\n", sink);
-    out->triad_gbs = 3.0 * (double)out->array_bytes / t.best[K_TRIAD] * 1e-9;
-    out->read_gbs = 3.0 * (double)out->array_bytes / t.best[K_READ] * 1e-9;
-done:
-    if (have_bar) pthread_barrier_destroy(&t.bar);
-    free(tid);
-    free(t.w);
-    free(t.a);
-    free(t.b);
-    free(t.c);
+    pl_bench_membw m;
+    int rc = pl_bench_membw_init(&m, o);
+    if (rc) return rc;
+    out->llc_bytes = m.llc_bytes;
+    out->array_bytes = m.array_bytes;
+    out->n_threads = m.n_threads;
+    rc = pl_bench_membw_measure(&m, o->reps, &out->read_gbs, &out->triad_gbs);
+    pl_bench_membw_free(&m);
     return rc;
 }
 

@@ -225,6 +225,34 @@ def case_latency():
               f"missing {k}% line")
     check(js["ttft_ms"]["n"] == 3 * 4, "TTFT should cover 3 requests x 4 iterations")
     check("TTFT (ms)" in p.stdout and "TPOT (ms)" in p.stdout, "TTFT/TPOT lines missing")
+    check("bandwidth" not in js, "bandwidth reported without --bandwidth")
+
+
+def case_latency_bandwidth():
+    out = tmp("lb.json")
+    p = run(["bench", "latency"] + TINY + [
+        "--batch-size", "1", "--input-len", "4", "--output-len", "5", "--num-iters-warmup", "0",
+        "--num-iters", "3", "--bandwidth", "--array-mib", "4", "--roofline-reps", "1",
+        "--output-json", out])
+    js = load_json(out)
+    bw = js["bandwidth"]
+    read, weight, ratio = bw["read_gbs"], bw["weight_gbs"], bw["ratio"]
+    check(len(read) == 4 and len(weight) == 3 and len(ratio) == 3,
+          f"one reading before and after each of 3 iterations: {bw}")
+    check(all(x > 0 and math.isfinite(x) for x in read + weight + ratio), f"values: {bw}")
+    check(bw["array_bytes"] == 4 << 20, "--array-mib not followed")
+    for i in range(3):
+        around = (read[i] + read[i + 1]) / 2
+        check(close(ratio[i], weight[i] / around, rel=1e-9, abs_=1e-12),
+              f"iteration {i}: ratio != weight GB/s / mean of the readings around it")
+    srt = sorted(ratio)
+    check(close(bw["median_ratio"], srt[1], rel=1e-9, abs_=1e-12), "median of 3 ratios")
+    m = re.search(r"^Weight streaming: median ([\d.]+) GB/s = ([\d.]+)% of the bandwidth",
+                  p.stdout, re.M)
+    check(m and close(float(m.group(2)), 100 * bw["median_ratio"], abs_=0.051),
+          f"summary line missing or differs from the JSON:\n{p.stdout}")
+    check(re.search(r"^Read bandwidth around the iterations \(GB/s, 3 x 4 MiB", p.stdout, re.M),
+          "readings line missing")
 
 
 def check_trace(path, want_ops=True):

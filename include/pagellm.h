@@ -128,7 +128,7 @@ typedef struct pl_engine_config {
     /* SentencePiece .model; NULL = look beside the model, else run on token ids only. */
     const char *tokenizer_path;
     pl_dtype weight_dtype;     /* AUTO keeps the stored type; F32/F16/BF16 convert at load */
-    pl_dtype kv_dtype;         /* AUTO: f32 on CPU backends, f16 on CUDA */
+    pl_dtype kv_dtype;         /* AUTO: f16 (half the bytes attention reads; f32 on request) */
     uint64_t dummy_seed;       /* weight seed for dummy: models */
 
     pl_backend_kind backend;

@@ -176,7 +176,7 @@ struct pl_backend {
 typedef struct pl_backend_options {
     int n_threads;     /* cpu: worker threads; 0 = all cores */
     int device;        /* cuda: device ordinal */
-    pl_dtype kv_dtype; /* AUTO = the backend's default (f32 on ref/cpu, f16 on cuda) */
+    pl_dtype kv_dtype; /* AUTO = f16 on every backend */
 } pl_backend_options;
 
 /* Each returns PL_ERR_UNSUPPORTED for a kv_dtype it cannot store. */

@@ -9,6 +9,7 @@
 #include "dense_ref.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "util/dtype.h"
@@ -19,6 +20,7 @@ struct dense_ref {
     float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *logits;
     float *key_cache, *value_cache;
     double *inv_freq;
+    bool kv_f16; /* K and V are stored rounded to f16, as an f16 KV cache keeps them */
 };
 
 static float wget(const pl_weight *w, size_t i) { return pl_load_f32(w->data, w->dtype, i); }
@@ -83,6 +85,13 @@ dense_ref *dense_ref_create(const pl_model *m, int max_len) {
     return d;
 }
 
+void dense_ref_set_kv_dtype(dense_ref *d, pl_dtype kv) { d->kv_f16 = kv == PL_DTYPE_F16; }
+
+/* x as the KV cache keeps it. */
+static float kv_round(const dense_ref *d, float x) {
+    return d->kv_f16 ? pl_f16_to_f32(pl_f32_to_f16(x)) : x;
+}
+
 void dense_ref_free(dense_ref *d) {
     if (!d) return;
     float *bufs[] = {d->x, d->xb, d->xb2, d->q, d->k, d->v, d->att, d->hb, d->hb2, d->logits,
@@ -144,8 +153,8 @@ const float *dense_ref_forward(dense_ref *d, int32_t token, int pos) {
         rope(d, d->q, c->n_heads, pos);
         rope(d, d->k, c->n_kv_heads, pos);
         for (int i = 0; i < kvd; i++) {
-            kc[(size_t)pos * kvd + i] = d->k[i];
-            vc[(size_t)pos * kvd + i] = d->v[i];
+            kc[(size_t)pos * kvd + i] = kv_round(d, d->k[i]);
+            vc[(size_t)pos * kvd + i] = kv_round(d, d->v[i]);
         }
         for (int h = 0; h < c->n_heads; h++) {
             const float *q = d->q + h * hd;

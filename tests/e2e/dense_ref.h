@@ -17,6 +17,10 @@ typedef struct dense_ref dense_ref;
 /* max_len: tokens the cache holds. NULL on allocation failure. */
 dense_ref *dense_ref_create(const pl_model *m, int max_len);
 void dense_ref_free(dense_ref *d);
+/* The KV cache's element type: with PL_DTYPE_F16, K and V are rounded to f16 as they are
+ * stored (attention still computes in double), as the engine's f16 cache does; anything else
+ * keeps them f32 (the default). */
+void dense_ref_set_kv_dtype(dense_ref *d, pl_dtype kv);
 /* Runs token at position pos (positions must come in order 0, 1, 2, ...); returns the logits
  * (vocab), owned by d, valid until the next call. */
 const float *dense_ref_forward(dense_ref *d, int32_t token, int pos);

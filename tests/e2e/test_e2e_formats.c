@@ -98,6 +98,8 @@ static void check_format(uint64_t seed, fmt f, pl_backend_kind backend) {
     prompt[0] = 1;
     for (int i = 1; i < n_prompt; i++) prompt[i] = 3 + (int32_t)pl_test_rng_below(&r, (uint32_t)cfg.vocab_size - 3);
     dense_ref *d = dense_ref_create(loaded, n_prompt + n_out);
+    cr_assert(d);
+    dense_ref_set_kv_dtype(d, PL_DTYPE_F16); /* the engine's default KV cache */
     cr_assert_eq(dense_ref_greedy(d, prompt, n_prompt, n_out, want), 0);
 
     engine_greedy(path, backend, prompt, n_prompt, n_out, got);
@@ -140,6 +142,7 @@ static pl_model_config scaling_config(void) {
 static void dense_greedy(const pl_model *m, const int32_t *prompt, int32_t *out) {
     dense_ref *d = dense_ref_create(m, SCALE_PROMPT + SCALE_OUT);
     cr_assert(d);
+    dense_ref_set_kv_dtype(d, PL_DTYPE_F16); /* the engine's default KV cache */
     cr_assert_eq(dense_ref_greedy(d, prompt, SCALE_PROMPT, SCALE_OUT, out), 0);
     dense_ref_free(d);
 }

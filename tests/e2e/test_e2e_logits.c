@@ -7,7 +7,9 @@
  * Every row of every step samples, so every logit of every position is compared: cpu against
  * ref within TOL_LOGITS (tests/kernels/tolerances.h), and each backend against the dense
  * reference (tests/e2e/dense_ref.c) at the same positions, which is what keeps the backends'
- * agreement from passing when both are wrong the same way.
+ * agreement from passing when both are wrong the same way. The KV cache is f32 here, so the
+ * tolerance is that of f32 arithmetic; stories260K runs again with the f16 cache (the default
+ * since the f16 switch) against a dense reference that rounds its K and V to f16 too.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -258,13 +260,14 @@ static float **run_backend(const pl_model *m, pl_backend *be, const schedule *sc
     return out;
 }
 
-static float **run_dense(const pl_model *m, const schedule *sch) {
+static float **run_dense(const pl_model *m, const schedule *sch, pl_dtype kv) {
     int V = m->cfg.vocab_size;
     float **out = alloc_logits(sch, V);
     for (int s = 0; s < sch->n_seqs; s++) {
         const plan_seq *q = &sch->seqs[s];
         dense_ref *d = dense_ref_create(m, q->len);
         cr_assert(d);
+        dense_ref_set_kv_dtype(d, kv);
         for (int p = 0; p < q->len; p++)
             memcpy(out[s] + (size_t)p * V, dense_ref_forward(d, q->tokens[p], p),
                    (size_t)V * sizeof(float));
@@ -273,9 +276,10 @@ static float **run_dense(const pl_model *m, const schedule *sch) {
     return out;
 }
 
-/* Asserts every logit of got is within TOL_LOGITS of want (and finite); returns the largest
- * absolute difference seen. */
-static double compare(const char *what, const schedule *sch, int V, float **want, float **got) {
+/* Asserts every logit of got is within tol of want (and finite); returns the largest absolute
+ * difference seen. */
+static double compare(const char *what, const schedule *sch, int V, float **want, float **got,
+                      pl_tol tol) {
     double max_abs = 0;
     for (int s = 0; s < sch->n_seqs; s++) {
         size_t n = (size_t)sch->seqs[s].len * (size_t)V;
@@ -287,17 +291,18 @@ static double compare(const char *what, const schedule *sch, int V, float **want
         }
         char label[160];
         snprintf(label, sizeof label, "%s seq %d", what, s);
-        cr_assert(pl_allclose(label, want[s], got[s], n, TOL_LOGITS.atol, TOL_LOGITS.rtol),
-                  "%s: logits differ beyond TOL_LOGITS (see stderr)", label);
+        cr_assert(pl_allclose(label, want[s], got[s], n, tol.atol, tol.rtol),
+                  "%s: logits differ beyond the tolerance (see stderr)", label);
         double nmse = pl_nmse(want[s], got[s], n);
-        cr_assert_leq(nmse, TOL_LOGITS.nmse, "%s: nmse %g", label, nmse);
+        cr_assert_leq(nmse, tol.nmse, "%s: nmse %g", label, nmse);
     }
     return max_abs;
 }
 
-/* The whole check on one model: the schedule on ref and cpu, both against dense. */
+/* The whole check on one model: the schedule on ref and cpu with KV cache elements of kv, both
+ * against dense (which rounds its K and V the same way). */
 static void check_model(const char *name, const pl_model *m, int n_seqs, int max_len,
-                        int block_size, int chunk, uint64_t seed) {
+                        int block_size, int chunk, uint64_t seed, pl_dtype kv) {
     pl_test_rng r;
     pl_test_rng_seed(&r, seed);
     schedule sch = {0};
@@ -309,19 +314,24 @@ static void check_model(const char *name, const pl_model *m, int n_seqs, int max
     cr_assert_gt(sch.chunk_crosses, 0, "%s: no prefill chunk crosses a block boundary", name);
 
     pl_backend *ref = NULL, *cpu = NULL;
-    cr_assert_eq(pl_backend_ref_create(NULL, &ref), PL_OK, "%s", pl_last_error());
-    cr_assert_eq(pl_backend_cpu_create(&(pl_backend_options){.n_threads = 2}, &cpu), PL_OK, "%s",
+    cr_assert_eq(pl_backend_ref_create(&(pl_backend_options){.kv_dtype = kv}, &ref), PL_OK, "%s",
                  pl_last_error());
+    cr_assert_eq(pl_backend_cpu_create(&(pl_backend_options){.n_threads = 2, .kv_dtype = kv},
+                                       &cpu),
+                 PL_OK, "%s", pl_last_error());
+    cr_assert_eq(ref->kv_dtype, kv);
+    cr_assert_eq(cpu->kv_dtype, kv);
+    pl_tol tol = kv == PL_DTYPE_F16 ? TOL_LOGITS_KV_F16 : TOL_LOGITS;
     int V = m->cfg.vocab_size;
     float **lr = run_backend(m, ref, &sch), **lc = run_backend(m, cpu, &sch);
-    float **ld = run_dense(m, &sch);
+    float **ld = run_dense(m, &sch, kv);
     char what[128];
     snprintf(what, sizeof what, "%s: cpu vs ref", name);
-    double cpu_ref = compare(what, &sch, V, lr, lc);
+    double cpu_ref = compare(what, &sch, V, lr, lc, tol);
     snprintf(what, sizeof what, "%s: cpu vs dense", name);
-    double cpu_dense = compare(what, &sch, V, ld, lc);
+    double cpu_dense = compare(what, &sch, V, ld, lc, tol);
     snprintf(what, sizeof what, "%s: ref vs dense", name);
-    double ref_dense = compare(what, &sch, V, ld, lr);
+    double ref_dense = compare(what, &sch, V, ld, lr, tol);
     cr_log_info("%s: %d steps, max |cpu - ref| %.3g, |cpu - dense| %.3g, |ref - dense| %.3g",
                 name, sch.n_steps, cpu_ref, cpu_dense, ref_dense);
     free_logits(&sch, lr);
@@ -369,7 +379,7 @@ Test(logits, ref_and_cpu_agree_on_random_f32_models) {
         cr_assert(m);
         char name[64];
         snprintf(name, sizeof name, "f32 seed %llu", (unsigned long long)seed);
-        check_model(name, m, 4, 48, 4, 7, seed);
+        check_model(name, m, 4, 48, 4, 7, seed, PL_DTYPE_F32);
         pl_model_free(m);
     }
     PL_ASSERT_NO_LEAKS();
@@ -386,7 +396,7 @@ Test(logits, ref_and_cpu_agree_on_random_f16_and_bf16_models) {
         char name[64];
         snprintf(name, sizeof name, "%s seed %llu", dt == PL_DTYPE_F16 ? "f16" : "bf16",
                  (unsigned long long)seed);
-        check_model(name, h, 5, 60, 5, 6, seed);
+        check_model(name, h, 5, 60, 5, 6, seed, PL_DTYPE_F32);
         pl_model_free(h);
         pl_model_free(m);
     }
@@ -407,7 +417,8 @@ Test(logits, ref_and_cpu_agree_with_rope_scaling) {
         cr_assert(m);
         pl_model *h = via_hf(m, k == 0 ? PL_DTYPE_F32 : PL_DTYPE_BF16);
         cr_assert_eq(h->cfg.rope_scaling, c.rope_scaling, "the scaling survived config.json");
-        check_model(k == 0 ? "linear x4 f32" : "llama3 x8 bf16", h, 3, 150, 16, 24, 31);
+        check_model(k == 0 ? "linear x4 f32" : "llama3 x8 bf16", h, 3, 150, 16, 24, 31,
+                    PL_DTYPE_F32);
         pl_model_free(h);
         pl_model_free(m);
     }
@@ -426,7 +437,8 @@ Test(logits, ref_and_cpu_agree_on_stories260K) {
               "PAGELLM_TEST_MODELS is set but has no stories260K.bin");
     pl_model *m = NULL;
     cr_assert_eq(pl_model_load(path, NULL, &m), PL_OK, "%s", pl_last_error());
-    check_model("stories260K", m, 4, 220, 16, 40, 77);
+    check_model("stories260K", m, 4, 220, 16, 40, 77, PL_DTYPE_F32);
+    check_model("stories260K, f16 KV", m, 4, 220, 16, 40, 77, PL_DTYPE_F16);
     pl_model_free(m);
     PL_ASSERT_NO_LEAKS();
 }

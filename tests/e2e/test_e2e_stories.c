@@ -1,7 +1,8 @@
 /*
  * tests/e2e/test_e2e_stories.c - the real stories260K model with its tok512 tokenizer (from
  * PAGELLM_TEST_MODELS): greedy tokens from the engine equal the dense reference for 250+
- * tokens, on prompts that cross block boundaries, batched and alone; the streamed text equals
+ * tokens with the f32 and with the default f16 KV cache, on prompts that cross block
+ * boundaries, batched and alone; the streamed text equals
  * the tokenizer's decode of the output ids; generation ends at the BOS the model emits.
  */
 #include <criterion/criterion.h>
@@ -13,6 +14,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
+#include "util/dtype.h"
 
 static char model_path[1024], tok_path[1024];
 
@@ -21,15 +23,20 @@ static void paths(void) {
     cr_assert(pl_test_model_path("tok512.model", tok_path, sizeof tok_path));
 }
 
-static pl_engine *stories_engine(pl_backend_kind backend, int block_size) {
+static pl_engine *stories_engine_kv(pl_backend_kind backend, int block_size, pl_dtype kv) {
     pl_engine_config c;
     pl_engine_config_default(&c);
+    c.kv_dtype = kv;
     c.model_path = model_path;
     c.tokenizer_path = tok_path;
     c.backend = backend;
     c.block_size = block_size;
     c.n_threads = 2;
     return e2e_engine(&c);
+}
+
+static pl_engine *stories_engine(pl_backend_kind backend, int block_size) {
+    return stories_engine_kv(backend, block_size, PL_DTYPE_AUTO);
 }
 
 static const char *prompts[] = {
@@ -80,11 +87,13 @@ static void streamed_run_free(streamed_run *r) {
     free(r->ids);
 }
 
-Test(stories, greedy_matches_dense_reference_for_256_tokens, .timeout = 240) {
+/* The engine with KV cache elements of kv (AUTO: the default, f16) against the dense reference
+ * storing its K and V as the engine does (resolved: f32 or f16). */
+static void greedy_matches_dense(pl_dtype kv, pl_dtype resolved) {
     paths();
     pl_model *m;
     cr_assert_eq(pl_model_load(model_path, NULL, &m), PL_OK, "%s", pl_last_error());
-    pl_engine *e = stories_engine(PL_BACKEND_CPU, 16);
+    pl_engine *e = stories_engine_kv(PL_BACKEND_CPU, 16, kv);
     pl_sampling_params sp;
     pl_sampling_params_default(&sp);
     sp.temperature = 0.0f;
@@ -105,10 +114,12 @@ Test(stories, greedy_matches_dense_reference_for_256_tokens, .timeout = 240) {
         int np = (int)c[i].n_prompt_ids;
         int32_t *want = malloc(256 * sizeof(int32_t));
         dense_ref *d = dense_ref_create(m, np + 256);
+        cr_assert(d);
+        dense_ref_set_kv_dtype(d, resolved);
         cr_assert_eq(dense_ref_greedy(d, c[i].prompt_ids, np, 256, want), 0);
         for (int k = 0; k < 256; k++)
-            cr_assert_eq(c[i].output_ids[k], want[k], "prompt %d token %d: engine %d dense %d", i,
-                         k, c[i].output_ids[k], want[k]);
+            cr_assert_eq(c[i].output_ids[k], want[k], "%s KV: prompt %d token %d: engine %d "
+                         "dense %d", pl_dtype_name(resolved), i, k, c[i].output_ids[k], want[k]);
         dense_ref_free(d);
         free(want);
     }
@@ -116,6 +127,15 @@ Test(stories, greedy_matches_dense_reference_for_256_tokens, .timeout = 240) {
     pl_engine_destroy(e);
     pl_model_free(m);
     PL_ASSERT_NO_LEAKS();
+}
+
+Test(stories, greedy_matches_dense_reference_for_256_tokens, .timeout = 240) {
+    greedy_matches_dense(PL_DTYPE_F32, PL_DTYPE_F32);
+}
+
+Test(stories, greedy_matches_dense_reference_for_256_tokens_with_the_default_f16_kv,
+     .timeout = 240) {
+    greedy_matches_dense(PL_DTYPE_AUTO, PL_DTYPE_F16);
 }
 
 Test(stories, text_is_the_decode_of_the_ids_and_the_story_ends_at_bos, .timeout = 120) {

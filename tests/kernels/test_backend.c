@@ -57,8 +57,8 @@ Test(backend, tables_have_no_null_entry) {
     cr_assert_str_eq(ref->ops->name, "ref");
     cr_assert_str_eq(cpu->ops->name, "cpu");
     cr_assert(ref->is_host && cpu->is_host);
-    cr_assert_eq(ref->kv_dtype, PL_DTYPE_F32, "AUTO kv_dtype is f32 on host backends");
-    cr_assert_eq(cpu->kv_dtype, PL_DTYPE_F32);
+    cr_assert_eq(ref->kv_dtype, PL_DTYPE_F16, "AUTO kv_dtype is f16 on every backend");
+    cr_assert_eq(cpu->kv_dtype, PL_DTYPE_F16);
     pl_backend_destroy(ref);
     pl_backend_destroy(cpu);
     pl_backend_destroy(NULL);

@@ -16,9 +16,15 @@
 
 #define PL_MAX_RANGES 64 /* ranges of one call (more threads just steal) */
 
+/* One range's word on its own cache line: every take by its owner writes it, and two owners
+ * writing one line would pass it back and forth between their cores on every item. */
+typedef struct pl_range_word {
+    _Alignas(64) _Atomic uint64_t v; /* (back << 32) | front: items front .. back-1 untaken */
+} pl_range_word;
+
 typedef struct pl_ranges {
     int n;
-    _Atomic uint64_t q[PL_MAX_RANGES]; /* (back << 32) | front: items front .. back-1 untaken */
+    pl_range_word q[PL_MAX_RANGES];
 } pl_ranges;
 
 /* n_items cut into n_ranges (at most PL_MAX_RANGES, at most n_items, at least 1) ranges. */
@@ -30,19 +36,19 @@ static inline void pl_ranges_init(pl_ranges *R, int n_items, int n_ranges) {
     for (int r = 0; r < n_ranges; r++) {
         uint64_t front = (uint64_t)n_items * r / n_ranges;
         uint64_t back = (uint64_t)n_items * (r + 1) / n_ranges;
-        atomic_init(&R->q[r], back << 32 | front);
+        atomic_init(&R->q[r].v, back << 32 | front);
     }
 }
 
 /* Takes the item at the front (from_back false) or the back of range r; -1 if it is empty. */
 static inline int pl_ranges_take(pl_ranges *R, int r, bool from_back) {
-    uint64_t v = atomic_load_explicit(&R->q[r], memory_order_relaxed);
+    uint64_t v = atomic_load_explicit(&R->q[r].v, memory_order_relaxed);
     for (;;) {
         uint32_t front = (uint32_t)v, back = (uint32_t)(v >> 32);
         if (front >= back) return -1;
         uint64_t nv = from_back ? ((uint64_t)(back - 1) << 32) | front
                                 : ((uint64_t)back << 32) | (front + 1);
-        if (atomic_compare_exchange_weak_explicit(&R->q[r], &v, nv, memory_order_relaxed,
+        if (atomic_compare_exchange_weak_explicit(&R->q[r].v, &v, nv, memory_order_relaxed,
                                                   memory_order_relaxed))
             return (int)(from_back ? back - 1 : front);
     }
@@ -59,7 +65,7 @@ static inline int pl_ranges_next(pl_ranges *R, int r, bool *own) {
 
 /* The item after g in range r if its owner is likely to take it next (-1 at the range's end). */
 static inline int pl_ranges_peek_next(pl_ranges *R, int r, int g) {
-    uint64_t v = atomic_load_explicit(&R->q[r], memory_order_relaxed);
+    uint64_t v = atomic_load_explicit(&R->q[r].v, memory_order_relaxed);
     return g + 1 < (int)(uint32_t)(v >> 32) ? g + 1 : -1;
 }
 

@@ -19,6 +19,9 @@
 static void tiny_config(pl_engine_config *c) {
     pl_engine_config_default(c);
     c->model_path = TINY;
+    /* exact token comparisons across schedules and with the dense reference: f32 K/V
+     * (docs/api.md, "Greedy output and batching"; the f16 cache: test_e2e_stories.c) */
+    c->kv_dtype = PL_DTYPE_F32;
     c->block_size = 8;
     c->max_num_blocks = 512;
     c->n_threads = 2;

@@ -126,6 +126,9 @@ static void base_config(pl_engine_config *c) {
     pl_engine_config_default(c);
     c->model_path = "dummy:tiny";
     c->backend = PL_BACKEND_CPU;
+    /* greedy tokens under pressure must equal the unpressured run's: exact only with f32 K/V
+     * (docs/api.md, "Greedy output and batching") */
+    c->kv_dtype = PL_DTYPE_F32;
     c->n_threads = 1;
     c->block_size = 4;
     c->max_model_len = SOAK_MODEL_LEN;

@@ -93,6 +93,9 @@ static pl_engine *engine(const char *model, const char *tok, int blocks) {
     c.tokenizer_path = tok;
     c.backend = PL_BACKEND_CPU;
     c.n_threads = 1;
+    /* greedy tokens under pressure must equal the unpressured run's: exact only with f32 K/V
+     * (docs/api.md, "Greedy output and batching") */
+    c.kv_dtype = PL_DTYPE_F32;
     c.block_size = 4;
     c.max_num_blocks = blocks;
     c.max_model_len = 128;

@@ -344,6 +344,9 @@ void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks
     c->model_path = "dummy:tiny";
     c->tokenizer_path = tokenizer;
     c->backend = backend;
+    /* every request's tokens must equal a sequential reference run's: exact only with f32 K/V
+     * (docs/api.md, "Greedy output and batching") */
+    c->kv_dtype = PL_DTYPE_F32;
     c->n_threads = 2;
     c->block_size = 4;
     c->max_model_len = 96;

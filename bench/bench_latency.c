@@ -71,7 +71,7 @@ static int bw_init(bw_track *b, const pl_bench_roofline_opts *o, long long iters
 }
 
 static void bw_free(bw_track *b) {
-    if (b->m.a) pl_bench_membw_free(&b->m);
+    pl_bench_membw_free(&b->m);
     free(b->read_gbs);
     free(b->weight_gbs);
     free(b->ratio);

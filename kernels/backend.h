@@ -176,8 +176,13 @@ struct pl_backend {
 typedef struct pl_backend_options {
     int n_threads;     /* cpu: worker threads; 0 = all cores */
     int device;        /* cuda: device ordinal */
-    pl_dtype kv_dtype; /* AUTO = f16 on every backend */
+    pl_dtype kv_dtype; /* AUTO = PL_KV_DTYPE_AUTO */
 } pl_backend_options;
+
+/* What kv_dtype AUTO means on every backend: f16, as llama.cpp's default. Batched decode reads
+ * more KV bytes than weight bytes, and f16 halves them (docs/cpu_performance.md has the
+ * throughput and the token agreement; docs/api.md what it means for greedy output). */
+#define PL_KV_DTYPE_AUTO PL_DTYPE_F16
 
 /* Each returns PL_ERR_UNSUPPORTED for a kv_dtype it cannot store. */
 pl_status pl_backend_ref_create(const pl_backend_options *opt, pl_backend **out);
@@ -189,15 +194,22 @@ static inline void pl_backend_destroy(pl_backend *be) {
     if (be) be->ops->destroy(be);
 }
 
+/* PL_ERR_INVALID_ARGUMENT unless parts holds 1 .. PL_MATMUL_MAX_PARTS parts. */
+static inline pl_status pl_check_matmul_parts(const pl_matmul_part *parts, int n_parts) {
+    if (!parts || n_parts < 1 || n_parts > PL_MATMUL_MAX_PARTS)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul_group: %d parts (1..%d)", n_parts,
+                       PL_MATMUL_MAX_PARTS);
+    return PL_OK;
+}
+
 /* parts[i].out = x @ parts[i].w^T for i < n_parts (1 .. PL_MATMUL_MAX_PARTS), in one op where
  * the backend has matmul_group (which checks its arguments itself), else part by part. */
 static inline pl_status pl_backend_matmul_group(pl_backend *be, const pl_matmul_part *parts,
                                                 int n_parts, const float *x, int n_rows,
                                                 int d_in) {
     if (be->ops->matmul_group) return be->ops->matmul_group(be, parts, n_parts, x, n_rows, d_in);
-    if (!parts || n_parts < 1 || n_parts > PL_MATMUL_MAX_PARTS)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul_group: %d parts (1..%d)", n_parts,
-                       PL_MATMUL_MAX_PARTS);
+    pl_status st = pl_check_matmul_parts(parts, n_parts);
+    if (st != PL_OK) return st;
     for (int i = 0; i < n_parts; i++) {
         const pl_matmul_part *p = &parts[i];
         pl_status st = be->ops->matmul(be, p->out, x, p->w, p->w_dtype, n_rows, d_in, p->d_out);

@@ -234,9 +234,7 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     *out = NULL;
     pl_dtype kv = opt ? opt->kv_dtype : PL_DTYPE_AUTO;
     int n_threads = opt ? opt->n_threads : 0;
-    /* f16 by default, as llama.cpp's: batched decode reads more KV bytes than weight bytes, and
-     * f16 halves them (docs/cpu_performance.md has the throughput and the token agreement) */
-    if (kv == PL_DTYPE_AUTO) kv = PL_DTYPE_F16;
+    if (kv == PL_DTYPE_AUTO) kv = PL_KV_DTYPE_AUTO;
     if (kv != PL_DTYPE_F32 && kv != PL_DTYPE_F16)
         return pl_fail(PL_ERR_UNSUPPORTED, "backend cpu: kv_dtype %s is not supported (f32, f16)",
                        pl_dtype_name(kv));

@@ -354,9 +354,7 @@ static int gemv_chunks(const pl_cpu_ctx *c, mm_job *J) {
 
 pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n_parts,
                               const float *x, int n_rows, int d_in) {
-    if (!parts || n_parts < 1 || n_parts > PL_MATMUL_MAX_PARTS)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul_group: %d parts (1..%d)", n_parts,
-                       PL_MATMUL_MAX_PARTS);
+    PL_TRY(pl_check_matmul_parts(parts, n_parts));
     for (int p = 0; p < n_parts; p++)
         PL_TRY(pl_ref_check_matmul(parts[p].out, x, parts[p].w, parts[p].w_dtype, n_rows, d_in,
                                    parts[p].d_out));

@@ -280,7 +280,7 @@ extern "C" pl_status pl_backend_cuda_create(const pl_backend_options *opt, pl_ba
     int kv_raw = PL_DTYPE_AUTO;
     static_assert(sizeof(pl_dtype) == sizeof(int), "pl_dtype is int-sized");
     if (opt) memcpy(&kv_raw, &opt->kv_dtype, sizeof kv_raw);
-    if (kv_raw == PL_DTYPE_AUTO) kv_raw = PL_DTYPE_F16;
+    if (kv_raw == PL_DTYPE_AUTO) kv_raw = PL_KV_DTYPE_AUTO;
     if (kv_raw != PL_DTYPE_F16 && kv_raw != PL_DTYPE_BF16 && kv_raw != PL_DTYPE_F32)
         return pl_fail(PL_ERR_UNSUPPORTED, "backend cuda: kv_dtype %d is not f16, bf16 or f32",
                        kv_raw);

@@ -297,7 +297,7 @@ pl_status pl_backend_ref_create(const pl_backend_options *opt, pl_backend **out)
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "backend ref: out is NULL");
     *out = NULL;
     pl_dtype kv = opt ? opt->kv_dtype : PL_DTYPE_AUTO;
-    if (kv == PL_DTYPE_AUTO) kv = PL_DTYPE_F16;
+    if (kv == PL_DTYPE_AUTO) kv = PL_KV_DTYPE_AUTO;
     if (!weight_dtype_ok(kv))
         return pl_fail(PL_ERR_UNSUPPORTED, "backend ref: kv_dtype %d is not f32, f16 or bf16",
                        (int)kv);

@@ -5,11 +5,19 @@
  * Three kernels, because the cost has different limits (the choice: pl_cpu_ctx's thresholds,
  * measured by bench/internal/kernels/bench_kernels):
  * - GEMV (few rows: decode of a handful of sequences): bound by reading the weights, so each
- *   weight row streams from memory exactly once for all rows of x. A task owns a range of
- *   output features (weight rows); it walks them 4 at a time and, for each group of 4, runs
- *   over x in groups of up to 4 rows (2 on AVX2) with a 4x4 (4x2) block of vector
- *   accumulators (dot products along d_in, a tree sum at the end). The 4 weight rows stay in
- *   L1 between x-row groups; f16/bf16 are widened to f32 in registers (F16C / shift).
+ *   weight row streams from memory exactly once for all rows of x. It walks the weight rows
+ *   4 at a time, one from each quarter of the matrix (rows k, k + q, k + 2q, k + 3q), and for
+ *   each group of 4 runs over x in groups of up to 4 rows (2 on AVX2) with a 4x4 (4x2) block
+ *   of vector accumulators (dot products along d_in, a tree sum at the end). The 4 weight rows
+ *   stay in L1 between x-row groups; f16/bf16 are widened to f32 in registers (F16C / shift).
+ *   Taking the 4 rows from the quarters makes each thread read 4 long sequential streams,
+ *   which the hardware prefetcher follows: 4 adjacent rows (1.5-3 KB each at d_in 768) were 4
+ *   short streams per block, and even with a software prefetch of the next block batch-1
+ *   decode read its weights at 77-93% of the bandwidth probe, against 98-110% now (f16 and
+ *   f32 stories110m, alternating runs). A chunk (the unit of work stealing) is a run of rows
+ *   in each quarter, so a thread's chunks continue its streams. Each output is one chain of
+ *   FMAs along d_in whatever the number of x rows, so a row's result does not depend on the
+ *   others in the call.
  * - Own GEMM (AVX-512 and AVX2; batched decode and prefill, own_gemm.c): register-tiled
  *   outer products on a transposed copy of x, every weight element read from memory once per
  *   256 rows.
@@ -37,7 +45,8 @@ typedef struct mm_job {
     const void *w;   /* (d_out, d_in) of dt */
     pl_dtype dt;
     int n_rows, d_in, d_out;
-    int rows_per_task; /* output features per task (GEMM) or chunk (GEMV; a multiple of 4) */
+    int rows_per_task; /* GEMM: output features per task. GEMV: rows per quarter per chunk */
+    int quarter;       /* GEMV: d_out / 4; rows 4 * quarter .. d_out - 1 are the tail */
     int tile_rows;     /* GEMM f16/bf16: weight rows widened at once */
 } mm_job;
 
@@ -85,29 +94,21 @@ static void gemv_scalar(const mm_job *J, int o_begin, int o_end, float *wrow_f32
 // ---------------------------------------------------------------------------------------------
 // AVX-512 GEMV
 
-/* out[r * d_out + o0 + j] = x_r . w_{o0 + j} for r < R (x rows from x), j < W. R, W, dt are
- * constants at every call site, so the accumulator block lives in registers.
- * pf (or NULL): the next block of 4 weight rows, prefetched while this one streams. Rows are
- * short (1.5-3 KB at d_in 768), too short for the hardware prefetcher to ramp up on each, and
- * without it f16 rows reached only ~60% of the f32 bandwidth (the reorder window covers half
- * as many bytes of loads). */
+/* out[r * d_out + o0 + j * quarter] = x_r . w_{o0 + j * quarter} for r < R (x rows from x),
+ * j < W: one weight row from each quarter of the matrix (see the header). R, W, dt are
+ * constants at every call site, so the accumulator block lives in registers. */
 PL_INLINE PL_TARGET_AVX512 void gemv_blk_avx512(const mm_job *J, const float *x, float *out,
                                                 int o0, const int R, const int W,
-                                                const pl_dtype dt, const char *pf) {
-    const size_t es = pl_dtype_size(dt);
+                                                const pl_dtype dt) {
     const size_t ld = (size_t)J->d_in;
     const int d_in = J->d_in;
     __m512 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < W; j++) acc[r][j] = _mm512_setzero_ps();
     size_t wrow[4];
-    for (int j = 0; j < W; j++) wrow[j] = (size_t)(o0 + j) * ld;
+    for (int j = 0; j < W; j++) wrow[j] = (size_t)(o0 + j * J->quarter) * ld;
     int i = 0;
     for (; i + 16 <= d_in; i += 16) {
-        if (pf) { /* this step consumes 64 * es bytes of the block: fetch as much of the next */
-            const char *p = pf + (size_t)i * 4 * es;
-            for (size_t b = 0; b < 64 * es; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-        }
         __m512 wv[4];
         for (int j = 0; j < W; j++) wv[j] = pl_avx512_load(J->w, dt, wrow[j] + (size_t)i);
         for (int r = 0; r < R; r++) {
@@ -125,53 +126,42 @@ PL_INLINE PL_TARGET_AVX512 void gemv_blk_avx512(const mm_job *J, const float *x,
         }
     }
     for (int r = 0; r < R; r++) {
-        float *o = out + (size_t)r * J->d_out + o0;
+        float *o = out + (size_t)r * J->d_out + o0, s[4];
         if (W == 4)
-            _mm_storeu_ps(o, pl_avx512_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+            _mm_storeu_ps(s, pl_avx512_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
         else
-            for (int j = 0; j < W; j++) o[j] = _mm512_reduce_add_ps(acc[r][j]);
+            for (int j = 0; j < W; j++) s[j] = _mm512_reduce_add_ps(acc[r][j]);
+        for (int j = 0; j < W; j++) o[(size_t)j * J->quarter] = s[j];
     }
 }
 
-/* The next 4-row block's address for prefetching while rows o0.. stream, or NULL past the end
- * (the first x-row group prefetches; later groups find the block in L1). Only rows shorter
- * than a page need it: measured at 1 row, 1 thread, f16 768 wide went from 8.8 to 12.3 GB/s,
- * f32 768 wide was unchanged, and 2048-wide rows (4-8 KB) lost 7-12%, because the hardware
- * streamer already covers them. */
-static inline const char *next_block(const mm_job *J, int o0) {
-    size_t row_bytes = (size_t)J->d_in * pl_dtype_size(J->dt);
-    if (row_bytes > 4096 || o0 + 8 > J->d_out) return NULL;
-    return (const char *)J->w + (size_t)(o0 + 4) * row_bytes;
-}
-
-/* Every x row against weight rows o0 .. o0+W-1, in x-row groups of 4. */
+/* Every x row against weight rows o0 + j * quarter (j < W), in x-row groups of 4. */
 PL_INLINE PL_TARGET_AVX512 void gemv_rows_avx512(const mm_job *J, int o0, const int W,
                                                  const pl_dtype dt) {
     int r = 0;
     const size_t ld = (size_t)J->d_in, ldo = (size_t)J->d_out;
-    const char *pf = W == 4 ? next_block(J, o0) : NULL;
-    for (; r + 4 <= J->n_rows; r += 4, pf = NULL)
-        gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 4, W, dt, pf);
+    for (; r + 4 <= J->n_rows; r += 4)
+        gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 4, W, dt);
     switch (J->n_rows - r) {
-    case 3: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 3, W, dt, pf); break;
-    case 2: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 2, W, dt, pf); break;
-    case 1: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 1, W, dt, pf); break;
+    case 3: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 3, W, dt); break;
+    case 2: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 2, W, dt); break;
+    case 1: gemv_blk_avx512(J, J->x + r * ld, J->out + r * ldo, o0, 1, W, dt); break;
     default: break;
     }
 }
 
-PL_INLINE PL_TARGET_AVX512 void gemv_avx512_dt(const mm_job *J, int o_begin, int o_end,
+PL_INLINE PL_TARGET_AVX512 void gemv_avx512_dt(const mm_job *J, int k0, int k1, bool tail,
                                                const pl_dtype dt) {
-    int o = o_begin;
-    for (; o + 4 <= o_end; o += 4) gemv_rows_avx512(J, o, 4, dt);
-    for (; o < o_end; o++) gemv_rows_avx512(J, o, 1, dt);
+    for (int k = k0; k < k1; k++) gemv_rows_avx512(J, k, 4, dt);
+    if (tail)
+        for (int o = 4 * J->quarter; o < J->d_out; o++) gemv_rows_avx512(J, o, 1, dt);
 }
 
-static PL_TARGET_AVX512 void gemv_avx512(const mm_job *J, int o_begin, int o_end) {
+static PL_TARGET_AVX512 void gemv_avx512(const mm_job *J, int k0, int k1, bool tail) {
     switch (J->dt) {
-    case PL_DTYPE_F16: gemv_avx512_dt(J, o_begin, o_end, PL_DTYPE_F16); break;
-    case PL_DTYPE_BF16: gemv_avx512_dt(J, o_begin, o_end, PL_DTYPE_BF16); break;
-    default: gemv_avx512_dt(J, o_begin, o_end, PL_DTYPE_F32); break;
+    case PL_DTYPE_F16: gemv_avx512_dt(J, k0, k1, tail, PL_DTYPE_F16); break;
+    case PL_DTYPE_BF16: gemv_avx512_dt(J, k0, k1, tail, PL_DTYPE_BF16); break;
+    default: gemv_avx512_dt(J, k0, k1, tail, PL_DTYPE_F32); break;
     }
 }
 
@@ -179,22 +169,16 @@ static PL_TARGET_AVX512 void gemv_avx512(const mm_job *J, int o_begin, int o_end
 // AVX2 GEMV: 16 registers hold a 4 (weight rows) x 2 (x rows) accumulator block
 
 PL_INLINE PL_TARGET_AVX2 void gemv_blk_avx2(const mm_job *J, const float *x, float *out, int o0,
-                                            const int R, const int W, const pl_dtype dt,
-                                            const char *pf) {
-    const size_t es = pl_dtype_size(dt);
+                                            const int R, const int W, const pl_dtype dt) {
     const size_t ld = (size_t)J->d_in;
     const int d_in = J->d_in;
     __m256 acc[2][4];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < W; j++) acc[r][j] = _mm256_setzero_ps();
     size_t wrow[4];
-    for (int j = 0; j < W; j++) wrow[j] = (size_t)(o0 + j) * ld;
+    for (int j = 0; j < W; j++) wrow[j] = (size_t)(o0 + j * J->quarter) * ld;
     int i = 0;
     for (; i + 8 <= d_in; i += 8) {
-        if (pf && (i & 15) == 0) { /* 2 steps consume 64 * es bytes of the block */
-            const char *p = pf + (size_t)i * 4 * es;
-            for (size_t b = 0; b < 64 * es; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-        }
         __m256 wv[4];
         for (int j = 0; j < W; j++) wv[j] = pl_avx2_load(J->w, dt, wrow[j] + (size_t)i);
         for (int r = 0; r < R; r++) {
@@ -212,11 +196,12 @@ PL_INLINE PL_TARGET_AVX2 void gemv_blk_avx2(const mm_job *J, const float *x, flo
         }
     }
     for (int r = 0; r < R; r++) {
-        float *o = out + (size_t)r * J->d_out + o0;
+        float *o = out + (size_t)r * J->d_out + o0, s[4];
         if (W == 4)
-            _mm_storeu_ps(o, pl_avx2_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+            _mm_storeu_ps(s, pl_avx2_hsum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
         else
-            for (int j = 0; j < W; j++) o[j] = pl_avx2_hsum(acc[r][j]);
+            for (int j = 0; j < W; j++) s[j] = pl_avx2_hsum(acc[r][j]);
+        for (int j = 0; j < W; j++) o[(size_t)j * J->quarter] = s[j];
     }
 }
 
@@ -224,24 +209,23 @@ PL_INLINE PL_TARGET_AVX2 void gemv_rows_avx2(const mm_job *J, int o0, const int 
                                              const pl_dtype dt) {
     int r = 0;
     const size_t ld = (size_t)J->d_in, ldo = (size_t)J->d_out;
-    const char *pf = W == 4 ? next_block(J, o0) : NULL;
-    for (; r + 2 <= J->n_rows; r += 2, pf = NULL)
-        gemv_blk_avx2(J, J->x + r * ld, J->out + r * ldo, o0, 2, W, dt, pf);
-    if (r < J->n_rows) gemv_blk_avx2(J, J->x + r * ld, J->out + r * ldo, o0, 1, W, dt, pf);
+    for (; r + 2 <= J->n_rows; r += 2)
+        gemv_blk_avx2(J, J->x + r * ld, J->out + r * ldo, o0, 2, W, dt);
+    if (r < J->n_rows) gemv_blk_avx2(J, J->x + r * ld, J->out + r * ldo, o0, 1, W, dt);
 }
 
-PL_INLINE PL_TARGET_AVX2 void gemv_avx2_dt(const mm_job *J, int o_begin, int o_end,
+PL_INLINE PL_TARGET_AVX2 void gemv_avx2_dt(const mm_job *J, int k0, int k1, bool tail,
                                            const pl_dtype dt) {
-    int o = o_begin;
-    for (; o + 4 <= o_end; o += 4) gemv_rows_avx2(J, o, 4, dt);
-    for (; o < o_end; o++) gemv_rows_avx2(J, o, 1, dt);
+    for (int k = k0; k < k1; k++) gemv_rows_avx2(J, k, 4, dt);
+    if (tail)
+        for (int o = 4 * J->quarter; o < J->d_out; o++) gemv_rows_avx2(J, o, 1, dt);
 }
 
-static PL_TARGET_AVX2 void gemv_avx2(const mm_job *J, int o_begin, int o_end) {
+static PL_TARGET_AVX2 void gemv_avx2(const mm_job *J, int k0, int k1, bool tail) {
     switch (J->dt) {
-    case PL_DTYPE_F16: gemv_avx2_dt(J, o_begin, o_end, PL_DTYPE_F16); break;
-    case PL_DTYPE_BF16: gemv_avx2_dt(J, o_begin, o_end, PL_DTYPE_BF16); break;
-    default: gemv_avx2_dt(J, o_begin, o_end, PL_DTYPE_F32); break;
+    case PL_DTYPE_F16: gemv_avx2_dt(J, k0, k1, tail, PL_DTYPE_F16); break;
+    case PL_DTYPE_BF16: gemv_avx2_dt(J, k0, k1, tail, PL_DTYPE_BF16); break;
+    default: gemv_avx2_dt(J, k0, k1, tail, PL_DTYPE_F32); break;
     }
 }
 
@@ -250,15 +234,22 @@ static PL_TARGET_AVX2 void gemv_avx2(const mm_job *J, int o_begin, int o_end) {
 // ---------------------------------------------------------------------------------------------
 // tasks
 
+/* Chunk c: rows k .. k1-1 of each quarter (k = c * rows_per_task), and the last chunk also
+ * the tail. */
 static void gemv_chunk(mm_job *J, int chunk, int thread) {
-    int o0 = chunk * J->rows_per_task;
-    int o1 = o0 + J->rows_per_task < J->d_out ? o0 + J->rows_per_task : J->d_out;
+    int k0 = chunk * J->rows_per_task, k1 = k0 + J->rows_per_task;
+    if (k1 > J->quarter) k1 = J->quarter;
+    bool tail = k1 == J->quarter;
     switch (J->c->isa) {
 #ifdef PL_CPU_X86
-    case PL_CPU_ISA_AVX512: gemv_avx512(J, o0, o1); break;
-    case PL_CPU_ISA_AVX2: gemv_avx2(J, o0, o1); break;
+    case PL_CPU_ISA_AVX512: gemv_avx512(J, k0, k1, tail); break;
+    case PL_CPU_ISA_AVX2: gemv_avx2(J, k0, k1, tail); break;
 #endif
-    default: gemv_scalar(J, o0, o1, J->c->scratch[thread]); break;
+    default:
+        for (int q = 0; q < 4; q++)
+            gemv_scalar(J, k0 + q * J->quarter, k1 + q * J->quarter, J->c->scratch[thread]);
+        if (tail) gemv_scalar(J, 4 * J->quarter, J->d_out, J->c->scratch[thread]);
+        break;
     }
 }
 
@@ -348,8 +339,13 @@ static int gemv_chunks(const pl_cpu_ctx *c, mm_job *J) {
     /* a whole number of chunks per thread: 9 chunks on 2 threads take 5 chunk-times, 10 take 5
      * shorter ones */
     n = pl_cpu_round_up(n, c->n_threads);
-    J->rows_per_task = pl_cpu_round_up((J->d_out + n - 1) / n, 4);
-    return (J->d_out + J->rows_per_task - 1) / J->rows_per_task;
+    J->quarter = J->d_out / 4;
+    if (J->quarter == 0) {
+        J->rows_per_task = 0;
+        return 1; /* the tail alone */
+    }
+    J->rows_per_task = (J->quarter + n - 1) / n;
+    return (J->quarter + J->rows_per_task - 1) / J->rows_per_task;
 }
 
 pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n_parts,

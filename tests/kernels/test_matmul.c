@@ -12,15 +12,18 @@
 #include "util/dtype.h"
 
 static const int ROWS[] = {1, 2, 3, 7, 16, 33, 64};
-/* (d_in, d_out) pairs: tiny, odd, one above a vector width, model-sized */
-static const int SHAPES[][2] = {{8, 17}, {17, 8}, {64, 172}, {172, 64}, {255, 768}, {768, 255}};
+/* (d_in, d_out) pairs: tiny, odd, one above a vector width, model-sized, and fewer output
+ * features than the GEMV's 4 streams */
+static const int SHAPES[][2] = {{8, 17},    {17, 8},    {64, 172}, {172, 64},
+                                {255, 768}, {768, 255}, {40, 3}};
+enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
 static void check_dtype(pl_dtype t) {
     pl_kt_env e;
     pl_kt_env_init(&e, PL_DTYPE_F32);
     pl_test_rng r;
     pl_test_rng_seed(&r, 20 + (uint64_t)t);
-    for (int si = 0; si < 6; si++) {
+    for (int si = 0; si < N_SHAPES; si++) {
         int d_in = SHAPES[si][0], d_out = SHAPES[si][1];
         void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, t, NULL);
         for (int ri = 0; ri < 7; ri++) {
@@ -130,6 +133,43 @@ Test(matmul, own_gemm_blocking) {
                 c->mm_force = PL_CPU_MM_AUTO;
             }
             free(w), free(x), free(want), free(got);
+        }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* The GEMV gives each output the same bits whatever the number of x rows in the call: a
+ * sequence's decode step must not depend on which others share its batch (with an f32 KV
+ * cache, greedy output is then independent of load; docs/api.md). Each x row alone against
+ * the same rows in one call, every cpu backend, every shape and weight type. */
+Test(matmul, gemv_rows_independent) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 41);
+    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    enum { ROWS = 7 };
+    for (int si = 0; si < N_SHAPES; si++)
+        for (int ti = 0; ti < 3; ti++) {
+            int d_in = SHAPES[si][0], d_out = SHAPES[si][1];
+            void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, types[ti], NULL);
+            float *x = pl_kt_rand(&r, (size_t)ROWS * d_in, 1.0f);
+            float *all = malloc((size_t)ROWS * d_out * 4), *one = malloc((size_t)d_out * 4);
+            for (int b = 0; b < e.n_cpu; b++) {
+                pl_backend *be = e.cpu[b];
+                ((pl_cpu_ctx *)be->ctx)->mm_force = PL_CPU_MM_GEMV;
+                cr_assert_eq(be->ops->matmul(be, all, x, w, types[ti], ROWS, d_in, d_out), PL_OK);
+                for (int row = 0; row < ROWS; row++) {
+                    cr_assert_eq(be->ops->matmul(be, one, x + (size_t)row * d_in, w, types[ti],
+                                                 1, d_in, d_out),
+                                 PL_OK);
+                    cr_assert(memcmp(one, all + (size_t)row * d_out, (size_t)d_out * 4) == 0,
+                              "%s %s %dx%d: row %d of %d differs from the row alone", e.name[b],
+                              pl_dtype_name(types[ti]), d_out, d_in, row, ROWS);
+                }
+                ((pl_cpu_ctx *)be->ctx)->mm_force = PL_CPU_MM_AUTO;
+            }
+            free(w), free(x), free(all), free(one);
         }
     pl_kt_env_fini(&e);
     PL_ASSERT_NO_LEAKS();

@@ -160,6 +160,7 @@ typedef struct pl_bench_roofline {
     size_t array_bytes;    /* per array; three arrays */
     size_t llc_bytes;      /* as the OS reports it; 0 unknown */
     double read_gbs;       /* best read-and-sum bandwidth over the three arrays */
+    const char *read_isa;  /* the memory kernels' loads (pl_bench_membw.isa) */
     double triad_gbs;      /* best a = b + s*c (24 bytes per element counted, as STREAM) */
     double gemm_gflops;    /* best f32 sgemm */
     int gemm_n;
@@ -177,6 +178,7 @@ typedef struct pl_bench_membw {
     size_t array_bytes;    /* n doubles */
     size_t llc_bytes;      /* as the OS reports it; 0 unknown */
     int n_threads;
+    const char *isa;       /* the kernels' loads: "AVX-512", "AVX2" or "baseline" (plain C) */
 } pl_bench_membw;
 
 /* Sizes the arrays from o (array_mib, n_threads), allocates them and touches each thread's

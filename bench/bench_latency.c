@@ -96,8 +96,8 @@ static void bw_report(const bw_track *b, long long iters, json_t *root) {
     double med_bw = pl_bench_median(b->read_gbs, (size_t)iters + 1);
     double med_w = pl_bench_median(b->weight_gbs, (size_t)iters);
     double med_r = pl_bench_median(b->ratio, (size_t)iters);
-    printf("Read bandwidth around the iterations (GB/s, 3 x %zu MiB, %d threads):",
-           b->m.array_bytes >> 20, b->m.n_threads);
+    printf("Read bandwidth around the iterations (GB/s, 3 x %zu MiB, %s loads, %d threads):",
+           b->m.array_bytes >> 20, b->m.isa, b->m.n_threads);
     for (long long k = 0; k <= iters; k++) printf(" %.2f", b->read_gbs[k]);
     printf("\nWeight streaming (weight bytes per decode step / median TPOT) per iteration:");
     for (long long k = 0; k < iters; k++)
@@ -116,6 +116,7 @@ static void bw_report(const bw_track *b, long long iters, json_t *root) {
     json_object_set_new(o, "ratio", q);
     json_object_set_new(o, "median_ratio", json_real(med_r));
     json_object_set_new(o, "array_bytes", json_integer((json_int_t)b->m.array_bytes));
+    json_object_set_new(o, "isa", json_string(b->m.isa));
     json_object_set_new(o, "threads", json_integer(b->m.n_threads));
     json_object_set_new(root, "bandwidth", o);
 }

@@ -67,6 +67,7 @@ static int measure_memory(const pl_bench_roofline_opts *o, pl_bench_roofline *ou
     out->llc_bytes = m.llc_bytes;
     out->array_bytes = m.array_bytes;
     out->n_threads = m.n_threads;
+    out->read_isa = m.isa;
     rc = pl_bench_membw_measure(&m, o->reps, &out->read_gbs, &out->triad_gbs);
     pl_bench_membw_free(&m);
     return rc;
@@ -126,8 +127,10 @@ int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline
 }
 
 void pl_bench_roofline_print(FILE *f, const pl_bench_roofline *r) {
-    fprintf(f, "Memory read bandwidth: %.2f GB/s (sum over 3 x %zu MiB, %d threads; LLC %zu MiB)\n",
-            r->read_gbs, r->array_bytes >> 20, r->n_threads, r->llc_bytes >> 20);
+    fprintf(f,
+            "Memory read bandwidth: %.2f GB/s (sum over 3 x %zu MiB, %s loads, %d threads; LLC "
+            "%zu MiB)\n",
+            r->read_gbs, r->array_bytes >> 20, r->read_isa, r->n_threads, r->llc_bytes >> 20);
     fprintf(f, "Memory triad bandwidth: %.2f GB/s (a = b + s*c, 24 bytes/element)\n", r->triad_gbs);
     fprintf(f, "GEMM peak (f32 OpenBLAS sgemm %d^3, %d threads): %.2f GFLOP/s\n", r->gemm_n,
             r->blas_threads, r->gemm_gflops);
@@ -147,6 +150,7 @@ json_t *pl_bench_roofline_json(const pl_bench_roofline *r) {
     json_object_set_new(o, "gemm_n", json_integer(r->gemm_n));
     json_object_set_new(o, "blas_threads", json_integer(r->blas_threads));
     json_object_set_new(o, "memory_threads", json_integer(r->n_threads));
+    json_object_set_new(o, "memory_isa", json_string(r->read_isa ? r->read_isa : "none"));
     json_object_set_new(o, "array_bytes", json_integer((json_int_t)r->array_bytes));
     json_object_set_new(o, "llc_bytes", json_integer((json_int_t)r->llc_bytes));
     json_object_set_new(o, "ridge_flop_per_byte",

@@ -13,6 +13,7 @@ usage errors (exit 2) naming the flag. Exit 0 pass, 1 fail, 77 skip.
 import json
 import math
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -228,6 +229,22 @@ def case_latency():
     check("bandwidth" not in js, "bandwidth reported without --bandwidth")
 
 
+def expected_membw_isa():
+    """The loads the bandwidth probe must pick on this CPU (bench/membw.c)."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return None
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return "baseline"
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "baseline"
+
+
 def case_latency_bandwidth():
     out = tmp("lb.json")
     p = run(["bench", "latency"] + TINY + [
@@ -251,8 +268,10 @@ def case_latency_bandwidth():
                   p.stdout, re.M)
     check(m and close(float(m.group(2)), 100 * bw["median_ratio"], abs_=0.051),
           f"summary line missing or differs from the JSON:\n{p.stdout}")
-    check(re.search(r"^Read bandwidth around the iterations \(GB/s, 3 x 4 MiB", p.stdout, re.M),
-          "readings line missing")
+    check(re.search(r"^Read bandwidth around the iterations \(GB/s, 3 x 4 MiB, " +
+                    re.escape(bw["isa"]) + " loads", p.stdout, re.M), "readings line missing")
+    want = expected_membw_isa()
+    check(want is None or bw["isa"] == want, f"probe loads {bw['isa']}, CPU has {want}")
 
 
 def check_trace(path, want_ops=True):
@@ -333,8 +352,12 @@ def case_roofline():
     for k in ("read_gbs", "triad_gbs", "gemm_gflops"):
         check(js[k] > 0 and math.isfinite(js[k]), f"{k} = {js[k]}")
     check(js["array_bytes"] == 4 << 20 and js["gemm_n"] == 64, "sizes not as asked")
-    m = re.search(r"^Memory read bandwidth: ([\d.]+) GB/s", p.stdout, re.M)
+    m = re.search(r"^Memory read bandwidth: ([\d.]+) GB/s \(sum over 3 x 4 MiB, (\S+) loads",
+                  p.stdout, re.M)
     check(m and close(float(m.group(1)), js["read_gbs"], abs_=0.006), "printed vs JSON")
+    want = expected_membw_isa()
+    check(m and m.group(2) == js["memory_isa"] and (want is None or want == js["memory_isa"]),
+          f"probe loads: printed {m and m.group(2)}, JSON {js['memory_isa']}, CPU has {want}")
     check(re.search(r"^GEMM peak .*: [\d.]+ GFLOP/s$", p.stdout, re.M), "GEMM line missing")
 
 

@@ -11,15 +11,14 @@
  * Both use the widest loads the CPU has among those built here (AVX-512, AVX2, else what the
  * compiler makes of plain C for baseline x86-64 or other machines): a ceiling must be reached
  * the way the kernels measured against it read. On the Zen 3 machine the baseline build (8-
- * and 16-byte loads) read 16-19% less than 32-byte loads (2 threads, 3 x 682 MiB, best and
- * median of 15), and less than the AVX2 GEMV streamed its weights.
+ * and 16-byte loads) read 3-23% less than 32-byte loads (7 alternating runs of 3 x 682 MiB,
+ * 2 threads), and less than the AVX2 GEMV streamed its weights.
  *
  * Sizing: per array max(32 MiB, 8/3 x LLC) capped at 1 GiB and at an eighth of the memory
  * available now; --array-mib overrides. Some hypervisors report a host-wide LLC (hundreds of
  * MiB); the cap keeps the footprint bounded and the result says which sizes were used.
  */
 #include <pthread.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,9 +64,17 @@ static double read_sum(const double *a, const double *b, const double *c, size_t
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+/* Inlined into one function per target below, each vectorised with that target's vectors */
+static inline __attribute__((always_inline)) void triad_body(double *restrict a,
+                                                             const double *restrict b,
+                                                             const double *restrict c,
+                                                             size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
+}
+
 static void triad(double *restrict a, const double *restrict b, const double *restrict c,
                   size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
+    triad_body(a, b, c, lo, hi);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -105,19 +112,18 @@ __attribute__((target("avx512f"))) static double read_sum_avx512(const double *a
     return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) + read_sum(a, b, c, i, hi);
 }
 
-/* The same loop as triad(), which the compiler vectorises with the target's widest vectors */
 __attribute__((target("avx2"))) static void triad_avx2(double *restrict a,
                                                        const double *restrict b,
                                                        const double *restrict c, size_t lo,
                                                        size_t hi) {
-    for (size_t i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
+    triad_body(a, b, c, lo, hi);
 }
 
 __attribute__((target("avx512f"))) static void triad_avx512(double *restrict a,
                                                            const double *restrict b,
                                                            const double *restrict c,
                                                            size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; i++) a[i] = b[i] + 3.0 * c[i];
+    triad_body(a, b, c, lo, hi);
 }
 #endif
 
@@ -132,11 +138,29 @@ static const char *pick_isa(void) {
     return ISA_BASELINE;
 }
 
+static double read_any(const pl_bench_membw *m, size_t lo, size_t hi) {
+#ifdef MEMBW_X86
+    if (m->isa == ISA_AVX512) return read_sum_avx512(m->a, m->b, m->c, lo, hi);
+    if (m->isa == ISA_AVX2) return read_sum_avx2(m->a, m->b, m->c, lo, hi);
+#endif
+    return read_sum(m->a, m->b, m->c, lo, hi);
+}
+
+static void triad_any(const pl_bench_membw *m, size_t lo, size_t hi) {
+#ifdef MEMBW_X86
+    if (m->isa == ISA_AVX512) {
+        triad_avx512(m->a, m->b, m->c, lo, hi);
+        return;
+    }
+    if (m->isa == ISA_AVX2) {
+        triad_avx2(m->a, m->b, m->c, lo, hi);
+        return;
+    }
+#endif
+    triad(m->a, m->b, m->c, lo, hi);
+}
+
 static void run_kernel(const pl_bench_membw *m, worker *w, int kind) {
-    double *restrict a = m->a;
-    const double *restrict b = m->b, *restrict c = m->c;
-    bool avx512 = m->isa == ISA_AVX512, avx2 = m->isa == ISA_AVX2;
-    (void)avx512, (void)avx2; /* unused where only the baseline is built */
     switch (kind) {
     case K_INIT:
         for (size_t i = w->lo; i < w->hi; i++) {
@@ -146,18 +170,10 @@ static void run_kernel(const pl_bench_membw *m, worker *w, int kind) {
         }
         break;
     case K_TRIAD:
-#ifdef MEMBW_X86
-        if (avx512) { triad_avx512(a, b, c, w->lo, w->hi); break; }
-        if (avx2) { triad_avx2(a, b, c, w->lo, w->hi); break; }
-#endif
-        triad(a, b, c, w->lo, w->hi);
+        triad_any(m, w->lo, w->hi);
         break;
     case K_READ:
-#ifdef MEMBW_X86
-        if (avx512) { w->sum += read_sum_avx512(a, b, c, w->lo, w->hi); break; }
-        if (avx2) { w->sum += read_sum_avx2(a, b, c, w->lo, w->hi); break; }
-#endif
-        w->sum += read_sum(a, b, c, w->lo, w->hi);
+        w->sum += read_any(m, w->lo, w->hi);
         break;
     }
 }

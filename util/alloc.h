@@ -28,7 +28,9 @@ char *pl_strdup(const char *s);
  * them (THP "madvise" mode; the memory is still untouched, so the advice takes effect at first
  * touch, and its failure only costs speed): streaming a large buffer (weights, the KV pool)
  * with 4 KB pages costs a TLB miss per 4 KB. Below 4 MiB the 2 MiB of alignment padding would
- * cost more than it saves. Freed with pl_free_aligned. */
+ * cost more than it saves. Such huge blocks are mapped from the kernel, so pages the caller
+ * never touches are never faulted in (whatever MALLOC_PERTURB_ says). Freed with
+ * pl_free_aligned. */
 void *pl_calloc_aligned(size_t n_bytes, bool huge);
 void pl_free_aligned(void *p);
 

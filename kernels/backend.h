@@ -208,12 +208,10 @@ static inline pl_status pl_backend_matmul_group(pl_backend *be, const pl_matmul_
                                                 int n_parts, const float *x, int n_rows,
                                                 int d_in) {
     if (be->ops->matmul_group) return be->ops->matmul_group(be, parts, n_parts, x, n_rows, d_in);
-    pl_status st = pl_check_matmul_parts(parts, n_parts);
-    if (st != PL_OK) return st;
+    PL_TRY(pl_check_matmul_parts(parts, n_parts));
     for (int i = 0; i < n_parts; i++) {
         const pl_matmul_part *p = &parts[i];
-        pl_status st = be->ops->matmul(be, p->out, x, p->w, p->w_dtype, n_rows, d_in, p->d_out);
-        if (st != PL_OK) return st;
+        PL_TRY(be->ops->matmul(be, p->out, x, p->w, p->w_dtype, n_rows, d_in, p->d_out));
     }
     return PL_OK;
 }

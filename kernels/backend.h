@@ -75,6 +75,8 @@ typedef struct pl_attn_batch {
     int head_dim;                /* host */
     int block_size;              /* host */
     float scale;                 /* host: usually 1/sqrt(head_dim) */
+    int sliding_window;          /* host: 0 = none; else a query at position p attends only to
+                                    positions p - sliding_window + 1 .. p (Mistral) */
 } pl_attn_batch;
 
 /* One product of a matmul group: out (n_rows, d_out) = x @ w^T, w (d_out, d_in) of w_dtype. */
@@ -161,6 +163,9 @@ typedef struct pl_backend_ops {
      * CUDA backend's table is positional. */
     pl_status (*matmul_group)(pl_backend *be, const pl_matmul_part *parts, int n_parts,
                               const float *x, int n_rows, int d_in);
+
+    /* x (n_rows, dim) += bias (dim, f32) on every row, in place (Qwen2's q/k/v biases). */
+    pl_status (*add_bias)(pl_backend *be, float *x, const float *bias, int n_rows, int dim);
 } pl_backend_ops;
 
 struct pl_backend {

@@ -185,6 +185,7 @@ static const pl_backend_ops cpu_ops = {
     .gather_rows = pl_cpu_gather_rows,
     .copy_blocks = pl_cpu_copy_blocks,
     .matmul_group = pl_cpu_matmul_group,
+    .add_bias = pl_cpu_add_bias,
 };
 
 /* Without the own GEMM (scalar CPUs), below gemm_min_rows activation rows streaming the

@@ -240,8 +240,9 @@ static const pl_backend_ops cuda_ops = {
     /* .gather_rows = */ pl_cuda_gather_rows,
     /* .copy_blocks = */ pl_cuda_copy_blocks,
     /* .matmul_group = */ NULL, /* one cuBLAS call per product: the stream keeps them queued */
+    /* .add_bias = */ pl_cuda_add_bias,
 };
-static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 21,
+static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 22,
               "pl_backend_ops changed: update cuda_ops (positional initialiser)");
 
 /* Creates the device objects of c; on failure the caller destroys what exists. */

@@ -70,6 +70,7 @@ pl_status pl_cuda_kv_store(pl_backend *be, void *k_cache, void *v_cache, const f
                            int head_dim, int block_size);
 pl_status pl_cuda_attention(pl_backend *be, float *out, const float *q, const void *k_cache,
                             const void *v_cache, const pl_attn_batch *b);
+pl_status pl_cuda_add_bias(pl_backend *be, float *x, const float *bias, int n_rows, int dim);
 pl_status pl_cuda_silu_mul(pl_backend *be, float *out, const float *gate, const float *up,
                            size_t n);
 pl_status pl_cuda_gather_rows(pl_backend *be, float *out, const float *x, const int32_t *rows,

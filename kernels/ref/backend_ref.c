@@ -291,6 +291,7 @@ static const pl_backend_ops ref_ops = {
     .silu_mul = pl_ref_silu_mul,
     .gather_rows = pl_ref_gather_rows,
     .copy_blocks = pl_ref_copy_blocks,
+    .add_bias = pl_ref_add_bias,
 };
 
 pl_status pl_backend_ref_create(const pl_backend_options *opt, pl_backend **out) {

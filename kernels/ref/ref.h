@@ -41,6 +41,7 @@ pl_status pl_ref_silu_mul(pl_backend *be, float *out, const float *gate, const f
                           size_t n);
 pl_status pl_ref_gather_rows(pl_backend *be, float *out, const float *x, const int32_t *rows,
                              int n_rows, int dim);
+pl_status pl_ref_add_bias(pl_backend *be, float *x, const float *bias, int n_rows, int dim);
 pl_status pl_ref_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
                              const int32_t *pairs, int n_pairs);
 

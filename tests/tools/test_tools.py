@@ -680,6 +680,28 @@ def case_progress_roofline():
     check_no_bar_without_tty(args)
 
 
+def case_progress_soak():
+    """bench soak: a bar of requests settled (reported, or refused for good)."""
+    args = ["bench", "soak", "--requests", "300", "--seed", "2"]
+    _, stdout, err = run_pty(args)
+    frames = bar_frames(err, "requests")
+    check(frames[-1]["total"] == "300", f"final frame {frames[-1].group(0)!r}")
+    check(re.search(r"^checks: all passed$", stdout, re.M), "soak failed under a pty")
+    check_no_bar_without_tty(args)
+
+
+def case_progress_profile():
+    """profile: one bar over every run (warm-up + 3 modes x --reps), in output tokens."""
+    args = ["profile"] + TINY + ["--num-prompts", "3", "--input-len", "8", "--output-len", "4",
+                                 "--reps", "2", "--no-roofline", "--trace", tmp("pp.json")]
+    _, stdout, err = run_pty(args)
+    frames = bar_frames(err, "output tokens")
+    check(int(frames[-1]["total"]) == (1 + 3 * 2) * 3 * 4, f"final frame {frames[-1].group(0)!r}")
+    check(frames[-1]["label"].startswith("run 7/7 "), f"label {frames[-1]['label']!r}")
+    check("Profiling overhead" in stdout, "no result after the bar")
+    check_no_bar_without_tty(args)
+
+
 def case_version():
     a = run(["--version"]).stdout
     b = run(["version"]).stdout

@@ -124,6 +124,12 @@ static bool has_tokenizer(const pl_engine *e) {
     return true;
 }
 
+/* jansson refuses a string that is not UTF-8 (NULL): say so rather than drop the member. */
+static json_t *text_json(const char *s) {
+    json_t *v = json_string(s ? s : "");
+    return v ? v : json_string("(not valid UTF-8)");
+}
+
 static json_t *ids_json(const int32_t *ids, size_t n) {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
@@ -172,7 +178,7 @@ static void print_completion(output *o, size_t input, const pl_completion *c) {
         json_object_set_new(r, "id", json_integer((json_int_t)c->id));
         json_object_set_new(r, "prompt_token_ids", ids_json(c->prompt_ids, c->n_prompt_ids));
         json_object_set_new(r, "output_token_ids", ids_json(c->output_ids, c->n_output_ids));
-        json_object_set_new(r, "text", json_string(c->text ? c->text : ""));
+        json_object_set_new(r, "text", text_json(c->text));
         json_object_set_new(r, "finish_reason", json_string(reason));
         json_t *u = json_object(); /* OpenAI's names */
         json_object_set_new(u, "prompt_tokens", json_integer((json_int_t)c->n_prompt_ids));
@@ -216,7 +222,7 @@ static void print_refusal(output *o, size_t input, pl_status s, const char *msg)
         if (o->prompts[input].line)
             json_object_set_new(r, "line", json_integer((json_int_t)o->prompts[input].line));
         json_object_set_new(err, "status", json_string(pl_status_name(s)));
-        json_object_set_new(err, "message", json_string(msg));
+        json_object_set_new(err, "message", text_json(msg));
         json_object_set_new(r, "error", err);
         emit_json(r);
     } else {
@@ -295,7 +301,7 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
         budget += (uint64_t)p->params.max_tokens * (uint64_t)p->params.n;
     }
     qsort(ids, n_ids, sizeof *ids, cmp_id);
-    pl_progress_start(&o->bar, true, "output tokens", budget);
+    pl_progress_start(&o->bar, budget > 0, "output tokens", budget); /* none: all refused */
 
     int rc = 0;
     bool aborted = false;

@@ -7,8 +7,10 @@ Usage: test_cli.py PATH/TO/pagellm   (run by meson in suite e2e)
 Cases: truncated and hostile model files, a missing tokenizer, invalid JSONL lines, unknown
 flags and bad flag values, missing files, out-of-vocabulary token ids, a memory limit the model
 does not fit. One valid run makes sure the refusals are not the command failing for everyone.
-Also the output that is not a refusal: `generate --json` (one object per line, in input order,
-with the fields asked for) and, with PAGELLM_TEST_MODELS, the README's stories260K command.
+Also the output that is not a refusal: `generate --json` (one object per completion as it
+finishes, naming its prompt, with the fields asked for), a refused line among good ones (an
+error record, the others run), text mode's ids without a tokenizer, `--prompts -`, SIGINT
+mid-run, and, with PAGELLM_TEST_MODELS, the README's stories260K command.
 Prints TAP-like lines and a closing "N passed, N failed".
 """
 import json

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench/progress.h"
 #include "pagellm.h"
 
 /* ------------------------------------------------------------------------------------------
@@ -93,10 +94,15 @@ typedef struct pl_bench_run {
 } pl_bench_run;
 
 /* Submits every prompt (feeding the waiting queue as it drains when it is bounded) and steps
- * the engine until all have finished. progress: draw a bar on stderr if it is a terminal.
- * Returns an exit status: 1 when the engine fails or a request is refused. */
+ * the engine until all have finished. progress (may be NULL): a bar counting output tokens,
+ * started by the caller with pl_bench_workload_output_tokens in its total (or more, for a
+ * bar that spans several runs); the run adds the tokens produced, gives back the budget of
+ * requests that stop early, sets the note to the requests finished and redraws; the caller
+ * finishes the bar. Returns an exit status: 1 when the engine fails or a request is refused. */
 int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sampling_params *sp,
-                          bool progress, pl_bench_run *out);
+                          pl_progress *progress, pl_bench_run *out);
+/* Output tokens the workload asks for at most (the sum of its max_tokens). */
+uint64_t pl_bench_workload_output_tokens(const pl_bench_workload *w);
 void pl_bench_run_free(pl_bench_run *r);
 /* The sampling parameters the benchmarks use (vLLM's: temperature 1, top_p 1). */
 void pl_bench_sampling_default(pl_sampling_params *sp, bool ignore_eos);
@@ -150,7 +156,7 @@ json_t *pl_bench_model_json(const pl_engine_config *cfg, const pl_engine *e);
 
 typedef struct pl_bench_roofline_opts {
     long long array_mib;  /* per array; 0 = sized from the last-level cache */
-    int n_threads;        /* 0 = all online CPUs */
+    int n_threads;        /* memory, GEMM and FMA kernels; 0 = all online CPUs */
     int gemm_n;           /* square sgemm size */
     int reps;             /* best of */
 } pl_bench_roofline_opts;
@@ -225,8 +231,8 @@ typedef struct pl_bench_profiling {
 /* --profile FILE, --no-roofline and the roofline flags. */
 int pl_bench_profiling_flag(pl_bench_profiling *p, int argc, char **argv, int *i);
 /* Measures the ceilings when profiling is wanted (before the engine exists, so the two do
- * not compete for memory bandwidth). */
-int pl_bench_profiling_prepare(pl_bench_profiling *p);
+ * not compete for memory bandwidth), on cfg's thread count unless --roofline-threads says. */
+int pl_bench_profiling_prepare(pl_bench_profiling *p, const pl_engine_config *cfg);
 /* Resets the engine's profile and turns profiling on, writing the trace to trace_path. */
 int pl_bench_profiling_start(pl_engine *e, const char *trace_path);
 /* Fills *out and turns profiling off (which completes the trace file). */

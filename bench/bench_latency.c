@@ -36,14 +36,15 @@ static void usage(void) {
            "                             [--input-len N (32)] [--output-len N (128)]\n"
            "                             [--num-iters-warmup N (2)] [--num-iters N (10)]\n"
            "                             [--seed N] [--output-json FILE] [--profile FILE]\n"
-           "                             [engine flags]\n\n"
+           "                             [--no-progress] [engine flags]\n\n"
            "Times whole batches: average latency and its 10/25/50/75/90/99th percentiles,\n"
            "TTFT and TPOT. Default: --model " DEFAULT_MODEL ".\n"
            "  --profile FILE   profile the measured iterations (trace + summary table)\n"
            "  --no-roofline    with --profile: skip measuring the machine's ceilings\n"
            "  --bandwidth      measure the read bandwidth around every measured iteration\n"
            "                   (3 arrays as in bench roofline) and report weight bytes per\n"
-           "                   decode step / TPOT as a fraction of it\n\n");
+           "                   decode step / TPOT as a fraction of it\n"
+           "  --no-progress    no progress bar (it is drawn only on a terminal anyway)\n\n");
     pl_bench_print_roofline_flags();
     cli_print_engine_flags();
 }
@@ -122,14 +123,15 @@ static void bw_report(const bw_track *b, long long iters, json_t *root) {
 }
 
 static int one_iteration(pl_engine *e, const pl_bench_workload_opts *wo, uint64_t iter,
-                         const pl_sampling_params *sp, pl_bench_run *run) {
+                         const pl_sampling_params *sp, pl_progress *bar, pl_bench_run *run) {
     pl_bench_workload w;
     int rc = pl_bench_workload_build(wo, e, iter, &w);
     if (rc) return rc;
-    rc = pl_bench_run_workload(e, &w, sp, false, run);
+    rc = pl_bench_run_workload(e, &w, sp, bar, run);
     size_t n = w.n;
     pl_bench_workload_free(&w);
     if (rc == 0 && run->n_reqs != n) {
+        pl_progress_clear(bar);
         fprintf(stderr, "pagellm bench latency: %zu of %zu requests finished\n", run->n_reqs, n);
         rc = 1;
     }
@@ -151,7 +153,7 @@ int pl_bench_latency_main(int argc, char **argv) {
     pl_bench_profiling prof = {0};
     pl_bench_roofline_opts_default(&prof.roof_opts);
     const char *json_path = NULL;
-    bool bandwidth = false;
+    bool bandwidth = false, progress = true;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -185,6 +187,8 @@ int pl_bench_latency_main(int argc, char **argv) {
             json_path = v, i++;
         } else if (!strcmp(a, "--bandwidth")) {
             bandwidth = true;
+        } else if (!strcmp(a, "--no-progress") || !strcmp(a, "--disable-tqdm")) {
+            progress = false;
         } else {
             return pl_bench_unknown_flag("bench latency", a);
         }
@@ -195,8 +199,10 @@ int pl_bench_latency_main(int argc, char **argv) {
     if (cfg.max_num_seqs < cfg.max_batch_size) cfg.max_num_seqs = cfg.max_batch_size;
 
     const char *build = pl_bench_build_describe(true);
-    if (pl_bench_profiling_prepare(&prof)) return 1;
+    if (pl_bench_profiling_prepare(&prof, &cfg)) return 1;
     bw_track bw = {0};
+    /* the engine's threads against the bandwidth of as many threads */
+    if (prof.roof_opts.n_threads == 0) prof.roof_opts.n_threads = cfg.n_threads;
     /* the probe's arrays are touched before the engine's memory, as bench roofline's are */
     if (bandwidth && bw_init(&bw, &prof.roof_opts, iters)) {
         bw_free(&bw);
@@ -226,16 +232,22 @@ int pl_bench_latency_main(int argc, char **argv) {
         rc = 1;
         goto done;
     }
+    /* one bar over every iteration, warm-up included: all their output tokens (EOS ignored) */
+    pl_progress bar;
+    pl_progress_start(&bar, progress, "output tokens",
+                      (uint64_t)(warmup + iters) * (uint64_t)batch * (uint64_t)wo.output_len);
     for (long long it = 0; it < warmup && rc == 0; it++) {
         pl_bench_run run = {0};
-        rc = one_iteration(e, &wo, (uint64_t)it, &sp, &run);
+        snprintf(bar.label, sizeof bar.label, "warm-up %lld/%lld", it + 1, warmup);
+        rc = one_iteration(e, &wo, (uint64_t)it, &sp, &bar, &run);
         pl_bench_run_free(&run);
     }
     if (rc == 0 && prof.trace_path) rc = pl_bench_profiling_start(e, prof.trace_path);
     if (rc == 0 && bandwidth) rc = bw_read(&bw, 0);
     for (long long it = 0; it < iters && rc == 0; it++) {
         pl_bench_run run = {0};
-        rc = one_iteration(e, &wo, (uint64_t)(warmup + it), &sp, &run);
+        snprintf(bar.label, sizeof bar.label, "iteration %lld/%lld", it + 1, iters);
+        rc = one_iteration(e, &wo, (uint64_t)(warmup + it), &sp, &bar, &run);
         if (rc == 0 && bandwidth) rc = bw_read(&bw, it + 1);
         if (rc == 0 && bandwidth) rc = bw_iteration(&bw, it, &run, pl_engine_weight_bytes(e));
         if (rc == 0) {
@@ -245,6 +257,7 @@ int pl_bench_latency_main(int argc, char **argv) {
         }
         pl_bench_run_free(&run);
     }
+    pl_progress_finish(&bar);
     if (prof.trace_path) {
         int rc2 = pl_bench_profiling_stop(e, &profile);
         if (!rc) rc = rc2;

@@ -117,7 +117,9 @@ static bool parse_list(const char *flag, const char *s, long long *out, int *n_o
  * One point
  * ---------------------------------------------------------------------------------------- */
 
-static int run_point(const sweep_opts *o, point *pt, bool *skipped) {
+/* Runs point number point_no (from 1) of n_points. */
+static int run_point(const sweep_opts *o, point *pt, size_t point_no, size_t n_points,
+                     bool *skipped) {
     pl_engine_config cfg = o->cfg;
     cfg.max_batch_size = pt->max_batch_size;
     if (cfg.max_num_seqs < pt->max_batch_size) cfg.max_num_seqs = pt->max_batch_size;
@@ -164,7 +166,16 @@ static int run_point(const sweep_opts *o, point *pt, bool *skipped) {
         pl_sampling_params sp;
         pl_bench_sampling_default(&sp, wo.ignore_eos);
         pl_bench_run run = {0};
-        if (rc == 0) rc = pl_bench_run_workload(e, &w, &sp, o->progress, &run);
+        pl_progress bar;
+        pl_progress_start(&bar, o->progress, "output tokens",
+                          pl_bench_workload_output_tokens(&w));
+        if (o->reps > 1)
+            snprintf(bar.label, sizeof bar.label, "point %zu/%zu run %lld/%lld", point_no,
+                     n_points, r + 1, o->reps);
+        else
+            snprintf(bar.label, sizeof bar.label, "point %zu/%zu", point_no, n_points);
+        if (rc == 0) rc = pl_bench_run_workload(e, &w, &sp, &bar, &run);
+        pl_progress_finish(&bar);
         pl_profile prof;
         if (o->profile_prefix) {
             int rc2 = pl_bench_profiling_stop(e, &prof);
@@ -514,7 +525,7 @@ int pl_bench_sweep_main(int argc, char **argv) {
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         bool skipped = false;
-        if ((rc = run_point(&o, &pts[i], &skipped))) break;
+        if ((rc = run_point(&o, &pts[i], i + 1, n, &skipped))) break;
         if (skipped) continue;
         done[n_done++] = pts[i];
         fprintf(info, "%-10s batch %4d  in %5lld  out %5lld  prompts %5zu: %10.2f total tok/s "

@@ -124,7 +124,7 @@ int pl_bench_throughput_main(int argc, char **argv) {
         }
     }
     const char *build = pl_bench_build_describe(true);
-    if (pl_bench_profiling_prepare(&prof)) return 1;
+    if (pl_bench_profiling_prepare(&prof, &cfg)) return 1;
 
     pl_engine *e = NULL;
     int rc = pl_bench_engine_create("bench throughput", &cfg, &e);
@@ -146,7 +146,10 @@ int pl_bench_throughput_main(int argc, char **argv) {
     pl_profile profile;
     json_t *root = NULL;
     if (prof.trace_path && (rc = pl_bench_profiling_start(e, prof.trace_path))) goto done;
-    rc = pl_bench_run_workload(e, &w, &sp, progress, &run);
+    pl_progress bar;
+    pl_progress_start(&bar, progress, "output tokens", pl_bench_workload_output_tokens(&w));
+    rc = pl_bench_run_workload(e, &w, &sp, &bar, &run);
+    pl_progress_finish(&bar);
     if (prof.trace_path) {
         int rc2 = pl_bench_profiling_stop(e, &profile);
         if (!rc) rc = rc2;

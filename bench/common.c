@@ -222,49 +222,12 @@ json_t *pl_bench_summary_json_ms(const pl_bench_summary *s) {
  * The run loop
  * ---------------------------------------------------------------------------------------- */
 
-typedef struct progress {
-    bool on;
-    double t0, last_draw;
-    size_t total;          /* requests */
-    uint64_t total_tokens; /* output tokens expected (exact with ignore_eos) */
-} progress;
-
-static void progress_draw(progress *p, size_t done, uint64_t out_tokens, bool final) {
-    if (!p->on) return;
-    double now = pl_bench_now_s();
-    if (!final && now - p->last_draw < 0.1) return;
-    p->last_draw = now;
-    double el = now - p->t0;
-    double rate = el > 0 ? (double)out_tokens / el : 0.0;
-    double eta = -1;
-    if (out_tokens > 0 && p->total_tokens > out_tokens)
-        eta = (double)(p->total_tokens - out_tokens) / rate;
-    else if (done == p->total)
-        eta = 0;
-    enum { WIDTH = 30 };
-    char bar[WIDTH + 1];
-    /* Requests of one length all finish together at the end: fill by tokens as well. */
-    double frac = p->total ? (double)done / (double)p->total : 1.0;
-    if (p->total_tokens && (double)out_tokens / (double)p->total_tokens > frac)
-        frac = (double)out_tokens / (double)p->total_tokens;
-    size_t fill = (size_t)(frac * WIDTH);
-    for (size_t i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
-    bar[WIDTH] = '\0';
-    fprintf(stderr, "\r[%s] %zu/%zu requests  %.0f output tok/s  ", bar, done, p->total, rate);
-    if (eta >= 0)
-        fprintf(stderr, "ETA %d:%02d ", (int)(eta / 60), (int)eta % 60);
-    else
-        fprintf(stderr, "ETA --:-- ");
-    if (final) fputc('\n', stderr);
-    fflush(stderr);
-}
-
 static int submit_one(pl_engine *e, const pl_bench_prompt *p, const pl_sampling_params *base,
-                      size_t index, bool *queue_full) {
+                      size_t index, pl_request_id *id, bool *queue_full) {
     pl_sampling_params sp = *base;
     sp.max_tokens = p->output_len;
-    pl_status s = p->text ? pl_engine_submit_request(e, p->text, &sp, NULL)
-                          : pl_engine_submit_tokens(e, p->ids, p->n_ids, &sp, NULL);
+    pl_status s = p->text ? pl_engine_submit_request(e, p->text, &sp, id)
+                          : pl_engine_submit_tokens(e, p->ids, p->n_ids, &sp, id);
     *queue_full = s == PL_ERR_QUEUE_FULL;
     if (s == PL_OK || *queue_full) return 0;
     fprintf(stderr, "pagellm: request %zu (%zu prompt tokens, %d output tokens) refused: %s (%s)\n",
@@ -272,40 +235,55 @@ static int submit_one(pl_engine *e, const pl_bench_prompt *p, const pl_sampling_
     return 1;
 }
 
+uint64_t pl_bench_workload_output_tokens(const pl_bench_workload *w) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < w->n; i++) n += (uint64_t)w->prompts[i].output_len;
+    return n;
+}
+
+/* The prompt a completion belongs to: completions come roughly in submit order, so the search
+ * starts where the last one was found. */
+static size_t find_request(const pl_request_id *ids, size_t n, pl_request_id id, size_t *hint) {
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (*hint + k) % n;
+        if (ids[i] == id) return *hint = i;
+    }
+    return n;
+}
+
 int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sampling_params *sp,
-                          bool progress_wanted, pl_bench_run *out) {
+                          pl_progress *pr, pl_bench_run *out) {
     memset(out, 0, sizeof *out);
     out->reqs = calloc(w->n ? w->n : 1, sizeof *out->reqs);
-    if (!out->reqs) {
+    pl_request_id *ids = calloc(w->n ? w->n : 1, sizeof *ids);
+    if (!out->reqs || !ids) {
+        free(ids);
         fprintf(stderr, "pagellm: out of memory for %zu request records\n", w->n);
         return 1;
     }
-    progress pr = {.on = progress_wanted && isatty(STDERR_FILENO), .total = w->n};
-    for (size_t i = 0; i < w->n; i++) pr.total_tokens += (uint64_t)w->prompts[i].output_len;
     pl_metrics m0;
     pl_engine_metrics(e, &m0);
 
     double t0 = pl_bench_now_s();
-    pr.t0 = pr.last_draw = t0;
-    size_t next = 0;
-    uint64_t out_seen = 0;
+    size_t next = 0, hint = 0;
     int rc = 0;
     while (out->n_reqs < w->n) {
         /* A bounded waiting queue refuses what does not fit: submit the rest as it drains. */
         bool full = false;
         while (next < w->n && !full) {
-            if ((rc = submit_one(e, &w->prompts[next], sp, next, &full))) goto done;
+            if ((rc = submit_one(e, &w->prompts[next], sp, next, &ids[next], &full))) goto done;
             if (!full) next++;
         }
         pl_step_result r;
         pl_status s = pl_engine_step(e, &r);
         if (s != PL_OK) {
-            fprintf(stderr, "%spagellm: engine step failed: %s (%s)\n", pr.on ? "\n" : "",
-                    pl_last_error(), pl_status_name(s));
+            if (pr) pl_progress_clear(pr);
+            fprintf(stderr, "pagellm: engine step failed: %s (%s)\n", pl_last_error(),
+                    pl_status_name(s));
             rc = 1;
             goto done;
         }
-        out_seen += r.n_deltas;
+        if (pr) pr->done += r.n_deltas;
         for (size_t k = 0; k < r.n_finished && out->n_reqs < w->n; k++) {
             const pl_completion *c = &r.finished[k];
             pl_bench_request *q = &out->reqs[out->n_reqs++];
@@ -319,27 +297,39 @@ int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sam
                 out->n_dropped++;
             else
                 out->prompt_tokens += c->n_prompt_ids;
+            /* the bar's total counted max_tokens: give back what an early stop left unused */
+            size_t i = find_request(ids, next, c->id, &hint);
+            uint64_t budget = i < next ? (uint64_t)w->prompts[i].output_len : c->n_output_ids;
+            if (pr && budget > c->n_output_ids) {
+                uint64_t unused = budget - c->n_output_ids;
+                pr->total = pr->total > unused ? pr->total - unused : 0;
+            }
         }
         if (next == w->n && out->n_reqs < w->n && !pl_engine_has_pending_work(e)) {
+            if (pr) pl_progress_clear(pr);
             fprintf(stderr, "pagellm: the engine went idle with %zu of %zu requests unreported\n",
                     w->n - out->n_reqs, w->n);
             rc = 1;
             goto done;
         }
-        progress_draw(&pr, out->n_reqs, out_seen, false);
+        if (pr) {
+            snprintf(pr->note, sizeof pr->note, "%zu/%zu requests", out->n_reqs, w->n);
+            pl_progress_update(pr);
+        }
     }
     out->elapsed_s = pl_bench_now_s() - t0;
-    progress_draw(&pr, out->n_reqs, out_seen, true);
     pl_metrics m1;
     pl_engine_metrics(e, &m1);
     out->steps = m1.steps - m0.steps;
     if (out->n_errors) {
+        if (pr) pl_progress_clear(pr);
         fprintf(stderr, "pagellm: %zu request(s) finished with a backend error: %s\n",
                 out->n_errors, pl_last_error());
         rc = 1;
     }
 done:
     /* On failure, requests may still be queued: pl_engine_destroy frees them. */
+    free(ids);
     return rc;
 }
 

@@ -58,16 +58,18 @@ static const char *const k_mode_keys[N_MODES] = {"off", "on", "on_trace"};
 
 /* One run of the workload drawn with seed offset k, profiling as mode says (trace: the file
  * for MODE_TRACE); adds the profile to *acc when on. Returns total tokens/s in *tok_s. */
+/* bar counts the output tokens of every run, each estimated at `estimate` until drawn. */
 static int one_run(pl_engine *e, const pl_bench_workload_opts *wo, uint64_t k,
                    const pl_sampling_params *sp, int mode, const char *trace, pl_profile *acc,
-                   double *tok_s) {
+                   pl_progress *bar, uint64_t estimate, double *tok_s) {
     pl_bench_workload w;
     int rc = pl_bench_workload_build(wo, e, k, &w);
     if (rc) return rc;
+    bar->total = bar->total - estimate + pl_bench_workload_output_tokens(&w);
     pl_bench_run run = {0};
     bool on = mode != MODE_OFF;
     if (on && (rc = pl_bench_profiling_start(e, mode == MODE_TRACE ? trace : NULL))) goto done;
-    rc = pl_bench_run_workload(e, &w, sp, false, &run);
+    rc = pl_bench_run_workload(e, &w, sp, bar, &run);
     if (on) {
         pl_profile p;
         int rc2 = pl_bench_profiling_stop(e, &p);
@@ -159,7 +161,7 @@ int pl_bench_profile_main(int argc, char **argv) {
         }
     }
     const char *build = pl_bench_build_describe(true);
-    if (pl_bench_profiling_prepare(&prof)) return 1;
+    if (pl_bench_profiling_prepare(&prof, &cfg)) return 1;
     pl_engine *e = NULL;
     int rc = pl_bench_engine_create("profile", &cfg, &e);
     if (rc) return rc;
@@ -169,6 +171,7 @@ int pl_bench_profile_main(int argc, char **argv) {
     for (int m = 0; m < N_MODES; m++) tps[m] = calloc(n_runs, sizeof *tps[m]);
     pl_profile acc;
     memset(&acc, 0, sizeof acc);
+    pl_progress bar = {0};
     json_t *root = NULL;
     if (!tps[MODE_OFF] || !tps[MODE_ON] || !tps[MODE_TRACE]) {
         fprintf(stderr, "pagellm profile: out of memory\n");
@@ -178,9 +181,11 @@ int pl_bench_profile_main(int argc, char **argv) {
     pl_sampling_params sp;
     pl_bench_sampling_default(&sp, wo.ignore_eos);
     pl_bench_print_model(stdout, &cfg, e, build);
+    uint64_t estimate = 0; /* output tokens of one run (random lengths: drawn per run) */
     {
         pl_bench_workload w;
         if ((rc = pl_bench_workload_build(&wo, e, 0, &w))) goto done;
+        estimate = pl_bench_workload_output_tokens(&w);
         char desc[512];
         pl_bench_workload_describe(&wo, &w, desc, sizeof desc);
         pl_bench_workload_free(&w);
@@ -193,19 +198,27 @@ int pl_bench_profile_main(int argc, char **argv) {
     fflush(stdout);
 
     /* Warm-up: thread pool, page faults of the KV pool and the weights. */
+    size_t n_total = 1 + n_runs * (overhead ? N_MODES : 1), run_no = 0;
+    pl_progress_start(&bar, true, "output tokens", (uint64_t)n_total * estimate);
     double ignored = 0;
     uint64_t k = 1000;
-    if ((rc = one_run(e, &wo, k++, &sp, MODE_OFF, NULL, NULL, &ignored))) goto done;
+    snprintf(bar.label, sizeof bar.label, "run %zu/%zu warm-up", ++run_no, n_total);
+    if ((rc = one_run(e, &wo, k++, &sp, MODE_OFF, NULL, NULL, &bar, estimate, &ignored)))
+        goto done;
     /* Rotating the order (off, on, trace / on, trace, off / ...) spreads a noisy neighbour's
      * bursts over all three modes. The traced run of the last repetition is the trace kept. */
     for (size_t r = 0; r < n_runs; r++) {
         for (int j = 0; j < N_MODES && rc == 0; j++) {
             int mode = overhead ? (int)((r + (size_t)j) % N_MODES) : MODE_TRACE;
             if (!overhead && j > 0) break;
-            rc = one_run(e, &wo, k++, &sp, mode, prof.trace_path, &acc, &tps[mode][r]);
+            snprintf(bar.label, sizeof bar.label, "run %zu/%zu %s", ++run_no, n_total,
+                     k_mode_keys[mode]);
+            rc = one_run(e, &wo, k++, &sp, mode, prof.trace_path, &acc, &bar, estimate,
+                         &tps[mode][r]);
         }
         if (rc) goto done;
     }
+    pl_progress_finish(&bar);
 
     root = json_object();
     if (overhead) {
@@ -249,6 +262,7 @@ int pl_bench_profile_main(int argc, char **argv) {
         if (!pl_bench_write_json(json_path, root)) rc = 1;
     }
 done:
+    pl_progress_finish(&bar);
     json_decref(root);
     for (int m = 0; m < N_MODES; m++) free(tps[m]);
     pl_engine_destroy(e);

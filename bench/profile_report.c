@@ -173,8 +173,11 @@ int pl_bench_profiling_flag(pl_bench_profiling *p, int argc, char **argv, int *i
     return pl_bench_roofline_flag(&p->roof_opts, argc, argv, i);
 }
 
-int pl_bench_profiling_prepare(pl_bench_profiling *p) {
+int pl_bench_profiling_prepare(pl_bench_profiling *p, const pl_engine_config *cfg) {
     if (!p->trace_path || p->no_roofline) return 0;
+    /* ceilings of the engine's thread count: a 1-thread engine against an all-core GEMM
+     * peak would read as a kernel at a fraction of what it could do */
+    if (p->roof_opts.n_threads == 0) p->roof_opts.n_threads = cfg->n_threads;
     if (pl_bench_roofline_measure(&p->roof_opts, &p->roof)) return 1;
     p->have_roof = true;
     return 0;

@@ -55,7 +55,8 @@ int pl_bench_roofline_flag(pl_bench_roofline_opts *o, int argc, char **argv, int
 void pl_bench_print_roofline_flags(void) {
     printf("roofline flags:\n"
            "  --array-mib N         size of each of the 3 arrays (default: from the LLC, <= 1024)\n"
-           "  --roofline-threads N  memory kernel threads (0 = all online CPUs)\n"
+           "  --roofline-threads N  threads of the memory, GEMM and FMA kernels (0 = all online\n"
+           "                        CPUs; with an engine: default its --threads)\n"
            "  --gemm-n N (2048)     sgemm size (N x N x N)\n"
            "  --roofline-reps N (5) best of N\n");
 }
@@ -94,6 +95,8 @@ static int measure_gemm(const pl_bench_roofline_opts *o, pl_bench_roofline *out)
         a[i] = (float)((i * 7919u) % 1000u) * 1e-3f;
         b[i] = (float)((i * 104729u) % 1000u) * 1e-3f;
     }
+    /* OpenBLAS runs its own threads: as many as the memory kernels and the engine use */
+    openblas_set_num_threads(o->n_threads > 0 ? o->n_threads : pl_bench_online_cpus());
     double best = 0;
     for (int r = 0; r <= o->reps; r++) { /* r == 0 warms up (thread start, packing buffers) */
         double t0 = pl_bench_now_s();
@@ -118,11 +121,26 @@ static int measure_gemm(const pl_bench_roofline_opts *o, pl_bench_roofline *out)
 
 int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline *out) {
     memset(out, 0, sizeof *out);
+    pl_progress bar; /* three ceilings, seconds each */
+    pl_progress_start(&bar, true, "ceilings", 3);
+    bar.show_rate = false;
+    snprintf(bar.label, sizeof bar.label, "roofline");
+    snprintf(bar.note, sizeof bar.note, "memory bandwidth");
+    pl_progress_update(&bar);
     double t0 = pl_bench_now_s();
     int rc = measure_memory(o, out);
+    bar.done++;
+    snprintf(bar.note, sizeof bar.note, "GEMM peak");
+    pl_progress_update(&bar);
     if (rc == 0) rc = measure_gemm(o, out);
+    bar.done++;
+    snprintf(bar.note, sizeof bar.note, "FMA peak");
+    pl_progress_update(&bar);
     if (rc == 0) out->fma_gflops = pl_bench_fma_peak_gflops(out->n_threads, o->reps, &out->fma_isa);
+    bar.done++;
+    bar.note[0] = '\0';
     out->seconds = pl_bench_now_s() - t0;
+    pl_progress_finish(&bar);
     return rc;
 }
 

@@ -243,7 +243,7 @@ int cmd_bench_soak(int argc, char **argv) {
     int pr = parse(argc, argv, &cfg, &o);
     if (pr >= 0) return pr;
 
-    if (pl_bench_profiling_prepare(&o.prof)) return 1;
+    if (pl_bench_profiling_prepare(&o.prof, &cfg)) return 1;
     pl_engine *e = NULL;
     int rc = pl_bench_engine_create("bench soak", &cfg, &e);
     if (rc) return rc;
@@ -280,7 +280,9 @@ int cmd_bench_soak(int argc, char **argv) {
     long samples_expected = 0, samples_reported = 0, steps = 0, preemptions = 0;
     long reasons[6] = {0};
     long mark_at = n / 10 > 0 ? n / 10 : 1, rss_mark = 0, rss_end = 0;
-    bool marked = false, progress = isatty(STDERR_FILENO);
+    bool marked = false;
+    pl_progress bar; /* requests settled: every sample reported, or refused for good */
+    pl_progress_start(&bar, true, "requests", (uint64_t)n);
     if (o.prof.trace_path && (rc = pl_bench_profiling_start(e, o.prof.trace_path))) goto out;
     double t0 = pl_bench_now_s();
     while (next < n || pl_engine_has_pending_work(e)) {
@@ -308,6 +310,7 @@ int cmd_bench_soak(int argc, char **argv) {
                 continue;
             }
             if (q->id > (pl_request_id)n + 1) {
+                pl_progress_clear(&bar);
                 fprintf(stderr, "pagellm bench soak: unexpected id %llu\n",
                         (unsigned long long)q->id);
                 rc = 1;
@@ -323,6 +326,7 @@ int cmd_bench_soak(int argc, char **argv) {
         }
         pl_step_result r;
         if (pl_engine_step(e, &r) != PL_OK) {
+            pl_progress_clear(&bar);
             fprintf(stderr, "pagellm bench soak: step %ld: %s\n", steps, pl_last_error());
             rc = 1;
             goto out;
@@ -332,6 +336,7 @@ int cmd_bench_soak(int argc, char **argv) {
         for (size_t k = 0; k < r.n_finished; k++) {
             const pl_completion *c = &r.finished[k];
             if (c->id == 0 || c->id > (pl_request_id)n + 1) {
+                pl_progress_clear(&bar);
                 fprintf(stderr, "pagellm bench soak: completion for unknown id %llu\n",
                         (unsigned long long)c->id);
                 rc = 1;
@@ -345,13 +350,14 @@ int cmd_bench_soak(int argc, char **argv) {
                 reasons[c->finish_reason]++;
             if (++q->n_reported == q->sp.n) finished++;
         }
-        if (progress && steps % 500 == 0)
-            fprintf(stderr, "\rsoak: %ld/%ld submitted, %ld finished", next, n, finished);
+        bar.done = (uint64_t)(finished + refused_other);
+        snprintf(bar.note, sizeof bar.note, "%ld submitted", next);
+        pl_progress_update(&bar);
     }
     pl_engine_step(e, NULL);
     double elapsed = pl_bench_now_s() - t0;
     rss_end = rss_kib();
-    if (progress) fprintf(stderr, "\r%60s\r", "");
+    pl_progress_finish(&bar);
     if (o.prof.trace_path && pl_bench_profiling_stop(e, &profile)) {
         rc = 1;
         goto out;

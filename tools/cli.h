@@ -32,15 +32,18 @@ typedef struct cli_prompt {
     char *text;           /* NULL when ids are given */
     int32_t *ids;
     size_t n_ids;
+    size_t line;          /* the file line it came from (from 1); 0 when not from a file */
     pl_sampling_params params;
     char *stop_storage[PL_MAX_STOP_STRINGS]; /* owned copies params.stop points at */
 } cli_prompt;
 
-/* Reads a JSONL file: one object per line with "prompt" (string) or "prompt_token_ids"
- * (array of ints), and optional sampling fields (max_tokens, min_tokens, temperature, top_p,
- * top_k, min_p, seed, ignore_eos, n, stop (string or array), priority, repetition_penalty,
- * presence_penalty, frequency_penalty) that override defaults. Blank lines are skipped.
- * On failure returns false with "FILE:LINE: problem" in err. */
+/* Reads a JSONL file ("-": standard input, named <stdin> in messages): one object per line
+ * with "prompt" (string) or "prompt_token_ids" (array of ints), and optional sampling fields
+ * (max_tokens, min_tokens, temperature, top_p, top_k, min_p, seed, ignore_eos, n, stop
+ * (string or array), priority, repetition_penalty, presence_penalty, frequency_penalty) that
+ * override defaults; any other key is an error. Blank lines are skipped. On failure returns
+ * false with "FILE:LINE: problem" in err ("FILE: problem" when no line is at fault: the file
+ * cannot be opened or read (with strerror's reason) or holds no prompt). */
 bool cli_prompts_load(const char *path, const pl_sampling_params *defaults, cli_prompt **out,
                       size_t *out_n, char *err, size_t err_cap);
 /* Same, from a buffer (the fuzz target's entry point); name is used in messages. */

@@ -15,8 +15,10 @@ static void usage(FILE *f) {
             "usage: pagellm COMMAND [flags]   (pagellm COMMAND --help for its flags)\n\n"
             "commands:\n"
             "  generate    generate text for one prompt or a JSONL file of prompts\n"
-            "  bench       benchmarks: throughput, latency, sweep, roofline\n"
-            "  profile     run a workload with profiling on: trace, time per phase and op\n",
+            "  bench       benchmarks: throughput, latency, sweep, roofline, soak\n"
+            "  profile     run a workload with profiling on: trace, time per phase and op\n"
+            "  version     print the version (also --version)\n"
+            "  help        this text (also --help, -h)\n",
             pl_version());
 }
 
@@ -50,7 +52,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "--version")) {
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("pagellm %s\n", pl_version());
         return 0;
     }

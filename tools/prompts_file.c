@@ -1,9 +1,11 @@
 /*
  * tools/prompts_file.c - the JSONL prompts file: one request per line.
  *
- * Every line is parsed with jansson; any problem names FILE:LINE and the field. Nothing is
- * kept from a failed parse.
+ * Every line is parsed with jansson; any problem names FILE:LINE and the field. A key the
+ * reader does not know is an error, not ignored: a misspelt "temprature" would otherwise run
+ * the line at the default temperature without a word. Nothing is kept from a failed parse.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -75,8 +77,72 @@ static bool parse_ids(cli_prompt *p, json_t *arr, const char **why) {
     return true;
 }
 
+/* Every key a line may hold. */
+static const char *const k_keys[] = {
+    "prompt",      "prompt_token_ids",   "max_tokens",       "min_tokens",
+    "temperature", "top_p",              "top_k",            "min_p",
+    "seed",        "ignore_eos",         "n",                "stop",
+    "priority",    "repetition_penalty", "presence_penalty", "frequency_penalty",
+};
+#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+/* Edit distance of two short strings (insertions, deletions, substitutions), capped at 9. */
+static size_t distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 40 || nb > 40) return 9;
+    size_t row[41];
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb] < 9 ? row[nb] : 9;
+}
+
+/* Fails on the first key that is not in k_keys, naming it in why (why_buf holds the text)
+ * and the nearest known key when one is within two edits. */
+static bool check_keys(json_t *o, const char **field, const char **why, char *why_buf,
+                       size_t cap) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        const char *near = NULL;
+        size_t best = 3;
+        for (size_t i = 0; i < N_KEYS; i++) {
+            if (!strcmp(k, k_keys[i])) {
+                near = k;
+                break;
+            }
+            size_t d = distance(k, k_keys[i]);
+            if (d < best) best = d, near = k_keys[i];
+        }
+        if (near == k) continue;
+        if (near)
+            snprintf(why_buf, cap, "unknown key \"%.64s\" (did you mean \"%s\"?)", k, near);
+        else
+            snprintf(why_buf, cap, "unknown key \"%.64s\" (known: prompt, prompt_token_ids, "
+                     "max_tokens, min_tokens, temperature, top_p, top_k, min_p, seed, "
+                     "ignore_eos, n, stop, priority, repetition_penalty, presence_penalty, "
+                     "frequency_penalty)", k);
+        *field = NULL;
+        *why = why_buf;
+        return false;
+    }
+    return true;
+}
+
 /* Parses one object into p; on failure sets *field and *why. */
-static bool parse_object(json_t *o, cli_prompt *p, const char **field, const char **why) {
+static bool parse_object(json_t *o, cli_prompt *p, const char **field, const char **why,
+                         char *why_buf, size_t why_cap) {
+    if (!check_keys(o, field, why, why_buf, why_cap)) return false;
     json_t *text = json_object_get(o, "prompt"), *ids = json_object_get(o, "prompt_token_ids");
     if (!text == !ids) return (*field = "prompt"), (*why = "give exactly one of prompt or prompt_token_ids"), false;
     if (text) {
@@ -144,6 +210,7 @@ bool cli_prompts_parse(const char *name, const char *data, size_t len,
             json_error_t jerr;
             json_t *o = json_loadb(p, (size_t)(le - p), JSON_REJECT_DUPLICATES, &jerr);
             const char *field = NULL, *why = NULL;
+            char why_buf[512];
             bool ok = true;
             if (!o) {
                 ok = fail(err, err_cap, name, line, jerr.text, "invalid JSON");
@@ -160,7 +227,8 @@ bool cli_prompts_parse(const char *name, const char *data, size_t len,
                     cli_prompt *c = &list[n++];
                     memset(c, 0, sizeof *c);
                     c->params = *defaults; /* stop strings stay the caller's until overridden */
-                    if (!parse_object(o, c, &field, &why))
+                    c->line = line;
+                    if (!parse_object(o, c, &field, &why, why_buf, sizeof why_buf))
                         ok = fail(err, err_cap, name, line, why, field);
                 }
             }
@@ -173,8 +241,12 @@ bool cli_prompts_parse(const char *name, const char *data, size_t len,
         p = nl ? nl + 1 : end;
     }
     if (n == 0) {
+        /* no line to point at: the file is empty or every line is blank */
         free(list);
-        return fail(err, err_cap, name, line, "no prompts in file", NULL);
+        if (line == 0) snprintf(err, err_cap, "%s: no prompts (the file is empty)", name);
+        else snprintf(err, err_cap, "%s: no prompts (%zu blank line%s)", name, line,
+                      line == 1 ? "" : "s");
+        return false;
     }
     *out = list;
     *out_n = n;
@@ -183,37 +255,46 @@ bool cli_prompts_parse(const char *name, const char *data, size_t len,
 
 bool cli_prompts_load(const char *path, const pl_sampling_params *defaults, cli_prompt **out,
                       size_t *out_n, char *err, size_t err_cap) {
-    FILE *f = fopen(path, "rb");
+    bool is_stdin = !strcmp(path, "-");
+    const char *name = is_stdin ? "<stdin>" : path;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
     if (!f) {
-        snprintf(err, err_cap, "%s: cannot open", path);
+        snprintf(err, err_cap, "%s: cannot open: %s", path, strerror(errno));
         return false;
     }
     char *buf = NULL;
     size_t len = 0, cap = 0;
+    int read_errno = 0;
     for (;;) {
         if (len == cap) {
             size_t nc = cap ? 2 * cap : 65536;
             char *g = realloc(buf, nc);
             if (!g) {
                 free(buf);
-                fclose(f);
-                snprintf(err, err_cap, "%s: out of memory", path);
+                if (!is_stdin) fclose(f);
+                snprintf(err, err_cap, "%s: out of memory", name);
                 return false;
             }
             buf = g, cap = nc;
         }
+        errno = 0;
         size_t r = fread(buf + len, 1, cap - len, f);
         len += r;
-        if (r == 0) break;
+        if (r == 0) {
+            read_errno = errno;
+            break;
+        }
     }
     bool io_err = ferror(f);
-    fclose(f);
+    if (!is_stdin) fclose(f);
     if (io_err) {
         free(buf);
-        snprintf(err, err_cap, "%s: read error", path);
+        /* a directory opens but cannot be read: errno says so (EISDIR) */
+        snprintf(err, err_cap, "%s: cannot read: %s", name,
+                 read_errno ? strerror(read_errno) : "read error");
         return false;
     }
-    bool ok = cli_prompts_parse(path, buf, len, defaults, out, out_n, err, err_cap);
+    bool ok = cli_prompts_parse(name, buf, len, defaults, out, out_n, err, err_cap);
     free(buf);
     return ok;
 }

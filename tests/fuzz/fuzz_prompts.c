@@ -4,9 +4,10 @@
  * engine (dummy:tiny; with PL_FUZZ_TOKENIZER naming a SentencePiece model of at most 512
  * pieces, text prompts are tokenized too) and aborted before it runs.
  *
- * Contract: a parse fails with "NAME:LINE: ..." in err and nothing allocated, or returns
- * prompts whose fields are well formed; submit accepts or refuses each with a status and a
- * message (never crashes on a hostile value); nothing leaks.
+ * Contract: a parse fails with "NAME:LINE: ..." (or "NAME: ..." when no line is at fault) in
+ * err and nothing allocated, or returns prompts whose fields are well formed, each with the
+ * line it came from (increasing, within the input's lines); submit accepts or refuses each
+ * with a status and a message (never crashes on a hostile value); nothing leaks.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     if (n == 0) fail("parse succeeded with no prompts");
+    size_t lines = 1;
+    for (size_t i = 0; i < size; i++) lines += data[i] == '\n';
     for (size_t i = 0; i < n; i++) {
+        if (p[i].line == 0 || p[i].line > lines || (i > 0 && p[i].line <= p[i - 1].line))
+            fail("prompt line numbers not increasing within the input");
         if ((p[i].text == NULL) == (p[i].ids == NULL)) fail("prompt with both or neither");
         if (p[i].ids && p[i].n_ids == 0) fail("empty ids");
         if (p[i].params.n_stop < 0 || p[i].params.n_stop > PL_MAX_STOP_STRINGS)

@@ -253,6 +253,8 @@ static void prompts_seeds(const char *out) {
         {"nul.jsonl", "{\"prompt\": \"a\\u0000b\"}\n"},
         {"dup.jsonl", "{\"prompt\": \"a\", \"prompt\": \"b\"}\n"},
         {"not_object.jsonl", "[1, 2, 3]\n"},
+        {"unknown_key.jsonl", "{\"prompt_token_ids\": [1]}\n{\"prompt\": \"a\", "
+                              "\"temprature\": 0, \"colour\": 1}\n"},
         {"stop_array.jsonl", "{\"prompt\": \"x\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\",\"f\","
                              "\"g\",\"h\",\"i\"]}\n"},
     };

@@ -7,13 +7,17 @@ Usage: test_cli.py PATH/TO/pagellm   (run by meson in suite e2e)
 Cases: truncated and hostile model files, a missing tokenizer, invalid JSONL lines, unknown
 flags and bad flag values, missing files, out-of-vocabulary token ids, a memory limit the model
 does not fit. One valid run makes sure the refusals are not the command failing for everyone.
-Also the output that is not a refusal: `generate --json` (one object per line, in input order,
-with the fields asked for) and, with PAGELLM_TEST_MODELS, the README's stories260K command.
+Also the output that is not a refusal: `generate --json` (one object per completion as it
+finishes, naming its prompt, with the fields asked for), a refused line among good ones (an
+error record, the others run), text mode's ids without a tokenizer, `--prompts -`, SIGINT
+mid-run, and, with PAGELLM_TEST_MODELS, the README's stories260K command.
 Prints TAP-like lines and a closing "N passed, N failed".
 """
 import json
 import os
 import re
+import select
+import signal
 import struct
 import subprocess
 import sys
@@ -23,9 +27,9 @@ EXE = sys.argv[1]
 passed = failed = 0
 
 
-def run(args, timeout=60):
+def run(args, timeout=60, stdin=None):
     p = subprocess.run([EXE] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=timeout)
+                       timeout=timeout, input=stdin.encode() if stdin is not None else None)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
@@ -39,10 +43,11 @@ def report(name, problems, args, err):
         print(f"ok - {name}")
 
 
-def check(name, args, want_rc, needles, more=None):
+def check(name, args, want_rc, needles, more=None, stdin=None):
     """want_rc: an exit code, or None for 'any non-zero exit that is not a signal'.
-    more: optional function (stdout, stderr) -> list of further problems."""
-    rc, out, err = run(args)
+    more: optional function (stdout, stderr) -> list of further problems.
+    stdin: text for the command's standard input (default: none, an empty pipe)."""
+    rc, out, err = run(args, stdin=stdin if stdin is not None else "")
     problems = []
     if rc < 0:
         problems.append(f"killed by signal {-rc}")
@@ -75,9 +80,11 @@ def weights_over_limit(limit):
 
 
 def check_json_output(tmp, models):
-    """generate --json: one JSON object per completion, one per line, in input order, each with
-    prompt_token_ids as given, output_token_ids of max_tokens ints (ignore_eos) and finish_reason
-    "length". A text prompt joins when the shared tokenizer is there."""
+    """generate --json: one JSON object per completion, one per line, in the order they finish,
+    each naming its prompt by index (from 0) and line, with prompt_token_ids as given,
+    output_token_ids of max_tokens ints (ignore_eos), finish_reason "length", the request id,
+    usage that counts those ids and timings in order (queue <= TTFT <= total). A text prompt
+    joins when the shared tokenizer is there."""
     prompts = [{"prompt_token_ids": [1, 5, 9, 13], "max_tokens": 3},
                {"prompt_token_ids": [1, 400, 2, 77, 3, 8, 100], "max_tokens": 7},
                {"prompt_token_ids": [1], "max_tokens": 1}]
@@ -99,17 +106,32 @@ def check_json_output(tmp, models):
     lines = out.splitlines()
     if len(lines) != len(prompts):
         problems.append(f"{len(lines)} lines of output for {len(prompts)} prompts")
-    for i, (line, q) in enumerate(zip(lines, prompts)):
+    records = {}
+    for n, line in enumerate(lines):
         try:
             o = json.loads(line)
         except ValueError as e:
-            problems.append(f"line {i + 1} is not JSON ({e}): {line[:80]!r}")
+            problems.append(f"output line {n + 1} is not JSON ({e}): {line[:80]!r}")
             continue
-        if not isinstance(o, dict):
-            problems.append(f"line {i + 1} is not a JSON object")
+        if not isinstance(o, dict) or not isinstance(o.get("index"), int):
+            problems.append(f"output line {n + 1} is not a JSON object with an index")
             continue
-        if o.get("index") != i:
-            problems.append(f"line {i + 1}: index {o.get('index')!r}, want {i} (input order)")
+        if o["index"] in records:
+            problems.append(f"index {o['index']} printed twice")
+        records[o["index"]] = o
+    if sorted(records) != list(range(len(prompts))):
+        problems.append(f"indices {sorted(records)}, want 0..{len(prompts) - 1}")
+    ids = set()
+    for i, q in enumerate(prompts):
+        o = records.get(i)
+        if o is None:
+            continue
+        if o.get("line") != i + 1 or o.get("sample") != 0:
+            problems.append(f"prompt {i}: line {o.get('line')!r} sample {o.get('sample')!r}, "
+                            f"want line {i + 1} sample 0")
+        if not (isinstance(o.get("id"), int) and o["id"] > 0) or o["id"] in ids:
+            problems.append(f"prompt {i}: request id {o.get('id')!r} missing or repeated")
+        ids.add(o.get("id"))
         got_p = o.get("prompt_token_ids")
         if "prompt_token_ids" in q:
             if got_p != q["prompt_token_ids"]:
@@ -129,7 +151,151 @@ def check_json_output(tmp, models):
             problems.append(f"line {i + 1}: finish_reason {o.get('finish_reason')!r}")
         if not isinstance(o.get("text"), str):
             problems.append(f"line {i + 1}: text is not a string")
-    report("generate --json: one object per line, in input order", problems, args, err)
+        u, t = o.get("usage") or {}, o.get("timings") or {}
+        n_p, n_o = len(got_p or []), len(out_ids or [])
+        if (u.get("prompt_tokens"), u.get("completion_tokens"), u.get("total_tokens")) != \
+                (n_p, n_o, n_p + n_o):
+            problems.append(f"line {i + 1}: usage {u} does not count the ids ({n_p}, {n_o})")
+        if not (isinstance(t.get("queue_s"), (int, float)) and
+                0 <= t["queue_s"] <= t.get("ttft_s", -1) <= t.get("total_s", -1)):
+            problems.append(f"line {i + 1}: timings {t} not 0 <= queue <= ttft <= total")
+    report("generate --json: one object per completion, each naming its prompt", problems,
+           args, err)
+
+
+def json_records(out, problems):
+    """The JSON objects of generate --json's output, by (index, sample)."""
+    recs = {}
+    for n, line in enumerate(out.splitlines()):
+        try:
+            o = json.loads(line)
+        except ValueError as e:
+            problems.append(f"output line {n + 1} is not JSON ({e}): {line[:80]!r}")
+            continue
+        recs[(o.get("index"), o.get("sample", 0))] = o
+    return recs
+
+
+MIXED = ('{"prompt_token_ids": [1, 5, 9], "max_tokens": 3, "ignore_eos": true}\n'
+         '\n'
+         '{"prompt_token_ids": [1, 2], "max_tokens": 100000}\n'
+         '{"prompt_token_ids": [1, 7], "max_tokens": 2, "n": 2, "ignore_eos": true}\n')
+
+
+def check_refused_line(tmp):
+    """One prompt the engine refuses (too long) gets a record with its error; the others run
+    and are printed; the exit status is 1. Text and JSON number prompts the same way."""
+    path = os.path.join(tmp, "mixed.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(MIXED)
+    args = ["generate", "--model", "dummy:tiny", "--temperature", "0", "--prompts", path]
+    rc, out, err = run(args + ["--json"])
+    problems = [] if rc == 1 else [f"exit {rc}, want 1"]
+    recs = json_records(out, problems)
+    want = {(0, 0): 3, (2, 0): 2, (2, 1): 2}
+    if sorted(recs) != sorted(list(want) + [(1, 0)]):
+        problems.append(f"records {sorted(recs)}, want {sorted(list(want) + [(1, 0)])}")
+    bad = recs.get((1, 0), {})
+    if bad.get("line") != 3 or (bad.get("error") or {}).get("status") != "PL_ERR_TOO_LONG" \
+            or "max_model_len" not in (bad.get("error") or {}).get("message", ""):
+        problems.append(f"the refused prompt's record: {bad}")
+    for key, n in want.items():
+        o = recs.get(key, {})
+        if len(o.get("output_token_ids", [])) != n or o.get("finish_reason") != "length":
+            problems.append(f"prompt {key}: {o.get('output_token_ids')} "
+                            f"{o.get('finish_reason')}, want {n} ids, length")
+    if "prompt 1 (line 3)" not in err or "1 of 3 prompts refused" not in err:
+        problems.append("stderr does not name the refused prompt and count it")
+    report("prompts file: a refused line gets an error record, the others run", problems,
+           args + ["--json"], err)
+
+    # text mode, no tokenizer: ids instead of blank text, under the same numbers
+    rc, out, err = run(args)
+    problems = [] if rc == 1 else [f"exit {rc}, want 1"]
+    blocks = re.split(r"^--- ", out, flags=re.M)[1:]
+    got = {}
+    for b in blocks:
+        m = re.match(r"prompt (\d+)(?: sample (\d+))? \(line (\d+)\) \[(\w+)\]\n", b)
+        if not m:
+            problems.append(f"bad record header: {b[:60]!r}")
+            continue
+        key = (int(m.group(1)), int(m.group(2) or 0))
+        got[key] = (int(m.group(3)), m.group(4), b[m.end():])
+    for key, o in recs.items():
+        if key not in got:
+            problems.append(f"JSON has {key}, text mode does not")
+            continue
+        line, what, body = got[key]
+        if line != o.get("line"):
+            problems.append(f"{key}: text says line {line}, JSON {o.get('line')}")
+        if "error" in o:
+            if what != "refused" or o["error"]["message"] not in body:
+                problems.append(f"{key}: text record {what} {body!r} lacks the error")
+            continue
+        ids = re.search(r"^output ids:((?: \d+)*)$", body, re.M)
+        pids = re.search(r"^prompt ids:((?: \d+)*)$", body, re.M)
+        if what != o["finish_reason"] or not ids or not pids or \
+                [int(x) for x in ids.group(1).split()] != o["output_token_ids"] or \
+                [int(x) for x in pids.group(1).split()] != o["prompt_token_ids"]:
+            problems.append(f"{key}: text record {what} {body!r} does not show the ids "
+                            f"{o['prompt_token_ids']} -> {o['output_token_ids']}")
+    if len(got) != len(recs):
+        problems.append(f"text mode printed {len(got)} records, JSON {len(recs)}")
+    report("text mode without a tokenizer prints ids, numbered as in JSON", problems, args, err)
+
+    # the same file on standard input
+    rc, out2, err = run(args + ["--json", "--prompts", "-"], stdin=MIXED)
+    problems = [] if rc == 1 else [f"exit {rc}, want 1"]
+    recs2 = json_records(out2, problems)
+    strip = lambda r: {k: (v.get("output_token_ids"), v.get("error")) for k, v in r.items()}
+    if strip(recs2) != strip(recs):
+        problems.append("--prompts - gave other records than the file")
+    report("--prompts - reads standard input", problems, args, err)
+
+
+def check_interrupt(tmp):
+    """Records are printed as requests finish, and SIGINT stops cleanly: the requests still
+    running or waiting are aborted and printed with finish reason abort, the exit status is
+    130. One short request finishes early; eleven long ones (4 at a time) outlast it."""
+    path = os.path.join(tmp, "long.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(12):
+            f.write(json.dumps({"prompt_token_ids": [1, 5 + i], "ignore_eos": True,
+                                "max_tokens": 8 if i == 0 else 200}) + "\n")
+    args = ["generate", "--model", "dummy:stories15m", "--threads", "1", "--max-batch-size",
+            "4", "--json", "--prompts", path]
+    proc = subprocess.Popen([EXE] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    problems = []
+    ready, _, _ = select.select([proc.stdout], [], [], 120)
+    first = proc.stdout.readline() if ready else b""
+    if not first:
+        problems.append("no record within 120 s")
+    elif proc.poll() is not None:
+        problems.append("the first record came only when the command had ended")
+    proc.send_signal(signal.SIGINT)
+    try:
+        rest, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rest, err = proc.communicate()
+        problems.append("did not stop within 120 s of SIGINT")
+    err = err.decode("utf-8", "replace")
+    if proc.returncode != 130:
+        problems.append(f"exit {proc.returncode}, want 130")
+    recs = json_records((first + rest).decode("utf-8", "replace"), problems)
+    if sorted(i for i, _ in recs) != list(range(12)):
+        problems.append(f"records for {sorted(i for i, _ in recs)}, want one for each of 12")
+    if recs.get((0, 0), {}).get("finish_reason") != "length" or \
+            len(recs.get((0, 0), {}).get("output_token_ids", [])) != 8:
+        problems.append(f"the short request did not finish whole: {recs.get((0, 0))}")
+    aborted = [o for o in recs.values() if o.get("finish_reason") == "abort"]
+    if not aborted or any(len(o["output_token_ids"]) >= 200 for o in aborted):
+        problems.append(f"{len(aborted)} aborted records, or one with all 200 tokens")
+    if "interrupted" not in err:
+        problems.append("stderr does not say it was interrupted")
+    report("SIGINT aborts what runs, prints everything, exits 130", problems, args, err)
+
 
 
 def check_stories(models):
@@ -225,7 +391,13 @@ def main():
         ("too many stops", "stops.jsonl",
          '{"prompt_token_ids": [1], "stop": ["a","b","c","d","e","f","g","h","i"]}\n', "stop"),
         ("duplicate key", "dup.jsonl", '{"prompt_token_ids": [1], "n": 1, "n": 2}\n', ":1:"),
-        ("blank file", "blank.jsonl", "\n   \n", "no prompts"),
+        ("blank file", "blank.jsonl", "\n   \n", "blank.jsonl: no prompts (2 blank lines)"),
+        ("empty file", "empty.jsonl", "", "empty.jsonl: no prompts (the file is empty)"),
+        ("unknown key", "typo.jsonl",
+         '{"prompt_token_ids": [1]}\n{"prompt_token_ids": [1], "temprature": 0}\n',
+         'typo.jsonl:2: unknown key "temprature" (did you mean "temperature"?)'),
+        ("unknown key, nothing near", "key.jsonl", '\n{"prompt": "a", "colour": "red"}\n',
+         'key.jsonl:2: unknown key "colour" (known: prompt, prompt_token_ids,'),
         ("n out of range", "n.jsonl", '{"prompt_token_ids": [1], "n": 1000}\n', "n"),
     ]
     for name, fname, text, needle in cases:
@@ -236,14 +408,18 @@ def main():
     check("prompts file: invalid UTF-8", ["generate", "--model", "dummy:tiny", "--prompts",
                                           p("latin1.jsonl")], 2, ["latin1.jsonl:1:"])
     check("prompts file: missing", ["generate", "--model", "dummy:tiny", "--prompts",
-                                    p("none.jsonl")], 2, ["none.jsonl"])
+                                    p("none.jsonl")], 2,
+          [p("none.jsonl") + ": cannot open: No such file or directory"])
     check("prompts file: a directory", ["generate", "--model", "dummy:tiny", "--prompts", tmp],
-          None, [tmp])
+          None, [tmp + ": cannot read: Is a directory"])
+    check("prompts file: on standard input, refused", ["generate", "--model", "dummy:tiny",
+          "--prompts", "-"], 2, ["<stdin>:1: prompt_token_ids: is empty"],
+          stdin='{"prompt_token_ids": []}\n')
     # valid JSON, values the engine refuses: named with the prompt's number
     check("prompts file: id outside the vocabulary", ["generate", "--model", "dummy:tiny",
           "--prompts", jsonl("oov.jsonl", '{"prompt_token_ids": [1]}\n'
                                           '{"prompt_token_ids": [1, 99999]}\n')],
-          1, ["prompt 2", "vocabulary"])
+          1, ["prompt 1 (line 2)", "vocabulary"])
     check("prompts file: sampling value refused", ["generate", "--model", "dummy:tiny",
           "--prompts", jsonl("topp.jsonl", '{"prompt_token_ids": [1], "top_p": 0}\n')],
           1, ["top_p"])
@@ -304,6 +480,8 @@ def main():
 
     models = os.environ.get("PAGELLM_TEST_MODELS")
     check_json_output(tmp, models)
+    check_refused_line(tmp)
+    check_interrupt(tmp)
 
     # the shared models, when present: invalid UTF-8 text through a real tokenizer
     if not models:

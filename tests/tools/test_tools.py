@@ -327,6 +327,26 @@ def case_profile():
         check(label in p.stdout, f"missing {label!r} in profile output")
 
 
+def case_profile_threads():
+    """The ceilings are measured with the engine's thread count: a 1-thread engine is not
+    compared with an all-core GEMM peak or bandwidth."""
+    out = tmp("prof1.json")
+    run(["profile"] + TINY + ["--threads", "1", "--num-prompts", "2", "--input-len", "8",
+                              "--output-len", "4", "--reps", "1", "--trace", tmp("t1.json"),
+                              "--output-json", out] + ROOF_SMALL)
+    roof = load_json(out)["profile"]["roofline"]
+    check(roof["blas_threads"] == 1 and roof["memory_threads"] == 1,
+          f"ceilings on {roof['blas_threads']} GEMM / {roof['memory_threads']} memory threads "
+          f"for a 1-thread engine")
+    out = tmp("prof2.json")
+    run(["profile"] + TINY + ["--threads", "1", "--roofline-threads", "2", "--num-prompts", "2",
+                              "--input-len", "8", "--output-len", "4", "--reps", "1",
+                              "--trace", tmp("t2.json"), "--output-json", out] + ROOF_SMALL)
+    roof = load_json(out)["profile"]["roofline"]
+    check(roof["blas_threads"] == 2 and roof["memory_threads"] == 2,
+          "--roofline-threads 2 not followed")
+
+
 def case_throughput_profile():
     trace, out = tmp("tp_trace.json"), tmp("tp.json")
     p = run(["bench", "throughput"] + TINY + ["--num-prompts", "3", "--input-len", "8",
@@ -502,23 +522,15 @@ def case_soak():
     soak_lines(p.stdout)
 
 
-def case_progress_tty():
-    """The progress bar on a terminal: stderr on a pseudo-terminal, stdout a pipe.
-
-    dummy:stories15m on one thread, so that the run lasts several of the bar's 0.1 s redraw
-    intervals on any machine (about a second here; dummy:tiny would finish before the first
-    redraw)."""
+def run_pty(args, stdin=subprocess.DEVNULL):
+    """Runs pagellm with stderr on a pseudo-terminal and stdout a pipe; returns (exit status,
+    stdout, what the terminal received)."""
     import pty
     import select
-    n, in_len, out_len = 6, 16, 64
-    args = ["bench", "throughput", "--model", "dummy:stories15m", "--threads", "1",
-            "--num-prompts", str(n), "--input-len", str(in_len), "--output-len", str(out_len),
-            "--seed", "4"]
-    out = tmp("tty.json")
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([PAGELLM] + args + ["--output-json", out],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+        proc = subprocess.Popen([PAGELLM] + args, stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=slave)
     finally:
         os.close(slave)
     out_fd = proc.stdout.fileno()
@@ -541,30 +553,76 @@ def case_progress_tty():
     proc.stdout.close()
     err = b"".join(chunks[master]).decode("utf-8", "replace")
     stdout = b"".join(chunks[out_fd]).decode("utf-8", "replace")
-    check(rc == 0, f"exit {rc} under a pty\nstdout:\n{stdout}\nstderr:\n{err}")
+    check(rc == 0, f"pagellm {' '.join(args)}: exit {rc} under a pty\nstdout:\n{stdout}\n"
+                   f"stderr:\n{err}")
     check("Sanitizer" not in err and "runtime error:" not in err, f"sanitizer report:\n{err}")
-    # the bar as bench/common.c draws it: [###...] done/total requests  R output tok/s  ETA m:ss
-    bar = re.compile(r"\[([#.]{30})\] (\d+)/(\d+) requests  (\d+) output tok/s  "
-                     r"ETA (\d+:\d\d|--:--) ")
-    frames = [m for m in (bar.match(f) for f in re.split(r"[\r\n]+", err)) if m]
+    return rc, stdout, err
+
+
+# The bar as bench/progress.c draws it:
+#   LABEL [###...] DONE/TOTAL UNIT  NOTE  RATE/s  ETA m:ss
+BAR = re.compile(r"^(?:(?P<label>.+?) )?\[(?P<bar>[#.]{30})\] (?P<done>\d+)/(?P<total>\d+) "
+                 r"(?P<unit>output tokens|requests|ceilings)  (?:(?P<note>.+?)  )?"
+                 r"(?:(?P<rate>\d+)/s  )?ETA (?P<eta>\d+:\d\d|--:--) $")
+
+
+def bar_frames(err, unit):
+    """Every frame on the terminal, checked to count what it says: the fill is done/total of
+    30, the counts never go back, and the frame where done reaches total is drawn once."""
+    pieces = [x for x in re.split(r"\r|\n|\x1b\[K", err) if x]
+    frames = [m for m in (BAR.match(x) for x in pieces) if m]
     check(frames, f"no progress bar on the terminal:\n{err!r}")
-    check(all(int(f.group(3)) == n for f in frames), "bar total != --num-prompts")
-    done = [int(f.group(2)) for f in frames]
-    fill = [f.group(1).count("#") for f in frames]
-    check(done == sorted(done) and fill == sorted(fill), f"bar goes backwards: {done} {fill}")
-    last = frames[-1]
-    check(done[-1] == n and fill[-1] == 30 and last.group(5) == "0:00",
-          f"the final frame is not complete: {last.group(0)!r}")
-    check(int(last.group(4)) > 0, "final frame shows 0 output tok/s")
+    for f in frames:
+        done, total = int(f["done"]), int(f["total"])
+        check(f["unit"] == unit, f"bar counts {f['unit']!r}, expected {unit!r}")
+        check(done <= total, f"done > total: {f.group(0)!r}")
+        check(f["bar"].count("#") == done * 30 // total,
+              f"the bar's fill is not {done}/{total} of its width: {f.group(0)!r}")
+    done = [int(f["done"]) for f in frames]
+    check(done == sorted(done), f"the bar goes backwards: {done}")
+    complete = [f for f in frames if f["done"] == f["total"]]
+    check(len(complete) == 1, f"the complete frame is drawn {len(complete)} times:\n{err!r}")
+    check(frames[-1] is complete[0] and frames[-1]["eta"] == "0:00",
+          f"the last frame is not the complete one: {frames[-1].group(0)!r}")
+    check(len(re.findall(r"\r(?:[^\r\n\[]* )?\[[#.]{30}\]", err)) == len(frames),
+          "the bar is not redrawn in place with \\r")
+    return frames
+
+
+def check_no_bar_without_tty(args):
+    p = run(args)
+    check("\r" not in p.stderr and "[#" not in p.stderr and "[." not in p.stderr,
+          f"bar drawn without a terminal:\n{p.stderr}")
+    return p
+
+
+def case_progress_tty():
+    """bench throughput's bar on a terminal: it counts output tokens and says so, the
+    requests finished are its note, and stdout is the same as without a terminal.
+
+    dummy:stories15m on one thread, so that the run lasts several of the bar's 0.1 s redraw
+    intervals on any machine (about a second here; dummy:tiny would finish before the first
+    redraw)."""
+    n, in_len, out_len = 6, 16, 64
+    args = ["bench", "throughput", "--model", "dummy:stories15m", "--threads", "1",
+            "--num-prompts", str(n), "--input-len", str(in_len), "--output-len", str(out_len),
+            "--seed", "4"]
+    out = tmp("tty.json")
+    _, stdout, err = run_pty(args + ["--output-json", out])
+    frames = bar_frames(err, "output tokens")
+    check(all(int(f["total"]) == n * out_len for f in frames),
+          "bar total != --num-prompts x --output-len (EOS is ignored)")
+    notes = [re.fullmatch(r"(\d+)/(\d+) requests", f["note"] or "") for f in frames]
+    check(all(m and int(m.group(2)) == n for m in notes), "note is not DONE/N requests")
+    check(int(notes[-1].group(1)) == n, "the final frame does not count every request")
+    check(int(frames[-1]["rate"]) > 0, "final frame shows 0 tokens/s")
     check(len(frames) >= 2, f"the bar was drawn only once (no update while running):\n{err!r}")
-    check(err.count("\r[") == len(frames), "the bar is not redrawn in place with \\r")
     # stdout is untouched by the bar: same lines as a run without a terminal
     check("\r" not in stdout and "[#" not in stdout, f"bar leaked onto stdout:\n{stdout}")
     js = load_json(out)
     n_prompt, n_out = check_throughput_consistent(stdout, js)
     check((n_prompt, n_out) == (n * in_len, n * out_len), f"counts {n_prompt}/{n_out} under a pty")
-    p = run(args)
-    check("\r" not in p.stderr and "[#" not in p.stderr, "bar drawn without a terminal")
+    p = check_no_bar_without_tty(args)
 
     def shape(text):
         return [re.sub(r"\d+(\.\d+)?", "N", l) for l in text.splitlines()]
@@ -572,6 +630,94 @@ def case_progress_tty():
           f"stdout differs under a pty:\n{stdout}\nvs without:\n{p.stdout}")
     check(throughput_lines(stdout)[1:] == throughput_lines(p.stdout)[1:],
           "token count lines differ between the pty and pipe runs")
+
+
+def case_progress_latency():
+    """bench latency shows one bar over every iteration, warm-up included, counting their
+    output tokens (batch x output length each: EOS is ignored)."""
+    batch, out_len, warm, iters = 2, 48, 1, 3
+    args = ["bench", "latency", "--model", "dummy:stories15m", "--threads", "1",
+            "--batch-size", str(batch), "--input-len", "8", "--output-len", str(out_len),
+            "--num-iters-warmup", str(warm), "--num-iters", str(iters)]
+    _, stdout, err = run_pty(args)
+    frames = bar_frames(err, "output tokens")
+    want = (warm + iters) * batch * out_len
+    check(all(int(f["total"]) == want for f in frames), f"bar total != {want}")
+    labels = [f["label"] for f in frames]
+    check(labels[0] == "warm-up 1/1" and labels[-1] == f"iteration {iters}/{iters}",
+          f"labels {labels[0]!r} .. {labels[-1]!r}")
+    check(re.search(r"^Avg latency: ", stdout, re.M), "no result after the bar")
+    check_no_bar_without_tty(args)
+
+
+def case_progress_generate():
+    """generate with a prompts file: a bar of output tokens on the terminal, records on stdout
+    intact; the total starts at max_tokens x n and loses what early stops leave unused."""
+    path = tmp("bar.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(4):
+            f.write(json.dumps({"prompt_token_ids": [1, 3 + i], "max_tokens": 64,
+                                "ignore_eos": True}) + "\n")
+    args = ["generate", "--model", "dummy:stories15m", "--threads", "1", "--json",
+            "--prompts", path]
+    _, stdout, err = run_pty(args)
+    frames = bar_frames(err, "output tokens")
+    check(int(frames[-1]["done"]) == 256 and frames[-1]["note"] == "4/4 samples",
+          f"final frame {frames[-1].group(0)!r}")
+    recs = [json.loads(l) for l in stdout.splitlines()]
+    check(sorted(r["index"] for r in recs) == [0, 1, 2, 3], "records missing under a pty")
+    check_no_bar_without_tty(args)
+
+
+def case_progress_roofline():
+    """bench roofline: a bar over its three ceilings."""
+    args = ["bench", "roofline"] + ROOF_SMALL
+    _, stdout, err = run_pty(args)
+    frames = bar_frames(err, "ceilings")
+    check(frames[-1]["label"] == "roofline" and frames[-1]["total"] == "3",
+          f"final frame {frames[-1].group(0)!r}")
+    check("GEMM peak" in stdout, "no result after the bar")
+    check_no_bar_without_tty(args)
+
+
+def case_progress_soak():
+    """bench soak: a bar of requests settled (reported, or refused for good)."""
+    args = ["bench", "soak", "--requests", "300", "--seed", "2"]
+    _, stdout, err = run_pty(args)
+    frames = bar_frames(err, "requests")
+    check(frames[-1]["total"] == "300", f"final frame {frames[-1].group(0)!r}")
+    check(re.search(r"^checks: all passed$", stdout, re.M), "soak failed under a pty")
+    check_no_bar_without_tty(args)
+
+
+def case_progress_profile():
+    """profile: one bar over every run (warm-up + 3 modes x --reps), in output tokens."""
+    args = ["profile"] + TINY + ["--num-prompts", "3", "--input-len", "8", "--output-len", "4",
+                                 "--reps", "2", "--no-roofline", "--trace", tmp("pp.json")]
+    _, stdout, err = run_pty(args)
+    frames = bar_frames(err, "output tokens")
+    check(int(frames[-1]["total"]) == (1 + 3 * 2) * 3 * 4, f"final frame {frames[-1].group(0)!r}")
+    check(frames[-1]["label"].startswith("run 7/7 "), f"label {frames[-1]['label']!r}")
+    check("Profiling overhead" in stdout, "no result after the bar")
+    check_no_bar_without_tty(args)
+
+
+def case_version():
+    a = run(["--version"]).stdout
+    b = run(["version"]).stdout
+    check(re.fullmatch(r"pagellm \d+\.\d+\.\d+\n", a) and a == b,
+          f"--version {a!r} and version {b!r} differ or are not 'pagellm X.Y.Z'")
+    top = run(["--help"]).stdout
+    subs = re.findall(r"^  (\w+)  ", run(["bench", "--help"]).stdout, re.M)
+    check(len(subs) >= 5, f"bench --help lists {subs}")
+    bench_line = re.search(r"^  bench +(.*)$", top, re.M)
+    check(bench_line, f"pagellm --help has no bench line:\n{top}")
+    for sub in subs:
+        check(re.search(rf"\b{sub}\b", bench_line.group(1)),
+              f"pagellm --help does not list bench {sub}: {bench_line.group(0)!r}")
+    cmds = re.findall(r"^  (\w+)  ", top, re.M)
+    for cmd in ("generate", "bench", "profile", "version", "help"):
+        check(cmd in cmds, f"pagellm --help does not list {cmd}")
 
 
 BAD_FLAGS = [

@@ -38,7 +38,8 @@
 // ref accumulates in double; the device in f32 (2^-24 = 6e-8 per rounding), with __expf,
 // rsqrtf and sincosf a few ulp from exact on a GPU (exact under the emulation). Inputs are
 // uniform in [-1, 1).
-// - NORM (rmsnorm): an f32 sum of squares over dim <= 4096 plus rsqrtf: ~1e-6 relative.
+// - NORM (rmsnorm): an f32 sum of squares over dim <= 4096 plus rsqrtf: ~1e-6 relative (also
+//   for the warp-per-row kernel of rows <= 256, a different summation order of the same terms).
 // - ROPE: cos/sin in f32 of the same f32 angle (|angle| < 3e4, so sincosf's argument
 //   reduction error stays ~1 ulp of 1) times inputs in [-1, 1): 1e-5 absolute.
 // - SILU: __expf's relative error (2 ulp + 2^-21 on sm_80) through x/(1+e^-x).
@@ -371,6 +372,79 @@ Test(cuda_ops, rmsnorm_and_fused_add) {
         b.cuda->ops->free(b.cuda, dd);
         b.cuda->ops->free(b.cuda, dout);
     }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Qwen3's per-head q/k norm: (n_tokens * n_heads) rows of head_dim, in place. Head sizes up to
+ * 256 take the warp-per-row kernel, 257 and up the block-per-row one; both are checked, the
+ * latter against the former's rule at the boundary. */
+Test(cuda_ops, rmsnorm_per_head_in_place) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 9);
+    /* n_tokens, n_heads, head_dim */
+    const int shapes[][3] = {{1, 2, 8},   {7, 14, 40}, {33, 32, 64}, {5, 16, 128},
+                             {3, 9, 256}, {2, 3, 257}, {1, 1, 64},   {300, 8, 128}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si][0] * shapes[si][1], hd = shapes[si][2];
+        const size_t n = (size_t)rows * hd;
+        float *x = rand_floats(&r, n, 4.f), *w = rand_floats(&r, (size_t)hd, 1.5f);
+        float *want = pl_malloc(n * 4);
+        cr_assert_eq(b.ref->ops->rmsnorm(b.ref, want, x, w, rows, hd, 1e-6f), PL_OK);
+        float *dx = put(b.cuda, x, n * 4), *dw = put(b.cuda, w, (size_t)hd * 4);
+        cr_assert_eq(b.cuda->ops->rmsnorm(b.cuda, dx, dx, dw, rows, hd, 1e-6f), PL_OK, "%s",
+                     pl_last_error());
+        float *got = get_floats(b.cuda, dx, n);
+        char name[64];
+        snprintf(name, sizeof name, "per-head rmsnorm %d rows x %d", rows, hd);
+        cr_assert(pl_allclose(name, want, got, n, TOL_NORM_ATOL, TOL_NORM_RTOL));
+        pl_free(got);
+        pl_free(x);
+        pl_free(w);
+        pl_free(want);
+        b.cuda->ops->free(b.cuda, dx);
+        b.cuda->ops->free(b.cuda, dw);
+    }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Qwen2's q/k/v biases: one f32 addition per element, so the same bits as ref. */
+Test(cuda_ops, add_bias) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 10);
+    /* 1 row; odd dims; Qwen2.5-0.5B's q (896); many rows: more elements than the grid's cap of
+     * 32 blocks per SM x 256 threads (grid-stride loop) */
+    const int shapes[][2] = {{1, 1}, {1, 7}, {3, 17}, {2, 896}, {1000, 129}, {9000, 64}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si][0], dim = shapes[si][1];
+        const size_t n = (size_t)rows * dim;
+        float *x = rand_floats(&r, n, 3.f), *bias = rand_floats(&r, (size_t)dim, 1.f);
+        float *dx = put(b.cuda, x, n * 4), *db = put(b.cuda, bias, (size_t)dim * 4);
+        cr_assert_eq(b.ref->ops->add_bias(b.ref, x, bias, rows, dim), PL_OK);
+        cr_assert_eq(b.cuda->ops->add_bias(b.cuda, dx, db, rows, dim), PL_OK, "%s",
+                     pl_last_error());
+        float *got = get_floats(b.cuda, dx, n);
+        cr_assert(memcmp(x, got, n * 4) == 0, "add_bias %dx%d", rows, dim);
+        pl_free(got);
+        pl_free(x);
+        pl_free(bias);
+        b.cuda->ops->free(b.cuda, dx);
+        b.cuda->ops->free(b.cuda, db);
+    }
+    const pl_backend_ops *o = b.cuda->ops;
+    float *dx = put(b.cuda, NULL, 64);
+    cr_assert_eq(o->add_bias(b.cuda, dx, dx, -1, 4), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "n_rows"), "%s", pl_last_error());
+    cr_assert_eq(o->add_bias(b.cuda, dx, dx, 2, 0), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(o->add_bias(b.cuda, NULL, dx, 2, 4), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(o->add_bias(b.cuda, dx, NULL, 2, 4), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "NULL"), "%s", pl_last_error());
+    cr_assert_eq(o->add_bias(b.cuda, NULL, NULL, 0, 4), PL_OK);
+    b.cuda->ops->free(b.cuda, dx);
+    cr_assert_eq(o->sync(b.cuda), PL_OK);
     drop_backends(&b);
     PL_ASSERT_NO_LEAKS();
 }

@@ -455,7 +455,8 @@ static void attn_unit(void *arg, int u, int thread) {
     const int32_t *table = b->block_tables + (size_t)s * b->max_blocks_per_seq;
     size_t row_bytes = (size_t)hd * J->esize;
     int pmax = ctx - q_len + j1 - 1; /* position of the unit's last row */
-    int first = pl_attn_window_start(ctx - q_len + j0, b->sliding_window); /* first row's lo */
+    int window = b->sliding_window;
+    int first = pl_attn_window_start(ctx - q_len + j0, window); /* first row's lo */
     for (int t0 = first; t0 <= pmax; t0 += KEY_TILE) {
         int t1 = t0 + KEY_TILE < pmax + 1 ? t0 + KEY_TILE : pmax + 1;
         for (int t = t0; t < t1;) { /* block by block: one division per block, not per key */
@@ -478,9 +479,13 @@ static void attn_unit(void *arg, int u, int thread) {
             }
         }
         for (int j = j0; j < j1; j++) {
-            int pos = ctx - q_len + j, lo = pl_attn_window_start(pos, b->sliding_window);
-            /* keys skip .. lim-1 of this tile are row j's: t0 + skip = max(t0, lo) */
-            int lim = (pos + 1 < t1 ? pos + 1 : t1) - t0, skip = lo > t0 ? lo - t0 : 0;
+            int pos = ctx - q_len + j;
+            int lim = (pos + 1 < t1 ? pos + 1 : t1) - t0; /* keys of this tile row j sees */
+            int skip = 0; /* ... from key skip on: t0 + skip = max(t0, row j's window start) */
+            if (window > 0) {
+                int lo = pl_attn_window_start(pos, window);
+                skip = lo > t0 ? lo - t0 : 0;
+            }
             if (lim <= skip) continue;
             int n_keys = lim - skip;
             const void *const *kj = kp + skip, *const *vj = vp + skip;

@@ -76,8 +76,16 @@ typedef struct pl_attn_batch {
     int block_size;              /* host */
     float scale;                 /* host: usually 1/sqrt(head_dim) */
     int sliding_window;          /* host: 0 = none; else a query at position p attends only to
-                                    positions p - sliding_window + 1 .. p (Mistral) */
+                                    positions p - sliding_window + 1 .. p (Mistral; the Hugging
+                                    Face / vLLM rule). Negative: PL_ERR_INVALID_ARGUMENT. A
+                                    window >= max_context_len gives the same bits as 0. */
 } pl_attn_batch;
+
+/* The first position a query at position pos attends to under sliding_window (0: none). */
+static inline int pl_attn_window_start(int pos, int sliding_window) {
+    int first = pos - sliding_window + 1;
+    return sliding_window > 0 && first > 0 ? first : 0;
+}
 
 /* One product of a matmul group: out (n_rows, d_out) = x @ w^T, w (d_out, d_in) of w_dtype. */
 typedef struct pl_matmul_part {

@@ -21,6 +21,12 @@
  * Causality: query row j at position p attends to t <= p, so each row stops at its own limit
  * within a tile; rows of a prefill chunk also see all earlier context.
  *
+ * Sliding window W: row j also starts at its own first position lo_j = max(0, p - W + 1) (the
+ * kernels get the tile's pointer arrays from that key on), and the unit's tiles start at its
+ * first row's lo, so K/V blocks wholly before the window are never resolved nor read: a decode
+ * reads W keys whatever the context. Without a window (or W >= the context) every lo is 0 and
+ * the tiles, calls and sums are those of the plain causal path, bit for bit.
+ *
  * With grouped-query heads the query vectors go through the kernels two at a time (two heads
  * of the group), so each K and V row loaded from cache serves both.
  *
@@ -449,7 +455,9 @@ static void attn_unit(void *arg, int u, int thread) {
     const int32_t *table = b->block_tables + (size_t)s * b->max_blocks_per_seq;
     size_t row_bytes = (size_t)hd * J->esize;
     int pmax = ctx - q_len + j1 - 1; /* position of the unit's last row */
-    for (int t0 = 0; t0 <= pmax; t0 += KEY_TILE) {
+    int window = b->sliding_window;
+    int first = pl_attn_window_start(ctx - q_len + j0, window); /* first row's lo */
+    for (int t0 = first; t0 <= pmax; t0 += KEY_TILE) {
         int t1 = t0 + KEY_TILE < pmax + 1 ? t0 + KEY_TILE : pmax + 1;
         for (int t = t0; t < t1;) { /* block by block: one division per block, not per key */
             int off = t % bs, n = bs - off < t1 - t ? bs - off : t1 - t;
@@ -473,7 +481,14 @@ static void attn_unit(void *arg, int u, int thread) {
         for (int j = j0; j < j1; j++) {
             int pos = ctx - q_len + j;
             int lim = (pos + 1 < t1 ? pos + 1 : t1) - t0; /* keys of this tile row j sees */
-            if (lim <= 0) continue;
+            int skip = 0; /* ... from key skip on: t0 + skip = max(t0, row j's window start) */
+            if (window > 0) {
+                int lo = pl_attn_window_start(pos, window);
+                skip = lo > t0 ? lo - t0 : 0;
+            }
+            if (lim <= skip) continue;
+            int n_keys = lim - skip;
+            const void *const *kj = kp + skip, *const *vj = vp + skip;
             for (int g = 0; g < G; g += 2) { /* two heads of the group per K/V pass */
                 int nq = G - g >= 2 ? 2 : 1, m0 = (j - j0) * G + g;
                 float *Sq[2] = {S, S + KEY_TILE}, *Oq[2], mx[2], corr[2];
@@ -482,16 +497,16 @@ static void attn_unit(void *arg, int u, int thread) {
                     qv[e] = J->q + ((size_t)(q0 + j) * b->n_heads + (size_t)kh * G + g + e) * hd;
                     Oq[e] = O + (size_t)(m0 + e) * hd;
                 }
-                J->f.scores(Sq, qv, nq, kp, lim, hd, b->scale, mx);
+                J->f.scores(Sq, qv, nq, kj, n_keys, hd, b->scale, mx);
                 for (int e = 0; e < nq; e++) {
                     int m = m0 + e;
                     if (mrow[m] > mx[e]) mx[e] = mrow[m];
-                    float sum = J->f.exp_sum(Sq[e], lim, mx[e]);
+                    float sum = J->f.exp_sum(Sq[e], n_keys, mx[e]);
                     corr[e] = mrow[m] == -INFINITY ? 0.0f : expf(mrow[m] - mx[e]);
                     lrow[m] = lrow[m] * corr[e] + sum;
                     mrow[m] = mx[e];
                 }
-                J->f.pv(Oq, corr, (const float *const *)Sq, nq, vp, lim, hd);
+                J->f.pv(Oq, corr, (const float *const *)Sq, nq, vj, n_keys, hd);
             }
         }
     }

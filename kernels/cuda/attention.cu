@@ -6,8 +6,8 @@
  * Shapes (kernels/backend.h): q, out (n_tokens, n_heads, head_dim) f32; one layer's k_cache,
  * v_cache (n_blocks, n_kv_heads, block_size, head_dim) of kv_dtype T (f16, bf16 or f32);
  * block_tables (n_seqs, max_blocks_per_seq); query head h reads KV head h / (n_heads /
- * n_kv_heads). Sequence s's query row (decode: q_len 1) is at position context_lens[s] - 1 and
- * attends to positions 0 .. context_lens[s] - 1.
+ * n_kv_heads). Sequence s's query row (decode: q_len 1) is at position p = context_lens[s] - 1
+ * and attends to positions lo .. p, lo = 0, or max(0, p - W + 1) with a sliding window W > 0.
  *
  * Decode kernel: grid (n_heads, n_seqs, n_parts), 128 threads = 4 warps. The block owns one
  * (head, sequence) and the context tokens of partition blockIdx.z (all of them when not split).
@@ -23,10 +23,12 @@
  * loads, guarded). Larger heads: PL_ERR_UNSUPPORTED.
  *
  * Split-K: when the context is long and (n_heads * n_seqs) blocks cannot fill the GPU, the
- * context is cut into partitions of partition_tokens; each block writes its partition's
+ * attended keys lo .. p are cut into partitions of partition_tokens counted from lo (with a
+ * window, the number of keys is min(context, W), which also decides whether to split, and the
+ * blocks before the window are never read); each block writes its partition's
  * normalised output with (max, sum), and the reduce kernel combines them with weights
  * sum_i * exp(max_i - max) / sum_j (sum_j * exp(max_j - max)). The choice is made per batch
- * from max_context_len (pl_cuda_set_attention_split forces it either way).
+ * from min(max_context_len, W) (pl_cuda_set_attention_split forces it either way).
  *
  * Mixed batches (max_query_len > 1): the decode kernel takes the sequences with q_len == 1 and
  * the prefill kernel the others; each returns at once for the other's sequences. The kernels
@@ -37,6 +39,7 @@
 #include <math.h>
 
 #include "kernels/cuda/backend_cuda.cuh"
+#include "kernels/ref/ref.h"
 
 static constexpr int kThreads = 128;
 static constexpr int kWarps = kThreads / 32;
@@ -89,7 +92,7 @@ paged_decode_kernel(float *__restrict__ out, float *__restrict__ part_ml,
                     const int32_t *__restrict__ context_lens,
                     const int32_t *__restrict__ block_tables, int max_blocks_per_seq,
                     int n_heads, int n_kv_heads, int head_dim, int block_size, float scale,
-                    int part_tokens) {
+                    int window, int part_tokens) {
     constexpr int VD = D == 0 ? 1 : (D % 128 == 0 ? 4 : 2); /* V elements per lane per load */
     constexpr int NV = (MAXD + 32 * VD - 1) / (32 * VD);    /* V loads per lane per token */
     __shared__ __align__(16) float q_s[MAXD];
@@ -103,7 +106,8 @@ paged_decode_kernel(float *__restrict__ out, float *__restrict__ part_ml,
     const int q_row = query_start[seq];
     if (query_start[seq + 1] - q_row != 1) return; /* a prefill sequence */
     const int ctx = context_lens[seq];
-    const int t_begin = part * part_tokens;
+    const int lo = window > 0 && ctx > window ? ctx - window : 0; /* first attended position */
+    const int t_begin = lo + part * part_tokens;
     if (part > 0 && t_begin >= ctx) return; /* past this sequence's context */
     const int t_end = ctx - t_begin < part_tokens ? ctx : t_begin + part_tokens;
     const int kvh = head / (n_heads / n_kv_heads);
@@ -213,14 +217,15 @@ paged_decode_reduce_kernel(float *__restrict__ out, const float *__restrict__ pa
                            const float *__restrict__ part_out,
                            const int32_t *__restrict__ query_start,
                            const int32_t *__restrict__ context_lens, int n_heads, int head_dim,
-                           int part_tokens, int n_parts) {
+                           int window, int part_tokens, int n_parts) {
     DYNAMIC_SMEM(float, w_s); /* (n_parts) */
     __shared__ float red[32];
     const int head = (int)blockIdx.x, seq = (int)blockIdx.y, tid = (int)threadIdx.x;
     const int q_row = query_start[seq];
     if (query_start[seq + 1] - q_row != 1) return;
     const int ctx = context_lens[seq];
-    int n_valid = ctx > 0 ? pl_cdiv(ctx, part_tokens) : 1;
+    const int n_keys = window > 0 && ctx > window ? window : ctx; /* as the decode kernel cut them */
+    int n_valid = n_keys > 0 ? pl_cdiv(n_keys, part_tokens) : 1;
     if (n_valid > n_parts) n_valid = n_parts;
     const size_t base = ((size_t)seq * n_heads + head) * (size_t)n_parts;
 
@@ -284,12 +289,13 @@ static pl_status launch_decode(pl_cuda_ctx *c, float *out, const float *q, const
     PL_CUDA_TRY(launch(kernel, grid, dim3(kThreads), 0, c->stream, out, part_ml, part_out, q,
                        (const T *)k_cache, (const T *)v_cache, b->query_start, b->context_lens,
                        b->block_tables, b->max_blocks_per_seq, b->n_heads, b->n_kv_heads,
-                       b->head_dim, b->block_size, b->scale, part_tokens));
+                       b->head_dim, b->block_size, b->scale, b->sliding_window, part_tokens));
     if (n_parts > 1)
         PL_CUDA_TRY(launch(paged_decode_reduce_kernel, dim3((unsigned)b->n_heads, (unsigned)b->n_seqs),
                            dim3(kThreads), (size_t)n_parts * sizeof(float), c->stream, out,
                            (const float *)part_ml, (const float *)part_out, b->query_start,
-                           b->context_lens, b->n_heads, b->head_dim, part_tokens, n_parts));
+                           b->context_lens, b->n_heads, b->head_dim, b->sliding_window,
+                           part_tokens, n_parts));
     return PL_OK;
 }
 
@@ -299,28 +305,8 @@ static pl_status check_batch(const pl_backend *be, const float *out, const float
     const pl_dtype t = be->kv_dtype;
     if (t != PL_DTYPE_F16 && t != PL_DTYPE_BF16 && t != PL_DTYPE_F32)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: backend kv_dtype %d", (int)t);
-    if (!b) return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: batch is NULL");
-    if (b->n_seqs < 0 || b->n_tokens < 0)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: n_seqs %d, n_tokens %d < 0",
-                       b->n_seqs, b->n_tokens);
-    if (b->n_heads <= 0 || b->n_kv_heads <= 0 || b->n_heads % b->n_kv_heads != 0)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "attention: n_heads %d must be a positive multiple of n_kv_heads %d",
-                       b->n_heads, b->n_kv_heads);
-    if (b->head_dim <= 0 || b->block_size <= 0 || b->max_blocks_per_seq <= 0)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "attention: head_dim %d, block_size %d, max_blocks_per_seq %d must be "
-                       "positive",
-                       b->head_dim, b->block_size, b->max_blocks_per_seq);
-    if (!isfinite(b->scale))
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: scale %g is not finite",
-                       (double)b->scale);
-    if (b->n_seqs == 0) {
-        if (b->n_tokens != 0)
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: n_tokens %d with no sequences",
-                           b->n_tokens);
-        return PL_OK;
-    }
+    PL_TRY(pl_ref_check_attention_sizes(b));
+    if (b->n_seqs == 0) return PL_OK;
     if (!out || !q || !k_cache || !v_cache || !b->query_start || !b->context_lens ||
         !b->block_tables)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
@@ -347,9 +333,12 @@ pl_status pl_cuda_attention(pl_backend *be, float *out, const float *q, const vo
     if (b->n_seqs == 0) return PL_OK;
     pl_cuda_ctx *c = pl_cuda_ctx_of(be);
 
-    /* split-K choice, from host-side sizes only */
+    /* split-K choice, from host-side sizes only: the most keys a query attends to */
     const int pt = c->partition_tokens;
-    const long n_parts_split = ((long)b->max_context_len + pt - 1) / pt;
+    const int max_keys = b->sliding_window > 0 && b->sliding_window < b->max_context_len
+                             ? b->sliding_window
+                             : b->max_context_len;
+    const long n_parts_split = ((long)max_keys + pt - 1) / pt;
     bool split = false;
     if (n_parts_split > 1 && c->split_mode != PL_CUDA_SPLIT_NEVER) {
         split = c->split_mode == PL_CUDA_SPLIT_ALWAYS ||

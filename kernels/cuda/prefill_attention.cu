@@ -4,8 +4,10 @@
  * through the block tables. Called by pl_cuda_attention (attention.cu) after the decode kernel.
  *
  * Shapes as in attention.cu. Sequence s's query rows are query_start[s] .. +q_len-1; row j is at
- * position context_lens[s] - q_len + j and sees keys 0 .. that position, so chunked prefill and
- * prefix-cache hits (context already in the cache) need nothing special.
+ * position p = context_lens[s] - q_len + j and sees keys 0 .. p, so chunked prefill and
+ * prefix-cache hits (context already in the cache) need nothing special. With a sliding window
+ * W > 0 it sees keys max(0, p - W + 1) .. p: a block's key walk starts at its first row's first
+ * key (the tiles before are never gathered) and each row masks the keys below its own.
  *
  * Grid (ceil(max_query_len / BQ), n_heads, n_seqs), 128 threads = 4 warps. A block takes BQ
  * query rows of one head: Q is loaded pre-scaled into shared memory, then the keys are walked
@@ -54,7 +56,8 @@ paged_prefill_kernel(float *__restrict__ out, const float *__restrict__ q,
                      const int32_t *__restrict__ query_start,
                      const int32_t *__restrict__ context_lens,
                      const int32_t *__restrict__ block_tables, int max_blocks_per_seq,
-                     int n_heads, int n_kv_heads, int hd, int block_size, float scale) {
+                     int n_heads, int n_kv_heads, int hd, int block_size, float scale,
+                     int window) {
     constexpr int RPW = prefill_shape<MAXD>::RPW, BQ = prefill_shape<MAXD>::BQ;
     constexpr int ND = MAXD / 32; /* head_dim elements per lane */
     const int head = (int)blockIdx.y, seq = (int)blockIdx.z;
@@ -64,7 +67,8 @@ paged_prefill_kernel(float *__restrict__ out, const float *__restrict__ q,
     if (q0 >= q_len) return;
     const int nq = q_len - q0 < BQ ? q_len - q0 : BQ;
     const int pos0 = context_lens[seq] - q_len + q0; /* position of this tile's row 0 */
-    const int n_keys = pos0 + nq;                    /* keys 0 .. pos0 + nq - 1 */
+    const int n_keys = pos0 + nq;                    /* keys k_begin .. pos0 + nq - 1 */
+    const int k_begin = window > 0 && pos0 >= window ? pos0 - window + 1 : 0;
     const int kvh = head / (n_heads / n_kv_heads);
     const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int ld = hd | 1;
@@ -93,7 +97,7 @@ paged_prefill_kernel(float *__restrict__ out, const float *__restrict__ q,
         for (int k = 0; k < ND; k++) acc[i][k] = 0.f;
     }
 
-    for (int k0 = 0; k0 < n_keys; k0 += kBK) {
+    for (int k0 = k_begin; k0 < n_keys; k0 += kBK) {
         const int nk = n_keys - k0 < kBK ? n_keys - k0 : kBK;
         __syncthreads(); /* q_s written (first tile); kv_s free (later tiles) */
         gather_rows(kv_s, ld, k_cache, table, k0, nk, hd, block_size, block_stride, head_off);
@@ -102,7 +106,8 @@ paged_prefill_kernel(float *__restrict__ out, const float *__restrict__ q,
         for (int i = 0; i < RPW; i++) {
             const int r = warp * RPW + i;
             float s = -INFINITY;
-            if (r < nq && lane < nk && k0 + lane <= pos0 + r) {
+            const int t = k0 + lane, pos = pos0 + r; /* key, row position */
+            if (r < nq && lane < nk && t <= pos && (window <= 0 || t > pos - window)) {
                 const float *qr = q_s + r * hd, *kr = kv_s + lane * ld;
                 float a0 = 0.f, a1 = 0.f;
                 int d = 0;
@@ -114,7 +119,8 @@ paged_prefill_kernel(float *__restrict__ out, const float *__restrict__ q,
                 s = a0 + a1;
             }
             const float m_new = fmaxf(m[i], pl_warp_max(s));
-            /* a row with no visible key yet (only padding rows r >= nq) keeps m = -inf */
+            /* a row with no visible key yet (padding rows r >= nq; with a window, rows whose
+             * window starts past this tile) keeps m = -inf */
             const float alpha = m_new == -INFINITY ? 1.f : __expf(m[i] - m_new);
             const float p = s == -INFINITY ? 0.f : __expf(s - m_new);
             l[i] = l[i] * alpha + pl_warp_sum(p);
@@ -175,7 +181,7 @@ static pl_status launch_prefill(pl_cuda_ctx *c, float *out, const float *q, cons
     PL_CUDA_TRY(launch(kernel, grid, dim3(kThreads), smem, c->stream, out, q, (const T *)k_cache,
                        (const T *)v_cache, b->query_start, b->context_lens, b->block_tables,
                        b->max_blocks_per_seq, b->n_heads, b->n_kv_heads, hd, b->block_size,
-                       b->scale));
+                       b->scale, b->sliding_window));
     return PL_OK;
 }
 

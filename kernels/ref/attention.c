@@ -5,8 +5,9 @@
  * (n_blocks, n_kv_heads, block_size, head_dim) of the backend's kv_dtype. For each sequence s,
  * each of its query rows j (position p = context_lens[s] - q_len + j), each head h (KV head
  * h / (n_heads / n_kv_heads)):
- *   score[t] = scale * q . K[t]                for t = 0 .. p, K[t] found via block_tables[s]
+ *   score[t] = scale * q . K[t]                for t = lo .. p, K[t] found via block_tables[s]
  *   out      = sum_t softmax(score)[t] * V[t]  (softmax with the maximum subtracted)
+ * where lo = 0, or with a sliding window W > 0, lo = max(0, p - W + 1).
  * Everything is accumulated in double. This is the textbook formula, not a fast one: each
  * (row, head) reads its whole context.
  */
@@ -41,12 +42,12 @@ pl_status pl_ref_attention(pl_backend *be, float *out, const float *q, const voi
         int q0 = b->query_start[s], q_len = b->query_start[s + 1] - q0;
         int ctx = b->context_lens[s];
         for (int j = 0; j < q_len; j++) {
-            int pos = ctx - q_len + j;
+            int pos = ctx - q_len + j, lo = pl_attn_window_start(pos, b->sliding_window);
             for (int h = 0; h < b->n_heads; h++) {
                 int kh = h / group;
                 const float *qh = q + ((size_t)(q0 + j) * b->n_heads + h) * hd; /* (hd) */
                 double mx = -INFINITY;
-                for (int t = 0; t <= pos; t++) {
+                for (int t = lo; t <= pos; t++) {
                     size_t off = cache_offset(b, table, t, kh);
                     double dot = 0.0;
                     for (int d = 0; d < hd; d++)
@@ -55,12 +56,12 @@ pl_status pl_ref_attention(pl_backend *be, float *out, const float *q, const voi
                     if (score[t] > mx) mx = score[t];
                 }
                 double sum = 0.0;
-                for (int t = 0; t <= pos; t++) {
+                for (int t = lo; t <= pos; t++) {
                     score[t] = exp(score[t] - mx);
                     sum += score[t];
                 }
                 for (int d = 0; d < hd; d++) acc[d] = 0.0;
-                for (int t = 0; t <= pos; t++) {
+                for (int t = lo; t <= pos; t++) {
                     size_t off = cache_offset(b, table, t, kh);
                     for (int d = 0; d < hd; d++)
                         acc[d] += score[t] * pl_load_f32(v_cache, kt, off + d);

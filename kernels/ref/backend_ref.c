@@ -118,10 +118,7 @@ pl_status pl_ref_check_kv_store(const pl_backend *be, const void *k_cache, const
     return PL_OK;
 }
 
-pl_status pl_ref_check_attention(const pl_backend *be, const float *out, const float *q,
-                                 const void *k_cache, const void *v_cache,
-                                 const pl_attn_batch *b) {
-    PL_TRY(check_kv_dtype(be, "attention"));
+pl_status pl_ref_check_attention_sizes(const pl_attn_batch *b) {
     NEED(b, "attention", "batch");
     if (b->n_seqs < 0 || b->n_tokens < 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: n_seqs %d, n_tokens %d < 0",
@@ -138,12 +135,21 @@ pl_status pl_ref_check_attention(const pl_backend *be, const float *out, const f
     if (!isfinite(b->scale))
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: scale %g is not finite",
                        (double)b->scale);
-    if (b->n_seqs == 0) {
-        if (b->n_tokens != 0)
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: n_tokens %d with no sequences",
-                           b->n_tokens);
-        return PL_OK;
-    }
+    if (b->sliding_window < 0)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "attention: sliding_window %d < 0 (0 means no window)", b->sliding_window);
+    if (b->n_seqs == 0 && b->n_tokens != 0)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: n_tokens %d with no sequences",
+                       b->n_tokens);
+    return PL_OK;
+}
+
+pl_status pl_ref_check_attention(const pl_backend *be, const float *out, const float *q,
+                                 const void *k_cache, const void *v_cache,
+                                 const pl_attn_batch *b) {
+    PL_TRY(check_kv_dtype(be, "attention"));
+    PL_TRY(pl_ref_check_attention_sizes(b));
+    if (b->n_seqs == 0) return PL_OK;
     NEED(out, "attention", "out");
     NEED(q, "attention", "q");
     NEED(k_cache, "attention", "k_cache");

@@ -58,7 +58,10 @@ pl_status pl_ref_check_rope(const float *q, const float *k, const int32_t *posit
 pl_status pl_ref_check_kv_store(const pl_backend *be, const void *k_cache, const void *v_cache,
                                 const float *k, const float *v, const int64_t *slots,
                                 int n_tokens, int n_kv_heads, int head_dim, int block_size);
-/* Also checks the host-readable batch arrays: query_start non-decreasing from 0 to n_tokens,
+/* The batch's host fields only (sizes, scale, sliding_window >= 0, no tokens without
+ * sequences); reads no array, so device backends use it too. */
+pl_status pl_ref_check_attention_sizes(const pl_attn_batch *b);
+/* The sizes above, and the host-readable batch arrays: query_start non-decreasing from 0 to n_tokens,
  * 1 <= q_len <= context_lens[s] <= min(max_context_len, max_blocks_per_seq * block_size),
  * q_len <= max_query_len. Block ids cannot be checked (the op does not know n_blocks). */
 pl_status pl_ref_check_attention(const pl_backend *be, const float *out, const float *q,

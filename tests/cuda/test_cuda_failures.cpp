@@ -93,7 +93,7 @@ Test(cuda_failures, cuda_errors_become_backend_errors) {
      * and how (a GPU would fault at the next sync instead; both end in PL_ERR_BACKEND) */
     float host[64] = {0}, w[8] = {0};
     cr_assert_eq(be->ops->rmsnorm(be, host, host, w, 8, 8, 1e-5f), PL_ERR_BACKEND);
-    cr_assert(has(pl_last_error(), "launch(rmsnorm_kernel"), "%s", pl_last_error());
+    cr_assert(has(pl_last_error(), "launch(rmsnorm_rows_kernel"), "%s", pl_last_error());
     cr_assert(has(pl_last_error(), "cudaErrorInvalidValue"), "%s", pl_last_error());
     cr_assert(has(pl_last_error(), "rmsnorm.cu"), "%s", pl_last_error());
     /* download into device memory is a wrong direction */

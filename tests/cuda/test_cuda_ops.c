@@ -12,6 +12,11 @@
  * prefill chunks with earlier context, and batches mixing decode and prefill sequences.
  * Split-K is tested forced (32/64-token partitions) and as the backend chooses it by default
  * (512-token partitions, contexts up to 1300 tokens; checked to have actually split).
+ * Sliding windows (1, under a block, not a multiple of it, several blocks, several split-K
+ * partitions, covering the context) run through the decode, split-K and prefill kernels; the
+ * blocks wholly before a sequence's first window point outside the cache in the table the
+ * kernels get, so reading them faults, and a window covering every context must give the bits
+ * of no window.
  * The ref backend gets the same kv_dtype, so both read bit-identical caches (checked) and
  * attention differences are kernel arithmetic only.
  */
@@ -33,7 +38,8 @@
 // ref accumulates in double; the device in f32 (2^-24 = 6e-8 per rounding), with __expf,
 // rsqrtf and sincosf a few ulp from exact on a GPU (exact under the emulation). Inputs are
 // uniform in [-1, 1).
-// - NORM (rmsnorm): an f32 sum of squares over dim <= 4096 plus rsqrtf: ~1e-6 relative.
+// - NORM (rmsnorm): an f32 sum of squares over dim <= 4096 plus rsqrtf: ~1e-6 relative (also
+//   for the warp-per-row kernel of rows <= 256, a different summation order of the same terms).
 // - ROPE: cos/sin in f32 of the same f32 angle (|angle| < 3e4, so sincosf's argument
 //   reduction error stays ~1 ulp of 1) times inputs in [-1, 1): 1e-5 absolute.
 // - SILU: __expf's relative error (2 ulp + 2^-21 on sm_80) through x/(1+e^-x).
@@ -44,7 +50,8 @@
 //   2^-11 * sum_i |x_i w_i| (computed per case, largest over the outputs).
 // - ATTN: softmax weights in f32 with a running max (each rescale one rounding), q.k over
 //   head_dim <= 300 in f32, a weighted sum of V rows of magnitude < 1: 2e-5 absolute, 1e-4
-//   relative; and NMSE < 1e-9 on the whole output.
+//   relative; and NMSE < 1e-9 on the whole output. The same bounds hold with a sliding window,
+//   which only drops keys from the same sums.
 // Exact (bitwise): embed, gather_rows, kv_store (both round f32 -> f16/bf16 to nearest even),
 // copy_blocks, argmax, upload_weight's f32 -> f16 conversion.
 #define TOL_NORM_ATOL 2e-6f
@@ -241,6 +248,11 @@ Test(cuda_ops, invalid_arguments_are_named) {
     bad.max_query_len = bad.max_context_len = 1;
     cr_assert_eq(o->attention(b.cuda, &x, &x, &x, &x, &bad), PL_ERR_UNSUPPORTED);
     cr_assert(strstr(pl_last_error(), "head_dim"), "%s", pl_last_error());
+    bad.head_dim = 64;
+    bad.sliding_window = -1;
+    cr_assert_eq(o->attention(b.cuda, &x, &x, &x, &x, &bad), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "sliding_window"), "%s", pl_last_error());
+    bad.sliding_window = 0;
     cr_assert_eq(pl_cuda_set_attention_split(b.cuda, PL_CUDA_SPLIT_ALWAYS, 48),
                  PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_cuda_set_attention_split(b.ref, PL_CUDA_SPLIT_ALWAYS, 64),
@@ -360,6 +372,79 @@ Test(cuda_ops, rmsnorm_and_fused_add) {
         b.cuda->ops->free(b.cuda, dd);
         b.cuda->ops->free(b.cuda, dout);
     }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Qwen3's per-head q/k norm: (n_tokens * n_heads) rows of head_dim, in place. Head sizes up to
+ * 256 take the warp-per-row kernel, 257 and up the block-per-row one; both are checked, the
+ * latter against the former's rule at the boundary. */
+Test(cuda_ops, rmsnorm_per_head_in_place) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 9);
+    /* n_tokens, n_heads, head_dim */
+    const int shapes[][3] = {{1, 2, 8},   {7, 14, 40}, {33, 32, 64}, {5, 16, 128},
+                             {3, 9, 256}, {2, 3, 257}, {1, 1, 64},   {300, 8, 128}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si][0] * shapes[si][1], hd = shapes[si][2];
+        const size_t n = (size_t)rows * hd;
+        float *x = rand_floats(&r, n, 4.f), *w = rand_floats(&r, (size_t)hd, 1.5f);
+        float *want = pl_malloc(n * 4);
+        cr_assert_eq(b.ref->ops->rmsnorm(b.ref, want, x, w, rows, hd, 1e-6f), PL_OK);
+        float *dx = put(b.cuda, x, n * 4), *dw = put(b.cuda, w, (size_t)hd * 4);
+        cr_assert_eq(b.cuda->ops->rmsnorm(b.cuda, dx, dx, dw, rows, hd, 1e-6f), PL_OK, "%s",
+                     pl_last_error());
+        float *got = get_floats(b.cuda, dx, n);
+        char name[64];
+        snprintf(name, sizeof name, "per-head rmsnorm %d rows x %d", rows, hd);
+        cr_assert(pl_allclose(name, want, got, n, TOL_NORM_ATOL, TOL_NORM_RTOL));
+        pl_free(got);
+        pl_free(x);
+        pl_free(w);
+        pl_free(want);
+        b.cuda->ops->free(b.cuda, dx);
+        b.cuda->ops->free(b.cuda, dw);
+    }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Qwen2's q/k/v biases: one f32 addition per element, so the same bits as ref. */
+Test(cuda_ops, add_bias) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 10);
+    /* 1 row; odd dims; Qwen2.5-0.5B's q (896); many rows: more elements than the grid's cap of
+     * 32 blocks per SM x 256 threads (grid-stride loop) */
+    const int shapes[][2] = {{1, 1}, {1, 7}, {3, 17}, {2, 896}, {1000, 129}, {9000, 64}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si][0], dim = shapes[si][1];
+        const size_t n = (size_t)rows * dim;
+        float *x = rand_floats(&r, n, 3.f), *bias = rand_floats(&r, (size_t)dim, 1.f);
+        float *dx = put(b.cuda, x, n * 4), *db = put(b.cuda, bias, (size_t)dim * 4);
+        cr_assert_eq(b.ref->ops->add_bias(b.ref, x, bias, rows, dim), PL_OK);
+        cr_assert_eq(b.cuda->ops->add_bias(b.cuda, dx, db, rows, dim), PL_OK, "%s",
+                     pl_last_error());
+        float *got = get_floats(b.cuda, dx, n);
+        cr_assert(memcmp(x, got, n * 4) == 0, "add_bias %dx%d", rows, dim);
+        pl_free(got);
+        pl_free(x);
+        pl_free(bias);
+        b.cuda->ops->free(b.cuda, dx);
+        b.cuda->ops->free(b.cuda, db);
+    }
+    const pl_backend_ops *o = b.cuda->ops;
+    float *dx = put(b.cuda, NULL, 64);
+    cr_assert_eq(o->add_bias(b.cuda, dx, dx, -1, 4), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "n_rows"), "%s", pl_last_error());
+    cr_assert_eq(o->add_bias(b.cuda, dx, dx, 2, 0), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(o->add_bias(b.cuda, NULL, dx, 2, 4), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(o->add_bias(b.cuda, dx, NULL, 2, 4), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "NULL"), "%s", pl_last_error());
+    cr_assert_eq(o->add_bias(b.cuda, NULL, NULL, 0, 4), PL_OK);
+    b.cuda->ops->free(b.cuda, dx);
+    cr_assert_eq(o->sync(b.cuda), PL_OK);
     drop_backends(&b);
     PL_ASSERT_NO_LEAKS();
 }
@@ -607,11 +692,13 @@ static const attn_case k_attn_cases[] = {
     {8, 80, 1, 8, 2, {5, 66}, {5, 1}},
 };
 
-/* Runs one case on both backends with the given cache type and split policy, and checks the
- * CUDA output against ref. The inputs depend only on (ac, kv, seed). With keep_cuda, the CUDA
- * output (n_tokens x n_heads x head_dim floats, pl_malloc'd) is handed to the caller. */
-static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode mode,
-                          int part_tokens, uint64_t seed, float **keep_cuda) {
+/* Runs one case with the given sliding window on both backends with the given cache type and
+ * split policy, and checks the CUDA output against ref. The inputs depend only on (ac, kv,
+ * seed). With keep_cuda, the CUDA output (n_tokens x n_heads x head_dim floats, pl_malloc'd)
+ * is handed to the caller. */
+static void attention_run_window(const attn_case *ac, int window, pl_dtype kv,
+                                 pl_cuda_split_mode mode, int part_tokens, uint64_t seed,
+                                 float **keep_cuda) {
     backends be = make_backends(kv);
     cr_assert_eq(pl_cuda_set_attention_split(be.cuda, mode, part_tokens), PL_OK);
     pl_test_rng r;
@@ -643,6 +730,13 @@ static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode m
     for (int s = 0; s < ns; s++)
         for (int bi = 0; bi < (ac->ctx[s] + bs - 1) / bs; bi++)
             tables[s * max_bps + bi] = perm[next++];
+    /* attention's tables: blocks wholly before the sequence's first window poisoned too */
+    int32_t *att_tables = pl_malloc((size_t)ns * max_bps * 4);
+    memcpy(att_tables, tables, (size_t)ns * max_bps * 4);
+    for (int s = 0; s < ns; s++) {
+        const int first = pl_attn_window_start(ac->ctx[s] - ac->qlen[s], window);
+        for (int bi = 0; (bi + 1) * bs <= first; bi++) att_tables[s * max_bps + bi] = 1 << 24;
+    }
 
     /* every context position's K/V written by one kv_store, with padding slots interleaved */
     int n_store = 0;
@@ -683,7 +777,7 @@ static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode m
             .n_tokens = n_q,
             .query_start = put(b, qstart, (size_t)(ns + 1) * 4),
             .context_lens = put(b, ctx, (size_t)ns * 4),
-            .block_tables = put(b, tables, (size_t)ns * max_bps * 4),
+            .block_tables = put(b, att_tables, (size_t)ns * max_bps * 4),
             .max_blocks_per_seq = max_bps,
             .max_query_len = max_q,
             .max_context_len = max_ctx,
@@ -692,6 +786,7 @@ static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode m
             .head_dim = hd,
             .block_size = bs,
             .scale = 1.f / sqrtf((float)hd),
+            .sliding_window = window,
         };
         float *dq = put(b, q, nqe * 4), *dout = put(b, NULL, nqe * 4);
         cr_assert_eq(b->ops->attention(b, dout, dq, kc, vc, &ab), PL_OK, "%s attention: %s",
@@ -706,8 +801,9 @@ static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode m
         for (size_t i = 0; i < sizeof to_free / sizeof to_free[0]; i++) b->ops->free(b, to_free[i]);
     }
     char name[160];
-    snprintf(name, sizeof name, "attention bs %d hd %d kv %d x%d seqs %d kv %s split %d/%d", bs,
-             hd, nkv, ac->group, ns, pl_dtype_name(kv), (int)mode, part_tokens);
+    snprintf(name, sizeof name,
+             "attention bs %d hd %d kv %d x%d seqs %d kv %s split %d/%d window %d", bs, hd, nkv,
+             ac->group, ns, pl_dtype_name(kv), (int)mode, part_tokens, window);
     cr_assert(memcmp(caches[0][0], caches[1][0], cache_elems * esz) == 0, "%s: K caches differ",
               name);
     cr_assert(memcmp(caches[0][1], caches[1][1], cache_elems * esz) == 0, "%s: V caches differ",
@@ -726,6 +822,7 @@ static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode m
     }
     pl_free(perm);
     pl_free(tables);
+    pl_free(att_tables);
     pl_free(slots);
     pl_free(k);
     pl_free(v);
@@ -733,6 +830,11 @@ static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode m
     pl_free(ctx);
     pl_free(q);
     drop_backends(&be);
+}
+
+static void attention_run(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode mode,
+                          int part_tokens, uint64_t seed, float **keep_cuda) {
+    attention_run_window(ac, 0, kv, mode, part_tokens, seed, keep_cuda);
 }
 
 static void attention_case(const attn_case *ac, pl_dtype kv, pl_cuda_split_mode mode,
@@ -813,6 +915,107 @@ Test(cuda_ops, attention_auto_split_on_long_contexts) {
     cr_assert(bitwise_equal(automatic, unsplit, n), "512 tokens: AUTO must not split");
     pl_free(automatic);
     pl_free(unsplit);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sliding window
+
+typedef struct {
+    attn_case c;
+    int window;
+} window_case;
+
+static const window_case k_window_cases[] = {
+    /* decode: window 1; under a block; not a multiple of the block; several blocks */
+    {{16, 64, 2, 4, 3, {1, 37, 200}, {1, 1, 1}}, 1},
+    {{8, 128, 1, 8, 2, {65, 130}, {1, 1}}, 5},
+    {{32, 80, 2, 2, 2, {33, 96}, {1, 1}}, 37},
+    {{16, 17, 3, 1, 2, {19, 150}, {1, 1}}, 50},
+    {{16, 256, 1, 2, 2, {31, 170}, {1, 1}}, 100},
+    /* prefill: rows whose windows start inside, at and before the chunk; generic head sizes */
+    {{16, 64, 2, 2, 2, {40, 70}, {40, 20}}, 9},
+    {{8, 17, 1, 4, 2, {33, 12}, {9, 12}}, 20},
+    {{32, 128, 1, 1, 1, {90}, {90}}, 33},
+    {{8, 256, 1, 2, 1, {70}, {17}}, 6},
+    {{16, 300, 1, 1, 1, {60}, {41}}, 1},
+    /* mixed decode + prefill in one batch */
+    {{16, 64, 2, 4, 3, {50, 45, 77}, {1, 30, 1}}, 24},
+    {{8, 80, 1, 8, 2, {5, 66}, {5, 1}}, 3},
+};
+
+Test(cuda_ops, attention_window_unsplit_and_split_k) {
+    for (size_t i = 0; i < sizeof k_window_cases / sizeof k_window_cases[0]; i++) {
+        const window_case *wc = &k_window_cases[i];
+        attention_run_window(&wc->c, wc->window, PL_DTYPE_F16, PL_CUDA_SPLIT_NEVER, 512, 700 + i,
+                             NULL);
+        /* 32-token partitions: windows of 33..100 keys span 2-4 of them, counted from lo */
+        attention_run_window(&wc->c, wc->window, PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, 32, 700 + i,
+                             NULL);
+    }
+    const size_t pick[] = {1, 3, 6, 10};
+    for (size_t i = 0; i < 4; i++) {
+        const window_case *wc = &k_window_cases[pick[i]];
+        attention_run_window(&wc->c, wc->window, PL_DTYPE_BF16, PL_CUDA_SPLIT_ALWAYS, 64,
+                             800 + i, NULL);
+        attention_run_window(&wc->c, wc->window, PL_DTYPE_F32, PL_CUDA_SPLIT_NEVER, 512, 900 + i,
+                             NULL);
+    }
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Long contexts with a window under the default policy: the number of keys, min(context,
+ * window), decides the split. 600 keys of 1300: two partitions starting at the window start
+ * (bit-identical to forced split-K, not to unsplit); 512 keys: one partition, so no split. */
+Test(cuda_ops, attention_window_long_context_split_choice) {
+    const attn_case ac = {16, 128, 1, 4, 2, {700, 1300}, {1, 1}};
+    const size_t n = attn_out_floats(&ac);
+    float *automatic = NULL, *split = NULL, *unsplit = NULL;
+    attention_run_window(&ac, 600, PL_DTYPE_F16, PL_CUDA_SPLIT_AUTO, 512, 1000, &automatic);
+    attention_run_window(&ac, 600, PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, 512, 1000, &split);
+    attention_run_window(&ac, 600, PL_DTYPE_F16, PL_CUDA_SPLIT_NEVER, 512, 1000, &unsplit);
+    cr_assert(bitwise_equal(automatic, split, n), "window 600: AUTO differs from split-K");
+    cr_assert(!bitwise_equal(automatic, unsplit, n), "window 600: AUTO did not split");
+    pl_free(automatic);
+    pl_free(split);
+    pl_free(unsplit);
+    attention_run_window(&ac, 512, PL_DTYPE_F16, PL_CUDA_SPLIT_AUTO, 512, 1001, &automatic);
+    attention_run_window(&ac, 512, PL_DTYPE_F16, PL_CUDA_SPLIT_NEVER, 512, 1001, &unsplit);
+    cr_assert(bitwise_equal(automatic, unsplit, n), "window 512: AUTO must not split");
+    pl_free(automatic);
+    pl_free(unsplit);
+    /* forced 64-token partitions over a 200-key window ending at 1300 (lo = 1100) */
+    attention_run_window(&ac, 200, PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, 64, 1002, NULL);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* A window covering every context is no window, bit for bit, in each kernel and split mode. */
+Test(cuda_ops, attention_window_covering_context_is_exact) {
+    const attn_case cases[] = {
+        {16, 64, 2, 4, 3, {50, 45, 77}, {1, 30, 1}}, /* mixed: decode and prefill kernels */
+        {16, 128, 1, 4, 2, {700, 1300}, {1, 1}},     /* AUTO splits these */
+    };
+    const pl_cuda_split_mode modes[] = {PL_CUDA_SPLIT_NEVER, PL_CUDA_SPLIT_ALWAYS,
+                                        PL_CUDA_SPLIT_AUTO};
+    for (size_t ci = 0; ci < 2; ci++)
+        for (size_t mi = 0; mi < 3; mi++) {
+            const attn_case *ac = &cases[ci];
+            int max_ctx = 0;
+            for (int s = 0; s < ac->n_seqs; s++) max_ctx = ac->ctx[s] > max_ctx ? ac->ctx[s] : max_ctx;
+            const int part = modes[mi] == PL_CUDA_SPLIT_AUTO ? 512 : 64;
+            const size_t n = attn_out_floats(ac);
+            float *plain = NULL, *at = NULL, *past = NULL;
+            attention_run_window(ac, 0, PL_DTYPE_F16, modes[mi], part, 1100 + ci, &plain);
+            attention_run_window(ac, max_ctx, PL_DTYPE_F16, modes[mi], part, 1100 + ci, &at);
+            attention_run_window(ac, 1 << 30, PL_DTYPE_F16, modes[mi], part, 1100 + ci, &past);
+            cr_assert(bitwise_equal(plain, at, n), "case %zu mode %d: window %d", ci,
+                      (int)modes[mi], max_ctx);
+            cr_assert(bitwise_equal(plain, past, n), "case %zu mode %d: window 2^30", ci,
+                      (int)modes[mi]);
+            pl_free(plain);
+            pl_free(at);
+            pl_free(past);
+        }
     PL_ASSERT_NO_LEAKS();
 }
 

@@ -1,6 +1,7 @@
 /*
  * tests/kernels/test_ops.c - the element-wise and row-wise ops (embed, rmsnorm, add_rmsnorm,
- * rope, silu_mul, gather_rows): every cpu variant against ref over a shape table.
+ * rope, silu_mul, gather_rows, add_bias): every cpu variant against ref over a shape table;
+ * rmsnorm also as Qwen3's per-head q/k norm (many short rows, in place).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -180,6 +181,96 @@ Test(ops, gather_rows) {
         }
         free(x), free(want), free(got);
     }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Qwen3's q_norm / k_norm: rmsnorm over (n_tokens * n_heads) rows of head_dim with one (head_dim)
+ * weight, in place (out aliases x), as the runner applies it to q and k before RoPE. Each row
+ * must equal that head alone normalised (ref one row at a time, independent of the batching). */
+Test(ops, rmsnorm_per_head_in_place) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 17);
+    const int HEAD_DIMS[] = {8, 40, 64, 128};
+    const int TOKENS[] = {1, 7, 33};
+    const int HEADS[] = {2, 14, 32};
+    for (int hi = 0; hi < N_OF(HEAD_DIMS); hi++)
+        for (int ti = 0; ti < N_OF(TOKENS); ti++)
+            for (int ni = 0; ni < N_OF(HEADS); ni++) {
+                int hd = HEAD_DIMS[hi], rows = TOKENS[ti] * HEADS[ni];
+                size_t n = (size_t)rows * hd;
+                float *x = pl_kt_rand(&r, n, 4.0f), *w = pl_kt_rand(&r, (size_t)hd, 1.5f);
+                float *want = malloc(n * 4), *got = malloc(n * 4);
+                for (int row = 0; row < rows; row++)
+                    cr_assert_eq(e.ref->ops->rmsnorm(e.ref, want + (size_t)row * hd,
+                                                     x + (size_t)row * hd, w, 1, hd, 1e-6f),
+                                 PL_OK);
+                memcpy(got, x, n * 4);
+                cr_assert_eq(e.ref->ops->rmsnorm(e.ref, got, got, w, rows, hd, 1e-6f), PL_OK);
+                cr_assert(pl_kt_close("ref", want, got, n, TOL_EXACT), "ref per-head hd %d", hd);
+                for (int b = 0; b < e.n_cpu; b++) {
+                    memcpy(got, x, n * 4);
+                    cr_assert_eq(e.cpu[b]->ops->rmsnorm(e.cpu[b], got, got, w, rows, hd, 1e-6f),
+                                 PL_OK);
+                    cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_RMSNORM),
+                              "per-head rmsnorm hd %d, %d rows", hd, rows);
+                }
+                free(x), free(w), free(want), free(got);
+            }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Qwen2's q/k/v biases: x (n_rows, dim) += bias on every row. One f32 addition per element, so
+ * every backend gives ref's bits; rows past the thread pool's split size included. */
+Test(ops, add_bias) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 18);
+    const int SHAPES[][2] = {{1, 1}, {1, 7}, {3, 17}, {2, 896}, {33, 128}, {4096, 64},
+                             {1000, 129}};
+    for (int si = 0; si < N_OF(SHAPES); si++) {
+        int rows = SHAPES[si][0], dim = SHAPES[si][1];
+        size_t n = (size_t)rows * dim;
+        float *x = pl_kt_rand(&r, n, 3.0f), *bias = pl_kt_rand(&r, (size_t)dim, 1.0f);
+        float *want = malloc(n * 4), *got = malloc(n * 4);
+        memcpy(want, x, n * 4);
+        cr_assert_eq(e.ref->ops->add_bias(e.ref, want, bias, rows, dim), PL_OK);
+        for (size_t i = 0; i < n; i++) /* the rule itself, independent of both backends */
+            cr_assert_eq(want[i], x[i] + bias[i % (size_t)dim], "ref element %zu", i);
+        for (int b = 0; b < e.n_cpu; b++) {
+            memcpy(got, x, n * 4);
+            cr_assert_eq(e.cpu[b]->ops->add_bias(e.cpu[b], got, bias, rows, dim), PL_OK);
+            cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_EXACT), "add_bias %dx%d", rows,
+                      dim);
+        }
+        free(x), free(bias), free(want), free(got);
+    }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(ops, add_bias_invalid_arguments) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, bias[4] = {0};
+    for (int b = -1; b < e.n_cpu; b++) {
+        pl_backend *be = b < 0 ? e.ref : e.cpu[b];
+        const pl_backend_ops *o = be->ops;
+        cr_assert_eq(o->add_bias(be, x, bias, -1, 4), PL_ERR_INVALID_ARGUMENT);
+        cr_assert(strstr(pl_last_error(), "n_rows"), "%s", pl_last_error());
+        cr_assert_eq(o->add_bias(be, x, bias, 2, 0), PL_ERR_INVALID_ARGUMENT);
+        cr_assert_eq(o->add_bias(be, x, bias, 2, -4), PL_ERR_INVALID_ARGUMENT);
+        cr_assert(strstr(pl_last_error(), "dim"), "%s", pl_last_error());
+        cr_assert_eq(o->add_bias(be, NULL, bias, 2, 4), PL_ERR_INVALID_ARGUMENT);
+        cr_assert_eq(o->add_bias(be, x, NULL, 2, 4), PL_ERR_INVALID_ARGUMENT);
+        cr_assert(strstr(pl_last_error(), "NULL"), "%s", pl_last_error());
+        cr_assert_eq(o->add_bias(be, NULL, NULL, 0, 4), PL_OK, "no rows: nothing to touch");
+    }
+    for (int i = 0; i < 8; i++) cr_assert_eq(x[i], (float)(i + 1), "a refused call wrote x");
     pl_kt_env_fini(&e);
     PL_ASSERT_NO_LEAKS();
 }

@@ -29,7 +29,10 @@ static const pl_tol TOL_MATMUL = {2e-4f, 1e-4f, 1e-10};
 /* The same for d_in 5000 (a 6.5x longer reduction than the shape table's 768). */
 static const pl_tol TOL_MATMUL_LONG = {6e-4f, 1e-4f, 1e-10};
 /* scores (f32 dots of head_dim terms), online-softmax rescaling and own exp (~2 ulp), then a
- * convex combination of V rows in [-1, 1]: errors stay near 1e-6 absolute. */
+ * convex combination of V rows in [-1, 1]: errors stay near 1e-6 absolute. Also used with a
+ * sliding window: a window only removes keys (fewer terms, fewer rescales), so the error
+ * cannot grow; a window of 1 is exact (one weight of 1: out = V[p], asserted bitwise), and a
+ * window covering the context is asserted bit-identical to none. */
 static const pl_tol TOL_ATTENTION = {2e-5f, 1e-4f, 1e-10};
 /* The same with scores of magnitude ~100 (q scaled by 40): an f32 dot's absolute error,
  * about |s| * sqrt(head_dim) * 6e-8 ~ 5e-5, becomes a relative error of the softmax weights. */

@@ -16,7 +16,9 @@
  *   GEMM, OpenBLAS sgemm on tiles), the data behind the own_min_rows / gemm_min_rows defaults.
  * - gemm: 32..1024 rows on the model shapes, GFLOP/s of sgemm and of the own GEMM, f32, f16.
  * - attention: decode batches and a prefill chunk over paged KV (block 16), as KV GB/s and
- *   GFLOP/s.
+ *   GFLOP/s; then long contexts (8192 decode, 4096 prefill chunks) without and with a sliding
+ *   window (Mistral shape), where GB/s counts only the keys inside the window: time_us shows
+ *   what skipping the blocks before the window saves.
  * Correctness is the test suite's job (tests/kernels); this program only times.
  */
 #include <math.h>
@@ -273,7 +275,7 @@ static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, flo
 // attention
 
 static void bench_attention(pl_backend *be, int n_heads, int n_kv, int hd, int n_seqs, int q_len,
-                            int ctx, const char *label) {
+                            int ctx, int window, const char *label) {
     const int bs = 16;
     int bps = (ctx + bs - 1) / bs, n_blocks = n_seqs * bps;
     size_t layer = (size_t)n_blocks * n_kv * bs * hd, esize = pl_dtype_size(be->kv_dtype);
@@ -309,12 +311,17 @@ static void bench_attention(pl_backend *be, int n_heads, int n_kv, int hd, int n
     pl_attn_batch b = {.n_seqs = n_seqs, .n_tokens = n_tok, .query_start = qs, .context_lens = cl,
                        .block_tables = tables, .max_blocks_per_seq = bps, .max_query_len = q_len,
                        .max_context_len = ctx, .n_heads = n_heads, .n_kv_heads = n_kv,
-                       .head_dim = hd, .block_size = bs, .scale = 1.0f / sqrtf((float)hd)};
-    /* KV bytes each sequence's unit reads (K and V of all its positions, every KV head) and
-     * the multiply-adds of scores and V sums over the causal triangle */
-    double kv_bytes = 2.0 * n_seqs * ctx * n_kv * hd * (double)esize;
+                       .head_dim = hd, .block_size = bs, .scale = 1.0f / sqrtf((float)hd),
+                       .sliding_window = window};
+    /* KV bytes each sequence's unit reads (K and V of the positions its rows attend to, every
+     * KV head) and the multiply-adds of scores and V sums over the causal band */
+    int first = pl_attn_window_start(ctx - q_len, window);
+    double kv_bytes = 2.0 * n_seqs * (ctx - first) * n_kv * hd * (double)esize;
     double pairs = 0;
-    for (int j = 0; j < q_len; j++) pairs += ctx - q_len + j + 1;
+    for (int j = 0; j < q_len; j++) {
+        int pos = ctx - q_len + j;
+        pairs += pos - pl_attn_window_start(pos, window) + 1;
+    }
     double flops = 4.0 * n_seqs * pairs * n_heads * hd;
     int reps = reps_for((size_t)kv_bytes, flops);
     double *ts = malloc((size_t)reps * sizeof *ts);
@@ -324,10 +331,10 @@ static void bench_attention(pl_backend *be, int n_heads, int n_kv, int hd, int n
         if (r >= 0) ts[r] = (double)(pl_now_ns() - t0) * 1e-9;
     }
     double s = summarize(ts, reps).best;
-    printf("attention case=%s kv=%s heads=%d/%d hd=%d seqs=%d q_len=%d ctx=%d time_us=%.1f "
-           "kv_GBps=%.2f GFLOPs=%.2f\n",
-           label, pl_dtype_name(be->kv_dtype), n_heads, n_kv, hd, n_seqs, q_len, ctx, s * 1e6,
-           kv_bytes / s / 1e9, flops / s / 1e9);
+    printf("attention case=%s kv=%s heads=%d/%d hd=%d seqs=%d q_len=%d ctx=%d window=%d "
+           "time_us=%.1f kv_GBps=%.2f GFLOPs=%.2f\n",
+           label, pl_dtype_name(be->kv_dtype), n_heads, n_kv, hd, n_seqs, q_len, ctx, window,
+           s * 1e6, kv_bytes / s / 1e9, flops / s / 1e9);
     be->ops->free(be, kc);
     be->ops->free(be, vc);
     free(tables), free(qs), free(cl), free(q), free(out), free(ts);
@@ -395,12 +402,17 @@ int main(int argc, char **argv) {
     if (want("gemm")) bench_gemm(be, arena, x, out);
     for (int k = 0; k < 2 && want("attention"); k++) {
         pl_backend *b = k ? be16 : be;
-        bench_attention(b, 12, 12, 64, 1, 1, 256, "decode");
-        bench_attention(b, 12, 12, 64, 32, 1, 256, "decode");
-        bench_attention(b, 12, 12, 64, 64, 1, 512, "decode");
-        bench_attention(b, 32, 4, 64, 16, 1, 1024, "decode_gqa");
-        bench_attention(b, 12, 12, 64, 1, 128, 128, "prefill");
-        bench_attention(b, 12, 12, 64, 4, 128, 512, "prefill_chunk");
+        bench_attention(b, 12, 12, 64, 1, 1, 256, 0, "decode");
+        bench_attention(b, 12, 12, 64, 32, 1, 256, 0, "decode");
+        bench_attention(b, 12, 12, 64, 64, 1, 512, 0, "decode");
+        bench_attention(b, 32, 4, 64, 16, 1, 1024, 0, "decode_gqa");
+        bench_attention(b, 12, 12, 64, 1, 128, 128, 0, "prefill");
+        bench_attention(b, 12, 12, 64, 4, 128, 512, 0, "prefill_chunk");
+        /* Mistral's head shape (32 query heads over 8 KV heads of 128) at long contexts */
+        for (int w = 0; w <= 1024; w += 1024) {
+            bench_attention(b, 32, 8, 128, 4, 1, 8192, w, "decode_long");
+            bench_attention(b, 32, 8, 128, 1, 128, 4096, w, "prefill_chunk_long");
+        }
     }
     be->ops->free(be, arena);
     free(x), free(out);

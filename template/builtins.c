@@ -130,7 +130,8 @@ static int strftime_now(tm_rs *rs, const tm_val *args, size_t n, tm_val *out) {
     time_t now = time(NULL);
     struct tm tmv;
     if (!localtime_r(&now, &tmv)) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "no local time");
-    tm_str f = args[0].u.s, acc = {"", 0};
+    tm_str f = args[0].u.s;
+    tm_sb b = {0};
     size_t from = 0;
     PL_TRY(tm_charge_n(rs, f.n));
     for (size_t i = 0; i + 1 < f.n; i++) {
@@ -149,16 +150,13 @@ static int strftime_now(tm_rs *rs, const tm_val *args, size_t n, tm_val *out) {
         default: break;
         }
         if (len < 0) continue;
-        PL_TRY(tm_str_cat(rs, acc, (tm_str){f.p + from, i - from}, &acc));
-        char *p;
-        PL_TRY(tm_str_new(rs, (size_t)len, &p));
-        memcpy(p, buf, (size_t)len);
-        PL_TRY(tm_str_cat(rs, acc, (tm_str){p, (size_t)len}, &acc));
+        PL_TRY(tm_sb_put(rs, &b, (tm_str){f.p + from, i - from}));
+        PL_TRY(tm_sb_put(rs, &b, (tm_str){buf, (size_t)len}));
         i++;
         from = i + 1;
     }
-    PL_TRY(tm_str_cat(rs, acc, (tm_str){f.p + from, f.n - from}, &acc));
-    *out = tm_strv(acc);
+    PL_TRY(tm_sb_put(rs, &b, (tm_str){f.p + from, f.n - from}));
+    *out = tm_strv(tm_sb_str(&b));
     return 0;
 }
 

@@ -143,14 +143,14 @@ static int attr_path(tm_rs *rs, tm_val item, tm_str path, tm_val *out) {
 }
 
 static int join_items(tm_rs *rs, tm_val v, tm_str sep, tm_val *out) {
-    tm_str acc = {"", 0};
+    tm_sb b = {0};
     if (v.kind == V_STR) { /* Array.from(string): code points */
         tm_str s = v.u.s;
         for (size_t i = 0; i < s.n;) {
             uint32_t cp;
             int k = tm_utf8_next(s.p + i, s.n - i, &cp);
-            if (i) PL_TRY(tm_str_cat(rs, acc, sep, &acc));
-            PL_TRY(tm_str_cat(rs, acc, (tm_str){s.p + i, (size_t)k}, &acc));
+            if (i) PL_TRY(tm_sb_put(rs, &b, sep));
+            PL_TRY(tm_sb_put(rs, &b, (tm_str){s.p + i, (size_t)k}));
             i += (size_t)k;
         }
     } else {
@@ -159,11 +159,11 @@ static int join_items(tm_rs *rs, tm_val v, tm_str sep, tm_val *out) {
             tm_str item = {"", 0}; /* Array.prototype.join writes null and undefined as "" */
             if (a->v[i].kind != V_NULL && a->v[i].kind != V_UNDEF)
                 PL_TRY(tm_js_string(rs, a->v[i], &item));
-            if (i) PL_TRY(tm_str_cat(rs, acc, sep, &acc));
-            PL_TRY(tm_str_cat(rs, acc, item, &acc));
+            if (i) PL_TRY(tm_sb_put(rs, &b, sep));
+            PL_TRY(tm_sb_put(rs, &b, item));
         }
     }
-    *out = tm_strv(acc);
+    *out = tm_strv(tm_sb_str(&b));
     return 0;
 }
 
@@ -174,20 +174,21 @@ static int indent(tm_rs *rs, tm_str s, double width, bool first, bool blank, tm_
     char *sp;
     PL_TRY(tm_str_new(rs, (size_t)width, &sp));
     memset(sp, ' ', (size_t)width);
-    tm_str pad = {sp, (size_t)width}, acc = {"", 0};
+    tm_str pad = {sp, (size_t)width};
+    tm_sb b = {0};
     size_t i = 0, line = 0;
     for (;;) {
         const char *nl = memchr(s.p + i, '\n', s.n - i);
         size_t end = nl ? (size_t)(nl - s.p) : s.n;
         bool empty = end == i;
-        if (line) PL_TRY(tm_str_cat(rs, acc, TM_LIT("\n"), &acc));
-        if ((first || line) && (blank || !empty)) PL_TRY(tm_str_cat(rs, acc, pad, &acc));
-        PL_TRY(tm_str_cat(rs, acc, (tm_str){s.p + i, end - i}, &acc));
+        if (line) PL_TRY(tm_sb_put(rs, &b, TM_LIT("\n")));
+        if ((first || line) && (blank || !empty)) PL_TRY(tm_sb_put(rs, &b, pad));
+        PL_TRY(tm_sb_put(rs, &b, (tm_str){s.p + i, end - i}));
         if (!nl) break;
         i = end + 1;
         line++;
     }
-    *out = tm_strv(acc);
+    *out = tm_strv(tm_sb_str(&b));
     return 0;
 }
 

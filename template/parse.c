@@ -678,13 +678,15 @@ static pl_status parse_expression(parser *P, tm_node **out) {
 
 static pl_status parse_any(parser *P, tm_node **out);
 
-/* Statements until {% one-of-names %} (not consumed). */
+/* Statements until {% one-of-names %} (not consumed); the last name is the block's end. */
 static pl_status parse_body(parser *P, const char *const *names, tm_node ***out, size_t *out_n) {
     node_list l = {0};
     while (!is_statement(P, names)) {
         if (P->cur >= P->n) {
+            const char *const *last = names;
+            while (last[1]) last++;
             char msg[96];
-            snprintf(msg, sizeof msg, "unexpected end of template: expected {%% %s %%}", names[0]);
+            snprintf(msg, sizeof msg, "unexpected end of template: expected {%% %s %%}", *last);
             return syntax(P, msg);
         }
         tm_node *s = NULL;
@@ -769,7 +771,7 @@ static pl_status parse_if(parser *P, int line, tm_node **out) {
 }
 
 static pl_status parse_for(parser *P, int line, tm_node **out) {
-    static const char *const stops[] = {"endfor", "else", NULL};
+    static const char *const stops[] = {"else", "endfor", NULL};
     static const char *const endfor[] = {"endfor", NULL};
     tm_node *n = node(P, N_FOR, line);
     if (!n) return oom();
@@ -923,14 +925,12 @@ static pl_status parse_any(parser *P, tm_node **out) {
 /* ---- checks: refuse what the interpreter would not render right --------------------------- */
 
 typedef struct checker {
-    tm_str *bound; /* every name a set, for, macro or parameter binds anywhere */
+    tm_str *bound; /* every name a set, for, macro or parameter binds anywhere (then sorted) */
     size_t n_bound, cap_bound;
     tm_arena *a;
 } checker;
 
 static pl_status bind(checker *C, tm_str name) {
-    for (size_t i = 0; i < C->n_bound; i++)
-        if (tm_str_eq(C->bound[i], name)) return PL_OK;
     if (C->n_bound == C->cap_bound) {
         size_t cap = C->cap_bound ? C->cap_bound * 2 : 16;
         tm_str *v = tm_alloc_n(C->a, cap, sizeof *v);
@@ -941,6 +941,16 @@ static pl_status bind(checker *C, tm_str name) {
     }
     C->bound[C->n_bound++] = name;
     return PL_OK;
+}
+
+static int cmp_name(const void *pa, const void *pb) {
+    const tm_str *a = pa, *b = pb;
+    if (a->n != b->n) return a->n < b->n ? -1 : 1;
+    return a->n ? memcmp(a->p, b->p, a->n) : 0;
+}
+
+static bool is_bound(const checker *C, tm_str name) {
+    return C->n_bound && bsearch(&name, C->bound, C->n_bound, sizeof *C->bound, cmp_name) != NULL;
 }
 
 static pl_status bind_target(checker *C, const tm_node *t) {
@@ -1053,11 +1063,8 @@ again:
         if (!tm_test_known(n->s)) return unsupported(n, "the test", n->s);
         break;
     case N_CALL:
-        if (n->a->kind == N_IDENT && !tm_global_known(n->a->s)) {
-            bool bound = false;
-            for (size_t i = 0; i < C->n_bound && !bound; i++) bound = tm_str_eq(C->bound[i], n->a->s);
-            if (!bound) return unsupported(n, "the function", n->a->s);
-        }
+        if (n->a->kind == N_IDENT && !tm_global_known(n->a->s) && !is_bound(C, n->a->s))
+            return unsupported(n, "the function", n->a->s);
         if (n->a->kind == N_MEMBER && !n->a->computed && n->a->b->kind == N_IDENT &&
             !tm_method_known(n->a->b->s))
             return unsupported(n, "the method", n->a->b->s);
@@ -1100,6 +1107,7 @@ pl_status tm_parse(const tm_tok *toks, size_t n, const char *src, size_t src_n, 
     }
     checker C = {.a = a};
     for (size_t i = 0; i < body.n; i++) PL_TRY(collect(&C, body.v[i]));
+    if (C.n_bound) qsort(C.bound, C.n_bound, sizeof *C.bound, cmp_name);
     for (size_t i = 0; i < body.n; i++) PL_TRY(check(&C, body.v[i]));
     *out_body = body.v;
     *out_n = body.n;

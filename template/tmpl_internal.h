@@ -299,6 +299,14 @@ static inline int tm_charge_n(tm_rs *rs, size_t n) { return tm_charge(rs, 1 + n 
 /* A string of n bytes in the arena; fails past max_output_bytes. */
 int tm_str_new(tm_rs *rs, size_t n, char **out_p);
 int tm_str_cat(tm_rs *rs, tm_str a, tm_str b, tm_str *out);
+/* A string built by appending (in the arena, doubling): linear where repeated tm_str_cat
+ * would be quadratic. */
+typedef struct tm_sb {
+    char *p;
+    size_t n, cap;
+} tm_sb;
+int tm_sb_put(tm_rs *rs, tm_sb *b, tm_str s);
+static inline tm_str tm_sb_str(const tm_sb *b) { return (tm_str){b->p ? b->p : "", b->n}; }
 int tm_arr_new(tm_rs *rs, size_t n, tm_array **out);
 int tm_map_new(tm_rs *rs, size_t cap, tm_map **out);
 int tm_map_set(tm_rs *rs, tm_map *m, tm_str k, tm_val v); /* replaces or appends */

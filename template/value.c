@@ -47,6 +47,27 @@ int tm_str_cat(tm_rs *rs, tm_str a, tm_str b, tm_str *out) {
     return 0;
 }
 
+int tm_sb_put(tm_rs *rs, tm_sb *b, tm_str s) {
+    if (s.n == 0) return 0;
+    if (s.n > rs->lim.max_output_bytes - b->n)
+        return tm_fail(rs, PL_ERR_TOO_LONG, "a string exceeds the limit of %zu bytes",
+                       rs->lim.max_output_bytes);
+    PL_TRY(tm_charge_n(rs, s.n));
+    if (b->n + s.n > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + s.n) cap *= 2;
+        if (cap > rs->lim.max_output_bytes) cap = rs->lim.max_output_bytes;
+        char *p;
+        PL_TRY(tm_str_new(rs, cap, &p));
+        if (b->n) memcpy(p, b->p, b->n);
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s.p, s.n);
+    b->n += s.n;
+    return 0;
+}
+
 int tm_arr_new(tm_rs *rs, size_t n, tm_array **out) {
     if (n > rs->lim.max_items)
         return tm_fail(rs, PL_ERR_TOO_LONG, "a list of %zu items exceeds the limit of %zu", n,
@@ -287,15 +308,15 @@ int tm_js_string(tm_rs *rs, tm_val v, tm_str *out) {
         if (++rs->depth > rs->lim.max_depth)
             return tm_fail(rs, PL_ERR_TOO_LONG, "values nested more than %d deep",
                            rs->lim.max_depth);
-        tm_str acc = {"", 0};
+        tm_sb b = {0};
         for (size_t i = 0; i < v.u.arr->n; i++) {
             tm_str item;
             PL_TRY(tm_to_string(rs, v.u.arr->v[i], &item));
-            if (i) PL_TRY(tm_str_cat(rs, acc, TM_LIT(","), &acc));
-            PL_TRY(tm_str_cat(rs, acc, item, &acc));
+            if (i) PL_TRY(tm_sb_put(rs, &b, TM_LIT(",")));
+            PL_TRY(tm_sb_put(rs, &b, item));
         }
         rs->depth--;
-        *out = acc;
+        *out = tm_sb_str(&b);
         return 0;
     }
     case V_OBJECT:

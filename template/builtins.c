@@ -41,7 +41,7 @@ static int range(tm_rs *rs, const tm_val *args, size_t n, tm_val *out) {
     bool have[3] = {false, false, false};
     for (size_t i = 0; i < n && i < 3; i++) {
         tm_val a = args[i];
-        if (a.kind == V_UNDEF) continue;
+        if (a.kind == V_UNDEF || a.kind == V_NULL) continue; /* both wrap undefined */
         if (!tm_is_num(a) && a.kind != V_BOOL)
             return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "range() expects numbers, got %s",
                            tm_kind_name(a.kind));
@@ -171,7 +171,8 @@ int tm_call_builtin(tm_rs *rs, const tm_func *f, const tm_val *args, size_t n, t
     case F_RAISE: {
         /* new Error(value): the message is String(value), "" for undefined */
         tm_str msg = {"", 0};
-        if (n > 0 && args[0].kind != V_UNDEF) PL_TRY(tm_js_string(rs, args[0], &msg));
+        if (n > 0 && args[0].kind != V_UNDEF && args[0].kind != V_NULL)
+            PL_TRY(tm_js_string(rs, args[0], &msg));
         return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "raise_exception: %.*s",
                        (int)(msg.n > 400 ? 400 : msg.n), msg.p);
     }

@@ -76,7 +76,10 @@
  * select, reject, the float test, loop.cycle and the argument-less `default` are Jinja's
  * (the oracle has none of them); `[]|first` is undefined (the oracle throws when printing it);
  * a lone UTF-16 surrogate (from a "\uD800" escape or from indexing into an emoji) becomes
- * U+FFFD at once rather than at output.
+ * U+FFFD at once rather than at output. Known difference: `a ** b` is the C library's pow,
+ * correctly rounded, where V8's is not, so a power that is not exactly representable (2 ** 0.5,
+ * 10 ** -5, 7 ** 22) may differ from the oracle in its last digits; exact results (integer
+ * powers that fit in a double, such as 10 ** 9) agree.
  *
  * Thread safety: a parsed template is immutable; any number of threads may render it at once.
  */

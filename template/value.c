@@ -281,9 +281,7 @@ int tm_to_string(tm_rs *rs, tm_val v, tm_str *out) {
     case V_BOOL:
         *out = v.u.b ? TM_LIT("true") : TM_LIT("false");
         return 0;
-    case V_NULL:
-        *out = TM_LIT("null");
-        return 0;
+    case V_NULL: /* the oracle's NullValue wraps undefined, not null */
     case V_UNDEF:
         *out = TM_LIT("undefined");
         return 0;
@@ -332,14 +330,15 @@ int tm_js_string(tm_rs *rs, tm_val v, tm_str *out) {
 
 /* ---- equality -------------------------------------------------------------------------- */
 
-typedef enum { JS_UNDEF, JS_NULL, JS_BOOL, JS_NUM, JS_STR, JS_OBJ } js_type;
+typedef enum { JS_UNDEF, JS_BOOL, JS_NUM, JS_STR, JS_OBJ } js_type;
 
+/* The type of the wrapped JavaScript value. The oracle's NullValue is made without an argument,
+ * so it wraps undefined: none == undefined, and none === undefined too. */
 static js_type js_type_of(tm_val v) {
     switch (v.kind) {
     case V_UNDEF:
-        return JS_UNDEF;
     case V_NULL:
-        return JS_NULL;
+        return JS_UNDEF;
     case V_BOOL:
         return JS_BOOL;
     case V_INT:
@@ -371,7 +370,6 @@ bool tm_strict_eq(tm_val a, tm_val b) {
     if (ta != tb) return false;
     switch (ta) {
     case JS_UNDEF:
-    case JS_NULL:
         return true;
     case JS_BOOL:
         return a.u.b == b.u.b;
@@ -389,10 +387,6 @@ int tm_loose_eq(tm_rs *rs, tm_val a, tm_val b, bool *out) {
         js_type ta = js_type_of(a), tb = js_type_of(b);
         if (ta == tb) {
             *out = tm_strict_eq(a, b);
-            return 0;
-        }
-        if ((ta == JS_NULL && tb == JS_UNDEF) || (ta == JS_UNDEF && tb == JS_NULL)) {
-            *out = true;
             return 0;
         }
         if (ta == JS_NUM && tb == JS_STR) {

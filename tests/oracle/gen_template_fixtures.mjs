@@ -3,6 +3,9 @@
 //
 //   tests/data/templates/constructs.json       small templates, one construct each
 //                                              (template_cases.mjs)
+//   tests/data/templates/random.json           seeded random templates: expressions, whitespace
+//                                              control, number and statement programs
+//                                              (template_random.mjs)
 //   tests/data/templates/<family>.expected.json conversations rendered with the template of
 //                                              tests/data/templates/<family>.tokenizer_config.json
 //   tests/data/templates/<model>-real.expected.json the same with the real tokenizer_config.json
@@ -12,7 +15,8 @@
 // Each conversation is rendered as transformers.js' apply_chat_template does: the variables
 // are messages, add_generation_prompt, tools (when given), the special tokens of
 // tokenizer_config.json (bos_token, eos_token, ...: a string, or an object's "content") and
-// any extra variables of the case. A render that throws is recorded as {"error": message}.
+// any extra variables of the case; each family also gets 25 seeded random conversations.
+// A render that throws is recorded as {"error": message}.
 //
 // Run: cd tests/oracle && npm ci && node gen_template_fixtures.mjs [MODELS_DIR]
 // (MODELS_DIR defaults to $PAGELLM_TEST_MODELS, then ../../../shared/models).
@@ -22,6 +26,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { cases as constructCases } from "./template_cases.mjs";
 import { conversations } from "./template_conversations.mjs";
+import * as random from "./template_random.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const dataDir = path.join(here, "..", "data", "templates");
@@ -48,6 +53,18 @@ write("constructs.json", {
   cases: constructCases.map(([name, template, vars]) => ({ name, template, vars, ...render(template, vars) })),
 });
 
+// ---- random templates ----
+const group = (name, vars, templates) =>
+  ({ name, vars, cases: templates.map((template) => ({ template, ...render(template, vars) })) });
+write("random.json", {
+  generator: "tests/oracle/gen_template_fixtures.mjs (@huggingface/jinja 0.5.11)",
+  groups: [
+    group("expressions", random.exprVars, random.expressions(11, 600)),
+    group("whitespace", random.spaceVars, random.whitespace(12, 600)),
+    group("programs", random.programVars, random.programs(13, 300)),
+  ],
+});
+
 // ---- chat templates ----
 const SPECIAL = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"];
 
@@ -70,7 +87,9 @@ function chatVars(config, c) {
 }
 
 function renderFamily(config, family) {
-  return conversations(family).map((c) => {
+  let s = 0;
+  for (const ch of family) s = (s * 31 + ch.charCodeAt(0)) & 0xffff;
+  return [...conversations(family), ...random.conversations(s + 1, 25)].map((c) => {
     const src = templateOf(config, c.tools !== undefined);
     return { ...c, ...render(src, chatVars(config, c)) };
   });

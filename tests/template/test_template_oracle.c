@@ -1,8 +1,9 @@
 /*
  * tests/template/test_template_oracle.c - the interpreter against the oracle's fixtures:
- * every small construct of constructs.json, and the chat templates of Llama 3.1, Llama 3.2,
- * Mistral Instruct v0.3, Qwen2.5 and TinyLlama (tests/data/templates/<family>.*) on their
- * conversations, byte for byte. Fixtures: tests/oracle/gen_template_fixtures.mjs.
+ * every small construct of constructs.json, 1500 seeded random templates of random.json, and
+ * the chat templates of Llama 3.1, Llama 3.2, Mistral Instruct v0.3, Qwen2.5 and TinyLlama
+ * (tests/data/templates/<family>.*) on their conversations (written and random), byte for
+ * byte. Fixtures: tests/oracle/gen_template_fixtures.mjs.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -25,6 +26,29 @@ Test(template_oracle, constructs) {
     }
     cr_expect_eq(bad, 0, "%zu of %zu construct cases differ from the oracle", bad,
                  json_array_size(cases));
+    json_decref(f);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(template_oracle, random_templates) {
+    json_t *f = tmpl_fixture("random.json");
+    size_t g, i, bad = 0, total = 0, rendered = 0;
+    const json_t *grp, *c;
+    json_array_foreach(json_object_get(f, "groups"), g, grp) {
+        const char *gname = json_string_value(json_object_get(grp, "name"));
+        json_array_foreach(json_object_get(grp, "cases"), i, c) {
+            char what[128];
+            snprintf(what, sizeof what, "random/%s/%zu", gname, i);
+            if (!tmpl_check_source(json_string_value(json_object_get(c, "template")),
+                                   json_object_get(grp, "vars"), c, what))
+                bad++;
+            rendered += json_object_get(c, "expect") != NULL;
+            total++;
+        }
+    }
+    cr_expect_gt(total, 1000);
+    cr_expect_gt(rendered, total / 2, "most random cases should render, not fail");
+    cr_expect_eq(bad, 0, "%zu of %zu random cases differ from the oracle", bad, total);
     json_decref(f);
     PL_ASSERT_NO_LEAKS();
 }

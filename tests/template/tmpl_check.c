@@ -78,6 +78,22 @@ bool tmpl_check_case(const pl_tmpl *t, const json_t *vars, const json_t *kase, c
     return true;
 }
 
+bool tmpl_check_source(const char *src, const json_t *vars, const json_t *kase, const char *what) {
+    pl_tmpl *t = NULL;
+    pl_status st = pl_tmpl_parse(src, strlen(src), &t);
+    if (st != PL_OK) {
+        bool ok = st == PL_ERR_FORMAT && json_is_string(json_object_get(kase, "error"));
+        if (!ok)
+            fprintf(stderr, "%s: parse failed (%s: %s) where the oracle %s\n", what,
+                    pl_status_name(st), pl_last_error(),
+                    json_object_get(kase, "error") ? "failed too, but not on syntax" : "rendered");
+        return ok;
+    }
+    bool ok = tmpl_check_case(t, vars, kase, what);
+    pl_tmpl_free(t);
+    return ok;
+}
+
 size_t tmpl_check_family(const json_t *cfg, const json_t *expected) {
     const json_t *cases = json_object_get(expected, "cases");
     const char *family = json_string_value(json_object_get(expected, "family"));

@@ -26,6 +26,10 @@ pl_tmpl *tmpl_parse_ok(const char *src);
  * stderr (prefixed with `what`) when not. */
 bool tmpl_check_case(const pl_tmpl *t, const json_t *vars, const json_t *kase, const char *what);
 
+/* Parses src and checks as tmpl_check_case; a syntax error (PL_ERR_FORMAT) agrees with a case
+ * where the oracle failed. */
+bool tmpl_check_source(const char *src, const json_t *vars, const json_t *kase, const char *what);
+
 /* Checks every case of a family fixture (<family>.expected.json) rendered with the template
  * and special tokens of tokenizer_config; returns the number of cases checked. */
 size_t tmpl_check_family(const json_t *tokenizer_config, const json_t *expected);

@@ -23,6 +23,9 @@
 
 #include "util/alloc.h"
 
+/* Functions kept out of the recursive frames (see tm_eval_expr). */
+#define NOINLINE __attribute__((noinline))
+
 /* ---- failures, budget ------------------------------------------------------------------ */
 
 int tm_fail(tm_rs *rs, pl_status code, const char *fmt, ...) {
@@ -169,7 +172,7 @@ static int need_num(tm_rs *rs, tm_val v, const char *what) {
 
 /* The oracle's slice(): Python's rules, except that an explicit stop of -1 with a negative
  * step means "to the start". */
-static int eval_slice(tm_rs *rs, tm_val obj, const tm_node *sl, tm_env *env, tm_val *out) {
+static NOINLINE int eval_slice(tm_rs *rs, tm_val obj, const tm_node *sl, tm_env *env, tm_val *out) {
     if (!tm_is_arr(obj) && obj.kind != V_STR)
         return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "slice object must be an array or string");
     tm_val start = tm_undef(), stop = tm_undef(), step = tm_undef();
@@ -240,7 +243,7 @@ static int eval_slice(tm_rs *rs, tm_val obj, const tm_node *sl, tm_env *env, tm_
 
 /* JavaScript's Array.prototype.at / String.prototype.at: -1 is the last; strings count UTF-16
  * units (half of a surrogate pair reads as U+FFFD). */
-static int index_at(tm_rs *rs, tm_val obj, double idx, tm_val *out) {
+static NOINLINE int index_at(tm_rs *rs, tm_val obj, double idx, tm_val *out) {
     if (isnan(idx)) idx = 0;
     idx = trunc(idx);
     *out = tm_undef();
@@ -272,7 +275,7 @@ static int index_at(tm_rs *rs, tm_val obj, double idx, tm_val *out) {
     return 0;
 }
 
-static int eval_member(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+static NOINLINE int eval_member(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
     tm_val obj, prop;
     PL_TRY(tm_eval_expr(rs, n->a, env, &obj));
     if (n->computed) {
@@ -327,7 +330,7 @@ static double js_pow(double a, double b) {
     return pow(a, b);
 }
 
-static int eval_binary(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+static NOINLINE int eval_binary(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
     tm_val l, r;
     PL_TRY(tm_eval_expr(rs, n->a, env, &l));
     if (n->op == OP_AND || n->op == OP_OR) {
@@ -461,7 +464,7 @@ static int eval_binary(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
                    names[op], tm_kind_name(l.kind), tm_kind_name(r.kind));
 }
 
-static int eval_unary(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+static NOINLINE int eval_unary(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
     tm_val v;
     PL_TRY(tm_eval_expr(rs, n->a, env, &v));
     if (n->op == 'n') {
@@ -553,7 +556,7 @@ int tm_eval_args(tm_rs *rs, tm_node *const *args, size_t n, tm_env *env, tm_val 
     return 0;
 }
 
-static int eval_call(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+static NOINLINE int eval_call(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
     tm_val *pos;
     size_t np;
     tm_map *kw;
@@ -570,6 +573,64 @@ static int eval_call(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
     PL_TRY(tm_eval_expr(rs, n->a, env, &fn));
     rs->line = n->line;
     return call_value(rs, fn, pos, np, env, out);
+}
+
+/* The cases of tm_eval_expr with locals live apart, so the frame that recursion repeats stays
+ * small (the evaluation depth limit then bounds the C stack tightly). */
+static NOINLINE int eval_list(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+    tm_array *a;
+    PL_TRY(tm_arr_new(rs, n->n_args, &a));
+    for (size_t i = 0; i < n->n_args; i++) PL_TRY(tm_eval_expr(rs, n->args[i], env, &a->v[i]));
+    *out = (tm_val){.kind = n->kind == N_LIST ? V_ARRAY : V_TUPLE, .u.arr = a};
+    return 0;
+}
+
+static NOINLINE int eval_dict(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+    tm_map *m;
+    PL_TRY(tm_map_new(rs, n->n_args, &m));
+    for (size_t i = 0; i < n->n_args; i++) {
+        tm_val k, v;
+        PL_TRY(tm_eval_expr(rs, n->args[i], env, &k));
+        if (k.kind != V_STR) {
+            rs->line = n->line;
+            return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "object keys must be strings: got %s",
+                           tm_kind_name(k.kind));
+        }
+        PL_TRY(tm_eval_expr(rs, n->body[i], env, &v));
+        PL_TRY(tm_map_set(rs, m, k.u.s, v));
+    }
+    *out = (tm_val){.kind = V_OBJECT, .u.map = m};
+    return 0;
+}
+
+static NOINLINE int eval_filter(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+    tm_val v;
+    PL_TRY(tm_eval_expr(rs, n->a, env, &v));
+    rs->line = n->line;
+    return tm_apply_filter(rs, v, n->b, env, out);
+}
+
+static NOINLINE int eval_test(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+    tm_val v;
+    bool r;
+    PL_TRY(tm_eval_expr(rs, n->a, env, &v));
+    rs->line = n->line;
+    PL_TRY(tm_apply_test(rs, n->s, v, NULL, &r));
+    *out = tm_bool(n->negate ? !r : r);
+    return 0;
+}
+
+static NOINLINE int eval_conditional(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
+    tm_val c;
+    PL_TRY(tm_eval_expr(rs, n->kind == N_SELECT ? n->b : n->a, env, &c));
+    if (n->kind == N_SELECT) {
+        if (!tm_truthy(c)) {
+            *out = tm_undef();
+            return 0;
+        }
+        return tm_eval_expr(rs, n->a, env, out);
+    }
+    return tm_eval_expr(rs, tm_truthy(c) ? n->b : n->c, env, out);
 }
 
 int tm_eval_expr(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
@@ -591,30 +652,12 @@ int tm_eval_expr(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
         rc = env_get(rs, env, n->s, out);
         break;
     case N_LIST:
-    case N_TUPLE: {
-        tm_array *a;
-        rc = tm_arr_new(rs, n->n_args, &a);
-        for (size_t i = 0; rc == 0 && i < n->n_args; i++) rc = tm_eval_expr(rs, n->args[i], env, &a->v[i]);
-        if (rc == 0) *out = (tm_val){.kind = n->kind == N_LIST ? V_ARRAY : V_TUPLE, .u.arr = a};
+    case N_TUPLE:
+        rc = eval_list(rs, n, env, out);
         break;
-    }
-    case N_DICT: {
-        tm_map *m;
-        rc = tm_map_new(rs, n->n_args, &m);
-        for (size_t i = 0; rc == 0 && i < n->n_args; i++) {
-            tm_val k, v;
-            rc = tm_eval_expr(rs, n->args[i], env, &k);
-            if (rc == 0 && k.kind != V_STR) {
-                rs->line = n->line;
-                rc = tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "object keys must be strings: got %s",
-                             tm_kind_name(k.kind));
-            }
-            if (rc == 0) rc = tm_eval_expr(rs, n->body[i], env, &v);
-            if (rc == 0) rc = tm_map_set(rs, m, k.u.s, v);
-        }
-        if (rc == 0) *out = (tm_val){.kind = V_OBJECT, .u.map = m};
+    case N_DICT:
+        rc = eval_dict(rs, n, env, out);
         break;
-    }
     case N_BINARY:
         rc = eval_binary(rs, n, env, out);
         break;
@@ -627,41 +670,16 @@ int tm_eval_expr(tm_rs *rs, const tm_node *n, tm_env *env, tm_val *out) {
     case N_CALL:
         rc = eval_call(rs, n, env, out);
         break;
-    case N_FILTER: {
-        tm_val v;
-        rc = tm_eval_expr(rs, n->a, env, &v);
-        if (rc == 0) {
-            rs->line = n->line;
-            rc = tm_apply_filter(rs, v, n->b, env, out);
-        }
+    case N_FILTER:
+        rc = eval_filter(rs, n, env, out);
         break;
-    }
-    case N_TEST: {
-        tm_val v;
-        bool r;
-        rc = tm_eval_expr(rs, n->a, env, &v);
-        if (rc == 0) {
-            rs->line = n->line;
-            rc = tm_apply_test(rs, n->s, v, NULL, &r);
-        }
-        if (rc == 0) *out = tm_bool(n->negate ? !r : r);
+    case N_TEST:
+        rc = eval_test(rs, n, env, out);
         break;
-    }
     case N_SELECT:
-    case N_TERNARY: {
-        tm_val c;
-        const tm_node *cond = n->kind == N_SELECT ? n->b : n->a;
-        rc = tm_eval_expr(rs, cond, env, &c);
-        if (rc == 0) {
-            if (n->kind == N_SELECT) {
-                if (tm_truthy(c)) rc = tm_eval_expr(rs, n->a, env, out);
-                else *out = tm_undef();
-            } else {
-                rc = tm_eval_expr(rs, tm_truthy(c) ? n->b : n->c, env, out);
-            }
-        }
+    case N_TERNARY:
+        rc = eval_conditional(rs, n, env, out);
         break;
-    }
     default:
         rc = tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "this expression cannot be evaluated here");
         break;
@@ -775,7 +793,7 @@ static int bind_target(tm_rs *rs, const tm_node *target, tm_val item, tm_env *sc
     return 0;
 }
 
-static int eval_for(tm_rs *rs, const tm_node *n, tm_env *env) {
+static NOINLINE int eval_for(tm_rs *rs, const tm_node *n, tm_env *env) {
     tm_env *scope = NULL;
     PL_TRY(env_new(rs, env, &scope));
     const tm_node *iter_node = n->b, *test = NULL;
@@ -847,7 +865,7 @@ static int eval_for(tm_rs *rs, const tm_node *n, tm_env *env) {
     return 0;
 }
 
-static int eval_set(tm_rs *rs, const tm_node *n, tm_env *env) {
+static NOINLINE int eval_set(tm_rs *rs, const tm_node *n, tm_env *env) {
     tm_val v;
     if (n->b) {
         PL_TRY(tm_eval_expr(rs, n->b, env, &v));
@@ -891,7 +909,7 @@ static int eval_set(tm_rs *rs, const tm_node *n, tm_env *env) {
     return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "invalid target of an assignment");
 }
 
-static int eval_call_block(tm_rs *rs, const tm_node *n, tm_env *env) {
+static NOINLINE int eval_call_block(tm_rs *rs, const tm_node *n, tm_env *env) {
     tm_func *caller = tm_zalloc(&rs->a, sizeof *caller);
     if (!caller) return tm_oom(rs);
     caller->kind = F_CALLER;
@@ -918,7 +936,7 @@ static int eval_call_block(tm_rs *rs, const tm_node *n, tm_env *env) {
     return out_val(rs, r);
 }
 
-static int eval_stmt(tm_rs *rs, const tm_node *n, tm_env *env) {
+static NOINLINE int eval_stmt(tm_rs *rs, const tm_node *n, tm_env *env) {
     PL_TRY(tm_charge(rs, 1));
     rs->line = n->line;
     switch (n->kind) {

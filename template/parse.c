@@ -394,14 +394,10 @@ static pl_status parse_primary(parser *P, tm_node **out) {
         *out = n;
         return PL_OK;
     }
-    case TK_LPAREN: {
-        PL_TRY(enter(P));
+    case TK_LPAREN: /* nesting is counted by parse_expression */
         PL_TRY(parse_sequence(P, false, out));
-        P->depth--;
         return expect(P, TK_RPAREN, "expected ) to close a parenthesis");
-    }
     case TK_LBRACKET: {
-        PL_TRY(enter(P));
         node_list l = {0};
         while (!is(P, TK_RBRACKET)) {
             if (P->cur >= P->n) return syntax(P, "unexpected end of template in a list");
@@ -411,7 +407,6 @@ static pl_status parse_primary(parser *P, tm_node **out) {
             if (is(P, TK_COMMA)) P->cur++;
         }
         P->cur++;
-        P->depth--;
         tm_node *n = node(P, N_LIST, t->line);
         if (!n) return oom();
         n->args = l.v;
@@ -421,7 +416,6 @@ static pl_status parse_primary(parser *P, tm_node **out) {
         return PL_OK;
     }
     case TK_LBRACE: {
-        PL_TRY(enter(P));
         node_list keys = {0}, vals = {0};
         while (!is(P, TK_RBRACE)) {
             if (P->cur >= P->n) return syntax(P, "unexpected end of template in a dict");
@@ -434,7 +428,6 @@ static pl_status parse_primary(parser *P, tm_node **out) {
             if (is(P, TK_COMMA)) P->cur++;
         }
         P->cur++;
-        P->depth--;
         tm_node *n = node(P, N_DICT, t->line);
         if (!n) return oom();
         n->args = keys.v;

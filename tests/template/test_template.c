@@ -15,6 +15,12 @@
 #include "tmpl_check.h"
 #include "util/alloc.h"
 
+static void *xmalloc(size_t n) {
+    void *p = malloc(n);
+    cr_assert_not_null(p);
+    return p;
+}
+
 /* Renders and asserts the exact output. */
 static void expect_render(const char *src, const char *vars, const char *want) {
     char *out = NULL;
@@ -244,7 +250,7 @@ Test(template, step_budget) {
     /* scanning long strings costs steps too */
     t = tmpl_parse_ok("{% for x in range(1000) %}{{ 'q' in s }}{% endfor %}");
     json_t *vars = json_object();
-    char *big = malloc(1 << 20);
+    char *big = xmalloc(1 << 20);
     memset(big, 'a', 1 << 20);
     json_object_set_new(vars, "s", json_stringn(big, 1 << 20));
     lim.max_steps = 1000000;
@@ -284,10 +290,19 @@ Test(template, hostile_output_and_memory_caps) {
     PL_ASSERT_NO_LEAKS();
 }
 
+static char *cat3(const char *a, const char *b, const char *c) {
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *s = xmalloc(la + lb + lc + 1);
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb);
+    memcpy(s + la + lb, c, lc + 1);
+    return s;
+}
+
 /* A source of n repetitions of a, then b, then n repetitions of c. */
 static char *nest(const char *a, const char *b, const char *c, size_t n) {
     size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
-    char *s = malloc(n * (la + lc) + lb + 1), *p = s;
+    char *s = xmalloc(n * (la + lc) + lb + 1), *p = s;
     for (size_t i = 0; i < n; i++, p += la) memcpy(p, a, la);
     memcpy(p, b, lb);
     p += lb;
@@ -310,9 +325,8 @@ Test(template, hostile_nesting_refused_at_parse) {
     };
     for (size_t k = 0; k < sizeof deep / sizeof deep[0]; k++) {
         char *inner = nest(deep[k][0], deep[k][1], deep[k][2], 100000);
-        char *src = malloc(strlen(inner) + 16);
         bool statement = k == 0 || k == 6 || k == 7;
-        sprintf(src, statement ? "%s" : "{{ %s }}", inner);
+        char *src = statement ? cat3("", inner, "") : cat3("{{ ", inner, " }}");
         pl_tmpl *t = NULL;
         pl_status st = pl_tmpl_parse(src, strlen(src), &t);
         cr_expect(st == PL_ERR_TOO_LONG || st == PL_ERR_FORMAT, "case %zu: %s", k, pl_status_name(st));
@@ -323,24 +337,20 @@ Test(template, hostile_nesting_refused_at_parse) {
     }
     /* long operator chains are loops in the parser but trees for the evaluator */
     char *chain = nest("", "{{ 1", " + 1", 100000);
-    char *src = malloc(strlen(chain) + 4);
-    sprintf(src, "%s }}", chain);
+    char *src = cat3(chain, " }}", "");
     pl_tmpl *t = NULL;
     cr_expect_eq(pl_tmpl_parse(src, strlen(src), &t), PL_ERR_TOO_LONG);
     free(chain);
     free(src);
     chain = nest("", "{{ x", "|trim", 100000);
-    src = malloc(strlen(chain) + 4);
-    sprintf(src, "%s }}", chain);
+    src = cat3(chain, " }}", "");
     cr_expect_eq(pl_tmpl_parse(src, strlen(src), &t), PL_ERR_TOO_LONG);
     free(chain);
     free(src);
     /* moderate nesting is fine, and so are long elif chains and long flat templates */
     expect_render("{{ ((((((((((1)))))))))) + [[[[[2]]]]][0][0][0][0][0] }}", NULL, "3");
     char *elifs = nest("", "{% if x == 0 %}a", "{% elif x == 1 %}b", 3000);
-    src = malloc(strlen(elifs) + 32);
-    strcpy(src, elifs);
-    strcat(src, "{% else %}z{% endif %}");
+    src = cat3(elifs, "{% else %}z{% endif %}", "");
     t = NULL;
     cr_assert_eq(pl_tmpl_parse(src, strlen(src), &t), PL_OK, "%s", pl_last_error());
     json_t *vars = json_pack("{s:i}", "x", 1);
@@ -352,6 +362,36 @@ Test(template, hostile_nesting_refused_at_parse) {
     pl_tmpl_free(t);
     free(elifs);
     free(src);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Nesting limits keep the C stack small: worst cases run on a thread with a 1 MiB stack. */
+static void *deepest(void *arg) {
+    (void)arg;
+    char *inner = nest("[", "f(n - 1)", "]", 60);
+    char *src = cat3("{% macro f(n) %}{% if n > 0 %}{{ ", inner, " }}{% endif %}{% endmacro %}{{ f(60) }}");
+    char *out = NULL;
+    pl_status st = tmpl_render_src(src, NULL, &out);
+    cr_expect_eq(st, PL_ERR_TOO_LONG, "%s", pl_status_name(st));
+    cr_expect(strstr(pl_last_error(), "nested more than 400 deep"), "%s", pl_last_error());
+    free(inner);
+    free(src);
+    inner = nest("(", "1", ")", 100000);
+    src = cat3("{{ ", inner, " }}");
+    cr_expect_eq(tmpl_render_src(src, NULL, &out), PL_ERR_TOO_LONG);
+    free(inner);
+    free(src);
+    return NULL;
+}
+
+Test(template, small_stack_survives_the_deepest_templates) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, (size_t)1 << 20);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, &attr, deepest, NULL), 0);
+    pthread_join(th, NULL);
+    pthread_attr_destroy(&attr);
     PL_ASSERT_NO_LEAKS();
 }
 

@@ -73,6 +73,7 @@ for t in "${targets[@]}"; do
   case "$t" in
     fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
     fuzz_tokenizer) sd=tokenizer ;; fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;;
+    fuzz_template) sd=template ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

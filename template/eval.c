@@ -1052,8 +1052,16 @@ pl_status pl_tmpl_render_limited(const pl_tmpl *t, const json_t *vars,
     if (!t || !out_text)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_tmpl_render: NULL template or output");
     tm_rs rs = {.line = 1};
-    if (limits) rs.lim = *limits;
-    else pl_tmpl_limits_default(&rs.lim);
+    pl_tmpl_limits dflt;
+    pl_tmpl_limits_default(&dflt);
+    rs.lim = limits ? *limits : dflt;
+    /* a field left at 0 takes its default */
+    if (rs.lim.max_steps == 0) rs.lim.max_steps = dflt.max_steps;
+    if (rs.lim.max_output_bytes == 0) rs.lim.max_output_bytes = dflt.max_output_bytes;
+    if (rs.lim.max_memory_bytes == 0) rs.lim.max_memory_bytes = dflt.max_memory_bytes;
+    if (rs.lim.max_depth <= 0) rs.lim.max_depth = dflt.max_depth;
+    if (rs.lim.max_calls <= 0) rs.lim.max_calls = dflt.max_calls;
+    if (rs.lim.max_items == 0) rs.lim.max_items = dflt.max_items;
     tm_arena_init(&rs.a, rs.lim.max_memory_bytes);
     tm_env *g = NULL;
     int rc = env_new(&rs, NULL, &g);

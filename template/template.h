@@ -100,7 +100,8 @@ extern "C" {
 
 typedef struct pl_tmpl pl_tmpl;
 
-/* What one render may use. A limit that is hit fails the render with PL_ERR_TOO_LONG. */
+/* What one render may use. A limit that is hit fails the render with PL_ERR_TOO_LONG. A field
+ * left at 0 takes its default. */
 typedef struct pl_tmpl_limits {
     uint64_t max_steps;      /* work budget: nodes evaluated, loop iterations, bytes scanned / 16
                                 (default 20,000,000: well under a second) */
@@ -141,7 +142,7 @@ void pl_tmpl_free(pl_tmpl *t); /* NULL is a no-op */
  * PL_ERR_UNSUPPORTED (see above), PL_ERR_TOO_LONG (a limit), PL_ERR_OUT_OF_MEMORY. Messages
  * name the template line. On failure the outputs are untouched. */
 pl_status pl_tmpl_render(const pl_tmpl *t, const json_t *vars, char **out_text, size_t *out_len);
-/* The same under explicit limits (NULL: the defaults). */
+/* The same under explicit limits (NULL: the defaults; see pl_tmpl_limits). */
 pl_status pl_tmpl_render_limited(const pl_tmpl *t, const json_t *vars,
                                  const pl_tmpl_limits *limits, char **out_text, size_t *out_len);
 

@@ -261,6 +261,16 @@ Test(template, step_budget) {
     PL_ASSERT_NO_LEAKS();
 }
 
+Test(template, zero_limits_take_defaults) {
+    pl_tmpl_limits lim = {0};
+    pl_tmpl *t = tmpl_parse_ok("{% for i in range(3) %}{{ i }}{% endfor %}");
+    char *out = NULL;
+    cr_assert_eq(pl_tmpl_render_limited(t, NULL, &lim, &out, NULL), PL_OK, "%s", pl_last_error());
+    cr_expect_str_eq(out, "012");
+    pl_free(out);
+    pl_tmpl_free(t);
+}
+
 Test(template, hostile_output_and_memory_caps) {
     pl_tmpl_limits lim;
     pl_tmpl_limits_default(&lim);

@@ -12,8 +12,8 @@
 
 #include "util/alloc.h"
 
-struct tm_chunk {
-    tm_chunk *next;
+struct pl_tm_chunk {
+    pl_tm_chunk *next;
     size_t cap, used;
     _Alignas(16) unsigned char data[];
 };
@@ -21,15 +21,15 @@ struct tm_chunk {
 #define MIN_CHUNK ((size_t)4096)
 #define MAX_CHUNK ((size_t)1 << 20)
 
-void tm_arena_init(tm_arena *a, size_t limit) {
+void pl_tm_arena_init(pl_tm_arena *a, size_t limit) {
     memset(a, 0, sizeof *a);
     a->limit = limit;
 }
 
-void tm_arena_free(tm_arena *a) {
-    tm_chunk *c = a->head;
+void pl_tm_arena_free(pl_tm_arena *a) {
+    pl_tm_chunk *c = a->head;
     while (c) {
-        tm_chunk *next = c->next;
+        pl_tm_chunk *next = c->next;
         pl_free(c);
         c = next;
     }
@@ -37,13 +37,13 @@ void tm_arena_free(tm_arena *a) {
     a->used_bytes = 0;
 }
 
-static tm_chunk *new_chunk(tm_arena *a, size_t cap) {
-    size_t bytes = sizeof(tm_chunk) + cap;
+static pl_tm_chunk *new_chunk(pl_tm_arena *a, size_t cap) {
+    size_t bytes = sizeof(pl_tm_chunk) + cap;
     if (a->limit && (bytes > a->limit || a->used_bytes > a->limit - bytes)) {
         a->over_limit = true;
         return NULL;
     }
-    tm_chunk *c = pl_malloc(bytes);
+    pl_tm_chunk *c = pl_malloc(bytes);
     if (!c) return NULL;
     c->cap = cap;
     c->used = 0;
@@ -51,11 +51,11 @@ static tm_chunk *new_chunk(tm_arena *a, size_t cap) {
     return c;
 }
 
-void *tm_alloc(tm_arena *a, size_t n) {
+void *pl_tm_alloc(pl_tm_arena *a, size_t n) {
     if (n > SIZE_MAX / 2) return NULL;
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
-    tm_chunk *c = a->head;
+    pl_tm_chunk *c = a->head;
     if (c && c->cap - c->used >= n) {
         void *p = c->data + c->used;
         c->used += n;
@@ -66,7 +66,7 @@ void *tm_alloc(tm_arena *a, size_t n) {
     if (n > grow / 2) {
         /* a big block: its own chunk, kept behind the current one so the current one's free
          * space is still used */
-        tm_chunk *big = new_chunk(a, n);
+        pl_tm_chunk *big = new_chunk(a, n);
         if (!big) return NULL;
         big->used = n;
         if (c) {
@@ -78,7 +78,7 @@ void *tm_alloc(tm_arena *a, size_t n) {
         }
         return big->data;
     }
-    tm_chunk *fresh = new_chunk(a, grow);
+    pl_tm_chunk *fresh = new_chunk(a, grow);
     if (!fresh) return NULL;
     fresh->next = c;
     a->head = fresh;
@@ -86,20 +86,22 @@ void *tm_alloc(tm_arena *a, size_t n) {
     return fresh->data;
 }
 
-void *tm_zalloc(tm_arena *a, size_t n) {
-    void *p = tm_alloc(a, n);
+void *pl_tm_zalloc(pl_tm_arena *a, size_t n) {
+    void *p = pl_tm_alloc(a, n);
     if (p) memset(p, 0, n);
     return p;
 }
 
-void *tm_alloc_n(tm_arena *a, size_t n, size_t sz) {
+void *pl_tm_alloc_n(pl_tm_arena *a, size_t n, size_t sz) {
     if (sz && n > SIZE_MAX / 4 / sz) return NULL;
-    return tm_alloc(a, n * sz);
+    return pl_tm_alloc(a, n * sz);
 }
 
-bool tm_str_eq(tm_str a, tm_str b) { return a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0); }
+bool pl_tm_str_eq(pl_tm_str a, pl_tm_str b) {
+    return a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0);
+}
 
-bool tm_str_eqc(tm_str a, const char *c) {
+bool pl_tm_str_eqc(pl_tm_str a, const char *c) {
     size_t n = strlen(c);
     return a.n == n && memcmp(a.p, c, n) == 0;
 }

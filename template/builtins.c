@@ -12,171 +12,198 @@
 #include <string.h>
 #include <time.h>
 
-static tm_func k_range = {.kind = F_RANGE};
-static tm_func k_raise = {.kind = F_RAISE};
-static tm_func k_strftime = {.kind = F_STRFTIME};
+static pl_tm_func k_range = {.kind = PL_TM_F_RANGE};
+static pl_tm_func k_raise = {.kind = PL_TM_F_RAISE};
+static pl_tm_func k_strftime = {.kind = PL_TM_F_STRFTIME};
 
-bool tm_global_known(tm_str name) {
-    static const char *const names[] = {"range", "namespace", "raise_exception", "strftime_now",
-                                        "caller", NULL};
+bool pl_tm_global_known(pl_tm_str name) {
+    static const char *const names[] = {"range",        "namespace", "raise_exception",
+                                        "strftime_now", "caller",    NULL};
     for (const char *const *n = names; *n; n++)
-        if (tm_str_eqc(name, *n)) return true;
+        if (pl_tm_str_eqc(name, *n)) return true;
     return false;
 }
 
-int tm_global_lookup(tm_str name, tm_val *out) {
-    if (tm_str_eqc(name, "true") || tm_str_eqc(name, "True")) *out = tm_bool(true);
-    else if (tm_str_eqc(name, "false") || tm_str_eqc(name, "False")) *out = tm_bool(false);
-    else if (tm_str_eqc(name, "none") || tm_str_eqc(name, "None")) *out = tm_null();
-    else if (tm_str_eqc(name, "range")) *out = (tm_val){.kind = V_FUNC, .u.fn = &k_range};
-    else if (tm_str_eqc(name, "raise_exception")) *out = (tm_val){.kind = V_FUNC, .u.fn = &k_raise};
-    else if (tm_str_eqc(name, "strftime_now")) *out = (tm_val){.kind = V_FUNC, .u.fn = &k_strftime};
-    else return 0;
+int pl_tm_global_lookup(pl_tm_str name, pl_tm_val *out) {
+    if (pl_tm_str_eqc(name, "true") || pl_tm_str_eqc(name, "True"))
+        *out = pl_tm_bool(true);
+    else if (pl_tm_str_eqc(name, "false") || pl_tm_str_eqc(name, "False"))
+        *out = pl_tm_bool(false);
+    else if (pl_tm_str_eqc(name, "none") || pl_tm_str_eqc(name, "None"))
+        *out = pl_tm_null();
+    else if (pl_tm_str_eqc(name, "range"))
+        *out = (pl_tm_val){.kind = PL_TM_V_FUNC, .u.fn = &k_range};
+    else if (pl_tm_str_eqc(name, "raise_exception"))
+        *out = (pl_tm_val){.kind = PL_TM_V_FUNC, .u.fn = &k_raise};
+    else if (pl_tm_str_eqc(name, "strftime_now"))
+        *out = (pl_tm_val){.kind = PL_TM_V_FUNC, .u.fn = &k_strftime};
+    else
+        return 0;
     return 1;
 }
 
 /* range(stop), range(start, stop), range(start, stop, step): the oracle's loop, floats too. */
-static int range(tm_rs *rs, const tm_val *args, size_t n, tm_val *out) {
+static int range(pl_tm_rs *rs, const pl_tm_val *args, size_t n, pl_tm_val *out) {
     double x[3];
     bool have[3] = {false, false, false};
     for (size_t i = 0; i < n && i < 3; i++) {
-        tm_val a = args[i];
-        if (a.kind == V_UNDEF || a.kind == V_NULL) continue; /* both wrap undefined */
-        if (!tm_is_num(a) && a.kind != V_BOOL)
-            return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "range() expects numbers, got %s",
-                           tm_kind_name(a.kind));
-        x[i] = a.kind == V_BOOL ? a.u.b : a.u.num;
+        pl_tm_val a = args[i];
+        if (a.kind == PL_TM_V_UNDEF || a.kind == PL_TM_V_NULL) continue; /* both wrap undefined */
+        if (!pl_tm_is_num(a) && a.kind != PL_TM_V_BOOL)
+            return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "range() expects numbers, got %s",
+                              pl_tm_kind_name(a.kind));
+        x[i] = a.kind == PL_TM_V_BOOL ? a.u.b : a.u.num;
         have[i] = true;
     }
     if (!have[0] && !have[1])
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "range() expects at least one number");
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "range() expects at least one number");
     double start = have[0] ? x[0] : NAN, stop = have[1] ? x[1] : NAN;
     double step = have[2] ? x[2] : 1;
     if (!have[1]) {
         stop = start;
         start = 0;
     }
-    if (step == 0) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "range() step must not be zero");
+    if (step == 0) return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "range() step must not be zero");
     size_t count = 0;
     for (double i = start; step > 0 ? i < stop : i > stop; i += step) {
         if (++count > rs->lim.max_items)
-            return tm_fail(rs, PL_ERR_TOO_LONG, "range() of more than %zu numbers",
-                           rs->lim.max_items);
+            return pl_tm_fail(rs, PL_ERR_TOO_LONG, "range() of more than %zu numbers",
+                              rs->lim.max_items);
     }
-    tm_array *a;
-    PL_TRY(tm_arr_new(rs, count, &a));
+    pl_tm_array *a;
+    PL_TRY(pl_tm_arr_new(rs, count, &a));
     size_t k = 0;
     for (double i = start; k < count; i += step, k++)
-        a->v[k] = (isfinite(i) && i == floor(i)) ? tm_int(i) : tm_float(i);
-    *out = (tm_val){.kind = V_ARRAY, .u.arr = a};
+        a->v[k] = (isfinite(i) && i == floor(i)) ? pl_tm_int(i) : pl_tm_float(i);
+    *out = (pl_tm_val){.kind = PL_TM_V_ARRAY, .u.arr = a};
     return 0;
 }
 
-static int namespace_fn(tm_rs *rs, const tm_val *args, size_t n, tm_val *out) {
-    const tm_map *kw = NULL;
-    if (n && args[n - 1].kind == V_KWARGS) kw = args[--n].u.map;
+static int namespace_fn(pl_tm_rs *rs, const pl_tm_val *args, size_t n, pl_tm_val *out) {
+    const pl_tm_map *kw = NULL;
+    if (n && args[n - 1].kind == PL_TM_V_KWARGS) kw = args[--n].u.map;
     if (n > 1)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "namespace expected at most 1 argument, got %zu", n);
-    tm_map *m;
-    PL_TRY(tm_map_new(rs, 4, &m));
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
+                          "namespace expected at most 1 argument, got %zu", n);
+    pl_tm_map *m;
+    PL_TRY(pl_tm_map_new(rs, 4, &m));
     if (n == 1) {
-        tm_val src = args[0];
-        if (tm_is_obj(src)) {
-            tm_map *s;
-            PL_TRY(tm_obj_map(rs, src, &s));
-            for (size_t i = 0; i < s->n; i++) PL_TRY(tm_map_set(rs, m, s->k[i], s->v[i]));
-        } else if (tm_is_arr(src)) {
+        pl_tm_val src = args[0];
+        if (pl_tm_is_obj(src)) {
+            pl_tm_map *s;
+            PL_TRY(pl_tm_obj_map(rs, src, &s));
+            for (size_t i = 0; i < s->n; i++) PL_TRY(pl_tm_map_set(rs, m, s->k[i], s->v[i]));
+        } else if (pl_tm_is_arr(src)) {
             for (size_t i = 0; i < src.u.arr->n; i++) {
-                tm_val pair = src.u.arr->v[i], k, v;
-                if (tm_is_arr(pair) && pair.u.arr->n == 2) {
+                pl_tm_val pair = src.u.arr->v[i], k, v;
+                if (pl_tm_is_arr(pair) && pair.u.arr->n == 2) {
                     k = pair.u.arr->v[0];
                     v = pair.u.arr->v[1];
-                } else if (pair.kind == V_STR) { /* a two-character string is a pair */
+                } else if (pair.kind == PL_TM_V_STR) { /* a two-character string is a pair */
                     uint32_t cp;
-                    tm_str s = pair.u.s;
-                    int a = tm_utf8_next(s.p, s.n, &cp);
-                    int b = a < (int)s.n ? tm_utf8_next(s.p + a, s.n - (size_t)a, &cp) : 0;
+                    pl_tm_str s = pair.u.s;
+                    int a = pl_tm_utf8_next(s.p, s.n, &cp);
+                    int b = a < (int)s.n ? pl_tm_utf8_next(s.p + a, s.n - (size_t)a, &cp) : 0;
                     if (s.n == 0 || b == 0 || (size_t)(a + b) != s.n)
-                        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
-                                       "namespace expected an object or [key, value] pairs");
-                    k = tm_strv((tm_str){s.p, (size_t)a});
-                    v = tm_strv((tm_str){s.p + a, (size_t)b});
+                        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
+                                          "namespace expected an object or [key, value] pairs");
+                    k = pl_tm_strv((pl_tm_str){s.p, (size_t)a});
+                    v = pl_tm_strv((pl_tm_str){s.p + a, (size_t)b});
                 } else {
-                    return tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
-                                   "namespace expected an object or [key, value] pairs");
+                    return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
+                                      "namespace expected an object or [key, value] pairs");
                 }
-                if (k.kind != V_STR)
-                    return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "namespace keys must be strings");
-                PL_TRY(tm_map_set(rs, m, k.u.s, v));
+                if (k.kind != PL_TM_V_STR)
+                    return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
+                                      "namespace keys must be strings");
+                PL_TRY(pl_tm_map_set(rs, m, k.u.s, v));
             }
         } else {
-            return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "'%s' object is not iterable",
-                           tm_kind_name(src.kind));
+            return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "'%s' object is not iterable",
+                              pl_tm_kind_name(src.kind));
         }
     }
-    for (size_t i = 0; kw && i < kw->n; i++) PL_TRY(tm_map_set(rs, m, kw->k[i], kw->v[i]));
-    *out = (tm_val){.kind = V_NS, .u.map = m};
+    for (size_t i = 0; kw && i < kw->n; i++) PL_TRY(pl_tm_map_set(rs, m, kw->k[i], kw->v[i]));
+    *out = (pl_tm_val){.kind = PL_TM_V_NS, .u.map = m};
     return 0;
 }
 
 /* The oracle's strftime: %Y %m %d %b %B %H %M %% in local time, English month names (the
  * default locale of the oracle's runs); any other %x stays as written. */
-static int strftime_now(tm_rs *rs, const tm_val *args, size_t n, tm_val *out) {
-    if (n < 1 || args[0].kind != V_STR)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "strftime_now() expects a format string");
-    static const char *const months[] = {"January", "February", "March",     "April",
-                                         "May",     "June",     "July",      "August",
-                                         "September", "October", "November", "December"};
+static int strftime_now(pl_tm_rs *rs, const pl_tm_val *args, size_t n, pl_tm_val *out) {
+    if (n < 1 || args[0].kind != PL_TM_V_STR)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "strftime_now() expects a format string");
+    static const char *const months[] = {"January",   "February", "March",    "April",
+                                         "May",       "June",     "July",     "August",
+                                         "September", "October",  "November", "December"};
     time_t now = time(NULL);
     struct tm tmv;
-    if (!localtime_r(&now, &tmv)) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "no local time");
-    tm_str f = args[0].u.s;
-    tm_sb b = {0};
+    if (!localtime_r(&now, &tmv)) return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "no local time");
+    pl_tm_str f = args[0].u.s;
+    pl_tm_sb b = {0};
     size_t from = 0;
-    PL_TRY(tm_charge_n(rs, f.n));
+    PL_TRY(pl_tm_charge_n(rs, f.n));
     for (size_t i = 0; i + 1 < f.n; i++) {
         if (f.p[i] != '%') continue;
         char buf[32];
         int len = -1;
         switch (f.p[i + 1]) {
-        case 'Y': len = snprintf(buf, sizeof buf, "%d", tmv.tm_year + 1900); break;
-        case 'm': len = snprintf(buf, sizeof buf, "%02d", tmv.tm_mon + 1); break;
-        case 'd': len = snprintf(buf, sizeof buf, "%02d", tmv.tm_mday); break;
-        case 'b': len = snprintf(buf, sizeof buf, "%.3s", months[tmv.tm_mon]); break;
-        case 'B': len = snprintf(buf, sizeof buf, "%s", months[tmv.tm_mon]); break;
-        case 'H': len = snprintf(buf, sizeof buf, "%02d", tmv.tm_hour); break;
-        case 'M': len = snprintf(buf, sizeof buf, "%02d", tmv.tm_min); break;
-        case '%': len = snprintf(buf, sizeof buf, "%%"); break;
-        default: break;
+        case 'Y':
+            len = snprintf(buf, sizeof buf, "%d", tmv.tm_year + 1900);
+            break;
+        case 'm':
+            len = snprintf(buf, sizeof buf, "%02d", tmv.tm_mon + 1);
+            break;
+        case 'd':
+            len = snprintf(buf, sizeof buf, "%02d", tmv.tm_mday);
+            break;
+        case 'b':
+            len = snprintf(buf, sizeof buf, "%.3s", months[tmv.tm_mon]);
+            break;
+        case 'B':
+            len = snprintf(buf, sizeof buf, "%s", months[tmv.tm_mon]);
+            break;
+        case 'H':
+            len = snprintf(buf, sizeof buf, "%02d", tmv.tm_hour);
+            break;
+        case 'M':
+            len = snprintf(buf, sizeof buf, "%02d", tmv.tm_min);
+            break;
+        case '%':
+            len = snprintf(buf, sizeof buf, "%%");
+            break;
+        default:
+            break;
         }
         if (len < 0) continue;
-        PL_TRY(tm_sb_put(rs, &b, (tm_str){f.p + from, i - from}));
-        PL_TRY(tm_sb_put(rs, &b, (tm_str){buf, (size_t)len}));
+        PL_TRY(pl_tm_sb_put(rs, &b, (pl_tm_str){f.p + from, i - from}));
+        PL_TRY(pl_tm_sb_put(rs, &b, (pl_tm_str){buf, (size_t)len}));
         i++;
         from = i + 1;
     }
-    PL_TRY(tm_sb_put(rs, &b, (tm_str){f.p + from, f.n - from}));
-    *out = tm_strv(tm_sb_str(&b));
+    PL_TRY(pl_tm_sb_put(rs, &b, (pl_tm_str){f.p + from, f.n - from}));
+    *out = pl_tm_strv(pl_tm_sb_str(&b));
     return 0;
 }
 
-int tm_call_builtin(tm_rs *rs, const tm_func *f, const tm_val *args, size_t n, tm_val *out) {
+int pl_tm_call_builtin(pl_tm_rs *rs, const pl_tm_func *f, const pl_tm_val *args, size_t n,
+                       pl_tm_val *out) {
     switch (f->kind) {
-    case F_RANGE:
+    case PL_TM_F_RANGE:
         return range(rs, args, n, out);
-    case F_NAMESPACE:
+    case PL_TM_F_NAMESPACE:
         return namespace_fn(rs, args, n, out);
-    case F_STRFTIME:
+    case PL_TM_F_STRFTIME:
         return strftime_now(rs, args, n, out);
-    case F_RAISE: {
+    case PL_TM_F_RAISE: {
         /* new Error(value): the message is String(value), "" for undefined */
-        tm_str msg = {"", 0};
-        if (n > 0 && args[0].kind != V_UNDEF && args[0].kind != V_NULL)
-            PL_TRY(tm_js_string(rs, args[0], &msg));
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "raise_exception: %.*s",
-                       (int)(msg.n > 400 ? 400 : msg.n), msg.p);
+        pl_tm_str msg = {"", 0};
+        if (n > 0 && args[0].kind != PL_TM_V_UNDEF && args[0].kind != PL_TM_V_NULL)
+            PL_TRY(pl_tm_js_string(rs, args[0], &msg));
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "raise_exception: %.*s",
+                          (int)(msg.n > 400 ? 400 : msg.n), msg.p);
     }
     default:
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "not a function");
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "not a function");
     }
 }

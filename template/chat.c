@@ -18,7 +18,8 @@ pl_status pl_tmpl_config_source(const json_t *cfg, const char *name, bool has_to
         if (name)
             return pl_fail(PL_ERR_NOT_FOUND,
                            "tokenizer_config.json: chat_template is a single template, not one "
-                           "called \"%s\"", name);
+                           "called \"%s\"",
+                           name);
         *out_src = json_string_value(ct);
         if (out_len) *out_len = json_string_length(ct);
         return PL_OK;
@@ -34,7 +35,8 @@ pl_status pl_tmpl_config_source(const json_t *cfg, const char *name, bool has_to
         if (!json_is_string(n) || !json_is_string(t))
             return pl_fail(PL_ERR_FORMAT,
                            "tokenizer_config.json: chat_template[%zu] needs string \"name\" "
-                           "and \"template\"", i);
+                           "and \"template\"",
+                           i);
         const char *s = json_string_value(n);
         if (name && strcmp(s, name) == 0) found = t;
         if (strcmp(s, "tool_use") == 0) tool_use = t;
@@ -70,7 +72,7 @@ pl_status pl_tmpl_chat_vars(const json_t *cfg, const json_t *messages, const jso
     if (st == PL_OK) st = set(v, "add_generation_prompt", json_boolean(add_generation_prompt));
     if (st == PL_OK && tools) st = set(v, "tools", json_incref((json_t *)tools));
     /* transformers.js' SPECIAL_TOKEN_ATTRIBUTES, as getToken reads them */
-    static const char *const specials[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+    static const char *const specials[] = {"bos_token", "eos_token", "unk_token",  "sep_token",
                                            "pad_token", "cls_token", "mask_token", NULL};
     for (const char *const *k = specials; st == PL_OK && cfg && *k; k++) {
         const json_t *tok = json_object_get(cfg, *k);
@@ -101,8 +103,9 @@ static pl_status load(const char *what, const char *text, json_t **out) {
     json_error_t err;
     *out = json_loads(text, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &err);
     if (!*out)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "chat: %s is not valid JSON (line %d, column %d: %s)",
-                       what, err.line, err.column, err.text);
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "chat: %s is not valid JSON (line %d, column %d: %s)", what, err.line,
+                       err.column, err.text);
     return PL_OK;
 }
 
@@ -115,7 +118,8 @@ pl_status pl_tmpl_render_chat(const pl_tmpl *t, const json_t *cfg, const char *m
     pl_status st = load("messages", messages_json, &messages);
     if (st == PL_OK) st = load("tools", tools_json, &tools);
     if (st == PL_OK) st = load("extra variables", extra_json, &extra);
-    if (st == PL_OK) st = pl_tmpl_chat_vars(cfg, messages, tools, add_generation_prompt, extra, &vars);
+    if (st == PL_OK)
+        st = pl_tmpl_chat_vars(cfg, messages, tools, add_generation_prompt, extra, &vars);
     if (st == PL_OK) st = pl_tmpl_render(t, vars, out_text, out_len);
     json_decref(messages);
     json_decref(tools);

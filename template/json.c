@@ -14,20 +14,20 @@
 #include "util/alloc.h"
 
 typedef struct sbuf {
-    tm_rs *rs;
+    pl_tm_rs *rs;
     char *p;
     size_t n, cap;
 } sbuf;
 
 static int sb_put(sbuf *b, const char *s, size_t n) {
     if (n > b->rs->lim.max_output_bytes - b->n)
-        return tm_fail(b->rs, PL_ERR_TOO_LONG, "JSON text exceeds the limit of %zu bytes",
-                       b->rs->lim.max_output_bytes);
+        return pl_tm_fail(b->rs, PL_ERR_TOO_LONG, "JSON text exceeds the limit of %zu bytes",
+                          b->rs->lim.max_output_bytes);
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n) cap *= 2;
         char *p = pl_reallocarray(b->p, cap, 1);
-        if (!p) return tm_oom(b->rs);
+        if (!p) return pl_tm_oom(b->rs);
         b->p = p;
         b->cap = cap;
     }
@@ -36,7 +36,7 @@ static int sb_put(sbuf *b, const char *s, size_t n) {
     return 0;
 }
 
-static int sb_str(sbuf *b, tm_str s) { return sb_put(b, s.p, s.n); }
+static int sb_str(sbuf *b, pl_tm_str s) { return sb_put(b, s.p, s.n); }
 static int sb_c(sbuf *b, const char *s) { return sb_put(b, s, strlen(s)); }
 
 static int sb_repeat(sbuf *b, const char *s, size_t n, size_t times) {
@@ -45,9 +45,9 @@ static int sb_repeat(sbuf *b, const char *s, size_t n, size_t times) {
 }
 
 /* JSON.stringify of a string, then (ensure_ascii) every UTF-16 unit >= 0x7F as \uXXXX. */
-static int quote(sbuf *b, tm_str s, bool ascii) {
+static int quote(sbuf *b, pl_tm_str s, bool ascii) {
     static const char hex[] = "0123456789abcdef";
-    PL_TRY(tm_charge_n(b->rs, s.n));
+    PL_TRY(pl_tm_charge_n(b->rs, s.n));
     PL_TRY(sb_c(b, "\""));
     size_t run = 0; /* bytes copied verbatim are batched */
     for (size_t i = 0; i < s.n;) {
@@ -55,12 +55,18 @@ static int quote(sbuf *b, tm_str s, bool ascii) {
         char esc[16];
         size_t k = 0;
         int len = 1;
-        if (c == '"' || c == '\\') esc[k++] = '\\', esc[k++] = (char)c;
-        else if (c == '\b') esc[k++] = '\\', esc[k++] = 'b';
-        else if (c == '\f') esc[k++] = '\\', esc[k++] = 'f';
-        else if (c == '\n') esc[k++] = '\\', esc[k++] = 'n';
-        else if (c == '\r') esc[k++] = '\\', esc[k++] = 'r';
-        else if (c == '\t') esc[k++] = '\\', esc[k++] = 't';
+        if (c == '"' || c == '\\')
+            esc[k++] = '\\', esc[k++] = (char)c;
+        else if (c == '\b')
+            esc[k++] = '\\', esc[k++] = 'b';
+        else if (c == '\f')
+            esc[k++] = '\\', esc[k++] = 'f';
+        else if (c == '\n')
+            esc[k++] = '\\', esc[k++] = 'n';
+        else if (c == '\r')
+            esc[k++] = '\\', esc[k++] = 'r';
+        else if (c == '\t')
+            esc[k++] = '\\', esc[k++] = 't';
         else if (c < 0x20) {
             memcpy(esc, "\\u00", 4);
             esc[4] = hex[c >> 4];
@@ -68,7 +74,7 @@ static int quote(sbuf *b, tm_str s, bool ascii) {
             k = 6;
         } else if (ascii && c >= 0x7F) {
             uint32_t cp;
-            len = tm_utf8_next(s.p + i, s.n - i, &cp);
+            len = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
             uint32_t units[2] = {cp, 0};
             int nu = 1;
             if (cp >= 0x10000) {
@@ -96,23 +102,23 @@ static int quote(sbuf *b, tm_str s, bool ascii) {
     return sb_c(b, "\"");
 }
 
-static int write_value(sbuf *b, tm_val v, const tm_json_opt *o, int depth);
+static int write_value(sbuf *b, pl_tm_val v, const pl_tm_json_opt *o, int depth);
 
-static int write_padding(sbuf *b, const tm_json_opt *o, int depth) {
+static int write_padding(sbuf *b, const pl_tm_json_opt *o, int depth) {
     PL_TRY(sb_c(b, "\n"));
     return sb_repeat(b, " ", 1, (size_t)o->indent * (size_t)depth);
 }
 
-static int write_container(sbuf *b, tm_val v, const tm_json_opt *o, int depth) {
-    tm_rs *rs = b->rs;
+static int write_container(sbuf *b, pl_tm_val v, const pl_tm_json_opt *o, int depth) {
+    pl_tm_rs *rs = b->rs;
     if (++rs->depth > rs->lim.max_depth)
-        return tm_fail(rs, PL_ERR_TOO_LONG, "values nested more than %d deep in tojson",
-                       rs->lim.max_depth);
+        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "values nested more than %d deep in tojson",
+                          rs->lim.max_depth);
     bool indent = o->indent > 0;
-    tm_str item_sep = o->item_sep.p ? o->item_sep : indent ? TM_LIT(",") : TM_LIT(", ");
-    tm_str key_sep = o->key_sep.p ? o->key_sep : TM_LIT(": ");
-    if (tm_is_arr(v)) {
-        const tm_array *a = v.u.arr;
+    pl_tm_str item_sep = o->item_sep.p ? o->item_sep : indent ? PL_TM_LIT(",") : PL_TM_LIT(", ");
+    pl_tm_str key_sep = o->key_sep.p ? o->key_sep : PL_TM_LIT(": ");
+    if (pl_tm_is_arr(v)) {
+        const pl_tm_array *a = v.u.arr;
         PL_TRY(sb_c(b, "["));
         for (size_t i = 0; i < a->n; i++) {
             if (i) PL_TRY(sb_str(b, item_sep));
@@ -122,8 +128,8 @@ static int write_container(sbuf *b, tm_val v, const tm_json_opt *o, int depth) {
         if (indent && a->n) PL_TRY(write_padding(b, o, depth));
         PL_TRY(sb_c(b, "]"));
     } else {
-        tm_map *m;
-        PL_TRY(tm_obj_map(rs, v, &m));
+        pl_tm_map *m;
+        PL_TRY(pl_tm_obj_map(rs, v, &m));
         PL_TRY(sb_c(b, "{"));
         for (size_t i = 0; i < m->n; i++) {
             if (i) PL_TRY(sb_str(b, item_sep));
@@ -139,44 +145,44 @@ static int write_container(sbuf *b, tm_val v, const tm_json_opt *o, int depth) {
     return 0;
 }
 
-static int write_value(sbuf *b, tm_val v, const tm_json_opt *o, int depth) {
-    PL_TRY(tm_charge(b->rs, 1));
+static int write_value(sbuf *b, pl_tm_val v, const pl_tm_json_opt *o, int depth) {
+    PL_TRY(pl_tm_charge(b->rs, 1));
     char num[400];
     switch (v.kind) {
-    case V_NULL:
+    case PL_TM_V_NULL:
         return sb_c(b, "null");
-    case V_UNDEF:
+    case PL_TM_V_UNDEF:
         return sb_c(b, o->undefined_as_null ? "null" : "undefined");
-    case V_BOOL:
+    case PL_TM_V_BOOL:
         return sb_c(b, v.u.b ? "true" : "false");
-    case V_INT:
-    case V_FLOAT:
+    case PL_TM_V_INT:
+    case PL_TM_V_FLOAT:
         if (!isfinite(v.u.num)) return sb_c(b, "null");
-        return sb_put(b, num, tm_num_js(v.u.num, num));
-    case V_STR:
+        return sb_put(b, num, pl_tm_num_js(v.u.num, num));
+    case PL_TM_V_STR:
         return quote(b, v.u.s, o->ensure_ascii);
-    case V_ARRAY:
-    case V_OBJECT:
-    case V_NS:
-    case V_LOOP:
+    case PL_TM_V_ARRAY:
+    case PL_TM_V_OBJECT:
+    case PL_TM_V_NS:
+    case PL_TM_V_LOOP:
         return write_container(b, v, o, depth);
     default: /* the oracle's toJSON has no case for TupleValue, KeywordArgumentsValue, functions */
-        return tm_fail(b->rs, PL_ERR_INVALID_ARGUMENT, "cannot convert to JSON: %s",
-                       tm_kind_name(v.kind));
+        return pl_tm_fail(b->rs, PL_ERR_INVALID_ARGUMENT, "cannot convert to JSON: %s",
+                          pl_tm_kind_name(v.kind));
     }
 }
 
-int tm_to_json(tm_rs *rs, tm_val v, const tm_json_opt *opt, tm_str *out) {
+int pl_tm_to_json(pl_tm_rs *rs, pl_tm_val v, const pl_tm_json_opt *opt, pl_tm_str *out) {
     sbuf b = {.rs = rs};
     int depth = rs->depth;
     int rc = write_value(&b, v, opt, 0);
     rs->depth = depth;
     if (rc == 0) {
         char *p;
-        rc = tm_str_new(rs, b.n, &p);
+        rc = pl_tm_str_new(rs, b.n, &p);
         if (rc == 0) {
             if (b.n) memcpy(p, b.p, b.n);
-            *out = (tm_str){p, b.n};
+            *out = (pl_tm_str){p, b.n};
         }
     }
     pl_free(b.p);

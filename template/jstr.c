@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tm_utf8_next(const char *s, size_t n, uint32_t *cp) {
+int pl_tm_utf8_next(const char *s, size_t n, uint32_t *cp) {
     const unsigned char *p = (const unsigned char *)s;
     if (n == 0) {
         *cp = 0;
@@ -38,7 +38,7 @@ int tm_utf8_next(const char *s, size_t n, uint32_t *cp) {
     return 4;
 }
 
-int tm_utf8_put(uint32_t cp, char *o) {
+int pl_tm_utf8_put(uint32_t cp, char *o) {
     unsigned char *out = (unsigned char *)o;
     if (cp < 0x80) {
         out[0] = (unsigned char)cp;
@@ -62,7 +62,7 @@ int tm_utf8_put(uint32_t cp, char *o) {
     return 4;
 }
 
-size_t tm_utf16_len(tm_str s) {
+size_t pl_tm_utf16_len(pl_tm_str s) {
     size_t n = 0;
     for (size_t i = 0; i < s.n; i++) {
         unsigned char c = (unsigned char)s.p[i];
@@ -84,7 +84,7 @@ static bool space3(const unsigned char *p) {
     return false;
 }
 
-int tm_js_space(const char *s, size_t n) {
+int pl_tm_js_space(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     if (n == 0) return 0;
     if (p[0] == ' ' || (p[0] >= 0x09 && p[0] <= 0x0D)) return 1;
@@ -93,7 +93,7 @@ int tm_js_space(const char *s, size_t n) {
     return 0;
 }
 
-int tm_js_space_back(const char *s, size_t n) {
+int pl_tm_js_space_back(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     if (n == 0) return 0;
     unsigned char c = p[n - 1];
@@ -103,17 +103,17 @@ int tm_js_space_back(const char *s, size_t n) {
     return 0;
 }
 
-tm_str tm_trim(tm_str s, bool left, bool right) {
+pl_tm_str pl_tm_trim(pl_tm_str s, bool left, bool right) {
     if (left) {
         int k;
-        while ((k = tm_js_space(s.p, s.n)) > 0) {
+        while ((k = pl_tm_js_space(s.p, s.n)) > 0) {
             s.p += k;
             s.n -= (size_t)k;
         }
     }
     if (right) {
         int k;
-        while ((k = tm_js_space_back(s.p, s.n)) > 0) s.n -= (size_t)k;
+        while ((k = pl_tm_js_space_back(s.p, s.n)) > 0) s.n -= (size_t)k;
     }
     return s;
 }
@@ -121,12 +121,12 @@ tm_str tm_trim(tm_str s, bool left, bool right) {
 /* The first UTF-16 code unit of a code point: the code point itself, or its high surrogate. */
 static uint32_t unit16(uint32_t cp) { return cp < 0x10000 ? cp : 0xD800 + ((cp - 0x10000) >> 10); }
 
-int tm_js_cmp(tm_str a, tm_str b) {
+int pl_tm_js_cmp(pl_tm_str a, pl_tm_str b) {
     size_t i = 0, j = 0;
     while (i < a.n && j < b.n) {
         uint32_t ca, cb;
-        i += (size_t)tm_utf8_next(a.p + i, a.n - i, &ca);
-        j += (size_t)tm_utf8_next(b.p + j, b.n - j, &cb);
+        i += (size_t)pl_tm_utf8_next(a.p + i, a.n - i, &ca);
+        j += (size_t)pl_tm_utf8_next(b.p + j, b.n - j, &cb);
         if (ca == cb) continue;
         uint32_t ua = unit16(ca), ub = unit16(cb);
         if (ua != ub) return ua < ub ? -1 : 1;
@@ -154,23 +154,26 @@ static bool caseless(uint32_t c) {
     size_t lo = 0, hi = sizeof ok / sizeof ok[0];
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (c < ok[mid][0]) hi = mid;
-        else if (c > ok[mid][1]) lo = mid + 1;
-        else return true;
+        if (c < ok[mid][0])
+            hi = mid;
+        else if (c > ok[mid][1])
+            lo = mid + 1;
+        else
+            return true;
     }
     return false;
 }
 
-int tm_case(tm_rs *rs, tm_str s, bool upper, tm_str *out) {
-    PL_TRY(tm_charge_n(rs, s.n));
+int pl_tm_case(pl_tm_rs *rs, pl_tm_str s, bool upper, pl_tm_str *out) {
+    PL_TRY(pl_tm_charge_n(rs, s.n));
     bool changes = false;
     for (size_t i = 0; i < s.n;) {
         uint32_t cp;
-        int k = tm_utf8_next(s.p + i, s.n - i, &cp);
+        int k = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
         if (cp >= 0x80 && !caseless(cp))
-            return tm_fail(rs, PL_ERR_UNSUPPORTED,
-                           "%s-casing the non-ASCII character U+%04X (no Unicode case tables)",
-                           upper ? "upper" : "lower", (unsigned)cp);
+            return pl_tm_fail(rs, PL_ERR_UNSUPPORTED,
+                              "%s-casing the non-ASCII character U+%04X (no Unicode case tables)",
+                              upper ? "upper" : "lower", (unsigned)cp);
         if (upper ? (cp >= 'a' && cp <= 'z') : (cp >= 'A' && cp <= 'Z')) changes = true;
         i += (size_t)k;
     }
@@ -179,14 +182,16 @@ int tm_case(tm_rs *rs, tm_str s, bool upper, tm_str *out) {
         return 0;
     }
     char *p;
-    PL_TRY(tm_str_new(rs, s.n, &p));
+    PL_TRY(pl_tm_str_new(rs, s.n, &p));
     for (size_t i = 0; i < s.n; i++) {
         char c = s.p[i];
-        if (upper && c >= 'a' && c <= 'z') c = (char)(c - 32);
-        else if (!upper && c >= 'A' && c <= 'Z') c = (char)(c + 32);
+        if (upper && c >= 'a' && c <= 'z')
+            c = (char)(c - 32);
+        else if (!upper && c >= 'A' && c <= 'Z')
+            c = (char)(c + 32);
         p[i] = c;
     }
-    *out = (tm_str){p, s.n};
+    *out = (pl_tm_str){p, s.n};
     return 0;
 }
 
@@ -240,21 +245,26 @@ static double decimal_value(const char *s, size_t n) {
     return strtod(buf, NULL);
 }
 
-double tm_js_to_number(tm_str s) {
-    s = tm_trim(s, true, true);
+double pl_tm_js_to_number(pl_tm_str s) {
+    s = pl_tm_trim(s, true, true);
     if (s.n == 0) return 0;
     if (s.n > 2 && s.p[0] == '0') {
         int base = 0;
         char x = s.p[1];
-        if (x == 'x' || x == 'X') base = 16;
-        else if (x == 'o' || x == 'O') base = 8;
-        else if (x == 'b' || x == 'B') base = 2;
+        if (x == 'x' || x == 'X')
+            base = 16;
+        else if (x == 'o' || x == 'O')
+            base = 8;
+        else if (x == 'b' || x == 'B')
+            base = 2;
         if (base) {
             double v = 0;
             for (size_t i = 2; i < s.n; i++) {
                 char c = s.p[i];
-                int d = digit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                                           : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : 99;
+                int d = digit(c)                 ? c - '0'
+                        : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                        : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                                 : 99;
                 if (d >= base) return NAN;
                 v = v * base + d;
             }
@@ -266,15 +276,15 @@ double tm_js_to_number(tm_str s) {
     return decimal_value(s.p, s.n);
 }
 
-double tm_js_parse_float(tm_str s) {
-    s = tm_trim(s, true, false);
+double pl_tm_js_parse_float(pl_tm_str s) {
+    s = pl_tm_trim(s, true, false);
     size_t k = decimal_prefix(s.p, s.n);
     if (!k) return NAN;
     return decimal_value(s.p, k);
 }
 
-double tm_js_parse_int(tm_str s) {
-    s = tm_trim(s, true, false);
+double pl_tm_js_parse_int(pl_tm_str s) {
+    s = pl_tm_trim(s, true, false);
     size_t i = 0;
     bool neg = false;
     if (i < s.n && (s.p[i] == '+' || s.p[i] == '-')) neg = s.p[i] == '-', i++;

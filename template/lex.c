@@ -27,13 +27,13 @@ typedef struct src_buf {
 } src_buf;
 
 typedef struct lexer {
-    tm_arena *a;
+    pl_tm_arena *a;
     const char *orig;
     size_t orig_n;
     size_t *line_starts; /* original offsets where lines start */
     size_t n_lines;
     src_buf s;
-    tm_tok *toks;
+    pl_tm_tok *toks;
     size_t n, cap;
     int curly;
 } lexer;
@@ -42,13 +42,15 @@ static int line_of(const lexer *L, uint32_t orig_off) {
     size_t lo = 0, hi = L->n_lines; /* the last line start <= orig_off */
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (L->line_starts[mid] <= orig_off) lo = mid;
-        else hi = mid;
+        if (L->line_starts[mid] <= orig_off)
+            lo = mid;
+        else
+            hi = mid;
     }
     return (int)lo + 1;
 }
 
-int tm_column(const char *src, size_t len, uint32_t off) {
+int pl_tm_column(const char *src, size_t len, uint32_t off) {
     if (off > len) off = (uint32_t)len;
     size_t start = off;
     while (start > 0 && src[start - 1] != '\n') start--;
@@ -66,7 +68,7 @@ static uint32_t orig_at(const lexer *L, size_t pos) {
 static pl_status lex_error(const lexer *L, size_t pos, const char *what) {
     uint32_t off = orig_at(L, pos);
     return pl_fail(PL_ERR_FORMAT, "template line %d, column %d: %s", line_of(L, off),
-                   tm_column(L->orig, L->orig_n, off), what);
+                   pl_tm_column(L->orig, L->orig_n, off), what);
 }
 
 /* ---- the rewrites ---------------------------------------------------------------------- */
@@ -150,7 +152,7 @@ static void trim_blocks(const src_buf *in, src_buf *o) {
 
 static size_t skip_space(const src_buf *b, size_t i) {
     int k;
-    while ((k = tm_js_space(b->p + i, b->n - i)) > 0) i += (size_t)k;
+    while ((k = pl_tm_js_space(b->p + i, b->n - i)) > 0) i += (size_t)k;
     return i;
 }
 
@@ -182,7 +184,7 @@ static void generation_tags(const src_buf *in, src_buf *o) {
         }
         size_t before = i; /* the white space run before the tag, not before the last match */
         int k;
-        while (before > copied && (k = tm_js_space_back(in->p + copied, before - copied)) > 0)
+        while (before > copied && (k = pl_tm_js_space_back(in->p + copied, before - copied)) > 0)
             before -= (size_t)k;
         size_t after = skip_space(in, end);
         put(o, in, copied, ls ? before : i);
@@ -216,12 +218,11 @@ static pl_status rewrite(lexer *L) {
 
 /* ---- tokens ---------------------------------------------------------------------------- */
 
-static pl_status push(lexer *L, tm_tok_kind kind, tm_str s, size_t pos) {
-    if (L->n == L->cap &&
-        pl_grow_array((void **)&L->toks, &L->cap, L->n + 1, sizeof *L->toks, "template tokens") !=
-            PL_OK)
+static pl_status push(lexer *L, pl_tm_tok_kind kind, pl_tm_str s, size_t pos) {
+    if (L->n == L->cap && pl_grow_array((void **)&L->toks, &L->cap, L->n + 1, sizeof *L->toks,
+                                        "template tokens") != PL_OK)
         return PL_ERR_OUT_OF_MEMORY;
-    tm_tok *t = &L->toks[L->n++];
+    pl_tm_tok *t = &L->toks[L->n++];
     t->kind = kind;
     t->s = s;
     t->off = orig_at(L, pos);
@@ -229,13 +230,15 @@ static pl_status push(lexer *L, tm_tok_kind kind, tm_str s, size_t pos) {
     return PL_OK;
 }
 
-static tm_tok_kind last_kind(const lexer *L) { return L->n ? L->toks[L->n - 1].kind : (tm_tok_kind)-1; }
+static pl_tm_tok_kind last_kind(const lexer *L) {
+    return L->n ? L->toks[L->n - 1].kind : (pl_tm_tok_kind)-1;
+}
 
 /* {%- {{- {#-: the text token before loses its trailing white space (and goes if empty). */
 static void strip_trailing(lexer *L) {
-    if (!L->n || L->toks[L->n - 1].kind != TK_TEXT) return;
-    tm_tok *t = &L->toks[L->n - 1];
-    t->s = tm_trim(t->s, false, true);
+    if (!L->n || L->toks[L->n - 1].kind != PL_TM_TK_TEXT) return;
+    pl_tm_tok *t = &L->toks[L->n - 1];
+    t->s = pl_tm_trim(t->s, false, true);
     if (t->s.n == 0) L->n--;
 }
 
@@ -244,7 +247,9 @@ static bool is_word(char c) {
     return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
-static tm_str slice(const lexer *L, size_t from, size_t to) { return (tm_str){L->s.p + from, to - from}; }
+static pl_tm_str slice(const lexer *L, size_t from, size_t to) {
+    return (pl_tm_str){L->s.p + from, to - from};
+}
 
 /* consumeWhile(isInteger): the oracle fails when the run reaches the end of the input. */
 static pl_status digits(const lexer *L, size_t *pos) {
@@ -263,20 +268,20 @@ static int hexval(char c) {
 }
 
 /* A quoted string from *pos (just after the opening quote) to the closing quote, unescaped. */
-static pl_status string_lit(lexer *L, size_t *pos, char quote, tm_str *out) {
+static pl_status string_lit(lexer *L, size_t *pos, char quote, pl_tm_str *out) {
     size_t i = *pos, start = i;
     /* the unescaped text is never longer than the source text */
     size_t end = i;
     while (end < L->s.n && L->s.p[end] != quote) end += (L->s.p[end] == '\\') ? 2 : 1;
     if (end >= L->s.n) return lex_error(L, start, "unterminated string");
-    char *o = tm_alloc(L->a, end - start + 1);
+    char *o = pl_tm_alloc(L->a, end - start + 1);
     if (!o) return pl_fail(PL_ERR_OUT_OF_MEMORY, "template: out of memory");
     size_t n = 0;
     uint32_t pending_high = 0; /* a \uD800-\uDBFF escape waiting for its low half */
     while (L->s.p[i] != quote) {
         char c = L->s.p[i];
         if (c != '\\') {
-            if (pending_high) n += (size_t)tm_utf8_put(0xFFFD, o + n), pending_high = 0;
+            if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n), pending_high = 0;
             o[n++] = c;
             i++;
             continue;
@@ -296,55 +301,58 @@ static pl_status string_lit(lexer *L, size_t *pos, char quote, tm_str *out) {
                 v = 0x10000 + ((pending_high - 0xD800) << 10) + (v - 0xDC00);
                 pending_high = 0;
             } else {
-                if (pending_high) n += (size_t)tm_utf8_put(0xFFFD, o + n), pending_high = 0;
+                if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n), pending_high = 0;
                 if (v >= 0xD800 && v <= 0xDBFF) {
                     pending_high = v;
                     continue;
                 }
                 if (v >= 0xDC00 && v <= 0xDFFF) v = 0xFFFD; /* a lone low surrogate */
             }
-            n += (size_t)tm_utf8_put(v, o + n);
+            n += (size_t)pl_tm_utf8_put(v, o + n);
             continue;
         }
         static const char from[] = "ntrbfv'\"\\", to[] = "\n\t\r\b\f\v'\"\\";
         const char *k = e ? strchr(from, e) : NULL;
         if (!k) return lex_error(L, i - 2, "unexpected escaped character");
-        if (pending_high) n += (size_t)tm_utf8_put(0xFFFD, o + n), pending_high = 0;
+        if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n), pending_high = 0;
         o[n++] = to[k - from];
     }
-    if (pending_high) n += (size_t)tm_utf8_put(0xFFFD, o + n);
+    if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n);
     *pos = i + 1;
-    *out = (tm_str){o, n};
+    *out = (pl_tm_str){o, n};
     return PL_OK;
 }
 
 static const struct {
     const char *seq;
-    tm_tok_kind kind;
+    pl_tm_tok_kind kind;
 } k_table[] = {
-    {"{%", TK_OPEN_STMT}, {"%}", TK_CLOSE_STMT}, {"{{", TK_OPEN_EXPR}, {"}}", TK_CLOSE_EXPR},
-    {"(", TK_LPAREN},     {")", TK_RPAREN},      {"{", TK_LBRACE},     {"}", TK_RBRACE},
-    {"[", TK_LBRACKET},   {"]", TK_RBRACKET},    {",", TK_COMMA},      {".", TK_DOT},
-    {":", TK_COLON},      {"|", TK_PIPE},        {"<=", TK_COMPARE},   {">=", TK_COMPARE},
-    {"==", TK_COMPARE},   {"!=", TK_COMPARE},    {"<", TK_COMPARE},    {">", TK_COMPARE},
-    {"+", TK_ADD},        {"-", TK_ADD},         {"~", TK_ADD},        {"**", TK_POW},
-    {"*", TK_MUL},        {"//", TK_MUL},        {"/", TK_MUL},        {"%", TK_MUL},
-    {"=", TK_EQUALS},
+    {"{%", PL_TM_TK_OPEN_STMT},  {"%}", PL_TM_TK_CLOSE_STMT}, {"{{", PL_TM_TK_OPEN_EXPR},
+    {"}}", PL_TM_TK_CLOSE_EXPR}, {"(", PL_TM_TK_LPAREN},      {")", PL_TM_TK_RPAREN},
+    {"{", PL_TM_TK_LBRACE},      {"}", PL_TM_TK_RBRACE},      {"[", PL_TM_TK_LBRACKET},
+    {"]", PL_TM_TK_RBRACKET},    {",", PL_TM_TK_COMMA},       {".", PL_TM_TK_DOT},
+    {":", PL_TM_TK_COLON},       {"|", PL_TM_TK_PIPE},        {"<=", PL_TM_TK_COMPARE},
+    {">=", PL_TM_TK_COMPARE},    {"==", PL_TM_TK_COMPARE},    {"!=", PL_TM_TK_COMPARE},
+    {"<", PL_TM_TK_COMPARE},     {">", PL_TM_TK_COMPARE},     {"+", PL_TM_TK_ADD},
+    {"-", PL_TM_TK_ADD},         {"~", PL_TM_TK_ADD},         {"**", PL_TM_TK_POW},
+    {"*", PL_TM_TK_MUL},         {"//", PL_TM_TK_MUL},        {"/", PL_TM_TK_MUL},
+    {"%", PL_TM_TK_MUL},         {"=", PL_TM_TK_EQUALS},
 };
 
 static pl_status tokenize(lexer *L) {
     const src_buf *s = &L->s;
     size_t pos = 0;
     while (pos < s->n) {
-        tm_tok_kind last = last_kind(L);
-        if (L->n == 0 || last == TK_CLOSE_STMT || last == TK_CLOSE_EXPR || last == TK_COMMENT) {
+        pl_tm_tok_kind last = last_kind(L);
+        if (L->n == 0 || last == PL_TM_TK_CLOSE_STMT || last == PL_TM_TK_CLOSE_EXPR ||
+            last == PL_TM_TK_COMMENT) {
             size_t start = pos;
-            while (pos < s->n && !(s->p[pos] == '{' && pos + 1 < s->n &&
-                                   (s->p[pos + 1] == '%' || s->p[pos + 1] == '{' ||
-                                    s->p[pos + 1] == '#')))
+            while (pos < s->n &&
+                   !(s->p[pos] == '{' && pos + 1 < s->n &&
+                     (s->p[pos + 1] == '%' || s->p[pos + 1] == '{' || s->p[pos + 1] == '#')))
                 pos++;
             if (pos > start) {
-                PL_TRY(push(L, TK_TEXT, slice(L, start, pos), start));
+                PL_TRY(push(L, PL_TM_TK_TEXT, slice(L, start, pos), start));
                 continue;
             }
         }
@@ -358,49 +366,50 @@ static pl_status tokenize(lexer *L) {
                 if (pos + 2 >= s->n) return lex_error(L, open, "missing end of comment tag");
                 pos++;
             }
-            tm_str body = slice(L, start, pos);
+            pl_tm_str body = slice(L, start, pos);
             bool strip_after = body.n && body.p[body.n - 1] == '-';
             if (strip_after) body.n--;
             if (strip_before) strip_trailing(L);
-            PL_TRY(push(L, TK_COMMENT, body, open));
+            PL_TRY(push(L, PL_TM_TK_COMMENT, body, open));
             pos += 2;
             if (strip_after) pos = skip_space(s, pos);
             continue;
         }
         if (starts(s, pos, "{%-")) {
             strip_trailing(L);
-            PL_TRY(push(L, TK_OPEN_STMT, TM_LIT("{%"), pos));
+            PL_TRY(push(L, PL_TM_TK_OPEN_STMT, PL_TM_LIT("{%"), pos));
             pos += 3;
             continue;
         }
         if (starts(s, pos, "{{-")) {
             strip_trailing(L);
-            PL_TRY(push(L, TK_OPEN_EXPR, TM_LIT("{{"), pos));
+            PL_TRY(push(L, PL_TM_TK_OPEN_EXPR, PL_TM_LIT("{{"), pos));
             L->curly = 0;
             pos += 3;
             continue;
         }
         /* white space inside a tag; the oracle fails when it runs to the end of the input */
-        if (tm_js_space(s->p + pos, s->n - pos)) {
+        if (pl_tm_js_space(s->p + pos, s->n - pos)) {
             pos = skip_space(s, pos);
             if (pos >= s->n) return lex_error(L, pos, "unexpected end of input");
         }
         if (starts(s, pos, "-%}")) {
-            PL_TRY(push(L, TK_CLOSE_STMT, TM_LIT("%}"), pos));
+            PL_TRY(push(L, PL_TM_TK_CLOSE_STMT, PL_TM_LIT("%}"), pos));
             pos = skip_space(s, pos + 3);
             continue;
         }
         if (starts(s, pos, "-}}")) {
-            PL_TRY(push(L, TK_CLOSE_EXPR, TM_LIT("}}"), pos));
+            PL_TRY(push(L, PL_TM_TK_CLOSE_EXPR, PL_TM_LIT("}}"), pos));
             pos = skip_space(s, pos + 3);
             continue;
         }
         char c = s->p[pos];
         if (c == '-' || c == '+') {
             last = last_kind(L);
-            if (L->n == 0 || last == TK_TEXT) return lex_error(L, pos, "unexpected character");
-            if (last != TK_IDENT && last != TK_NUMBER && last != TK_STRING && last != TK_RPAREN &&
-                last != TK_RBRACKET) {
+            if (L->n == 0 || last == PL_TM_TK_TEXT)
+                return lex_error(L, pos, "unexpected character");
+            if (last != PL_TM_TK_IDENT && last != PL_TM_TK_NUMBER && last != PL_TM_TK_STRING &&
+                last != PL_TM_TK_RPAREN && last != PL_TM_TK_RBRACKET) {
                 /* a unary sign: glued to a following number */
                 size_t start = pos++;
                 size_t d = pos;
@@ -409,19 +418,23 @@ static pl_status tokenize(lexer *L) {
                     pos++;
                     PL_TRY(digits(L, &pos));
                 }
-                PL_TRY(push(L, pos > d ? TK_NUMBER : TK_UNARY, slice(L, start, pos), start));
+                PL_TRY(push(L, pos > d ? PL_TM_TK_NUMBER : PL_TM_TK_UNARY, slice(L, start, pos),
+                            start));
                 continue;
             }
         }
         bool matched = false;
         for (size_t k = 0; k < sizeof k_table / sizeof k_table[0]; k++) {
-            if (k_table[k].kind == TK_CLOSE_EXPR && L->curly > 0) continue;
+            if (k_table[k].kind == PL_TM_TK_CLOSE_EXPR && L->curly > 0) continue;
             if (!starts(s, pos, k_table[k].seq)) continue;
             size_t len = strlen(k_table[k].seq);
             PL_TRY(push(L, k_table[k].kind, slice(L, pos, pos + len), pos));
-            if (k_table[k].kind == TK_OPEN_EXPR) L->curly = 0;
-            else if (k_table[k].kind == TK_LBRACE) L->curly++;
-            else if (k_table[k].kind == TK_RBRACE) L->curly--;
+            if (k_table[k].kind == PL_TM_TK_OPEN_EXPR)
+                L->curly = 0;
+            else if (k_table[k].kind == PL_TM_TK_LBRACE)
+                L->curly++;
+            else if (k_table[k].kind == PL_TM_TK_RBRACE)
+                L->curly--;
             pos += len;
             matched = true;
             break;
@@ -429,20 +442,20 @@ static pl_status tokenize(lexer *L) {
         if (matched) continue;
         if (c == '\'' || c == '"') {
             size_t start = pos++;
-            tm_str v;
+            pl_tm_str v;
             PL_TRY(string_lit(L, &pos, c, &v));
-            PL_TRY(push(L, TK_STRING, v, start));
+            PL_TRY(push(L, PL_TM_TK_STRING, v, start));
             continue;
         }
         if (is_digit(c)) {
             size_t start = pos;
             PL_TRY(digits(L, &pos));
-            if (last_kind(L) != TK_DOT && pos + 1 < s->n && s->p[pos] == '.' &&
+            if (last_kind(L) != PL_TM_TK_DOT && pos + 1 < s->n && s->p[pos] == '.' &&
                 is_digit(s->p[pos + 1])) {
                 pos++;
                 PL_TRY(digits(L, &pos));
             }
-            PL_TRY(push(L, TK_NUMBER, slice(L, start, pos), start));
+            PL_TRY(push(L, PL_TM_TK_NUMBER, slice(L, start, pos), start));
             continue;
         }
         if (is_word(c)) {
@@ -451,7 +464,7 @@ static pl_status tokenize(lexer *L) {
                 pos++;
                 if (pos >= s->n) return lex_error(L, pos, "unexpected end of input");
             }
-            PL_TRY(push(L, TK_IDENT, slice(L, start, pos), start));
+            PL_TRY(push(L, PL_TM_TK_IDENT, slice(L, start, pos), start));
             continue;
         }
         return lex_error(L, pos, "unexpected character");
@@ -473,10 +486,14 @@ static size_t utf8_invalid_at(const unsigned char *p, size_t len) {
         }
         size_t k;
         uint32_t cp, min;
-        if (c >= 0xC2 && c <= 0xDF) k = 2, cp = c & 0x1F, min = 0x80;
-        else if (c >= 0xE0 && c <= 0xEF) k = 3, cp = c & 0x0F, min = 0x800;
-        else if (c >= 0xF0 && c <= 0xF4) k = 4, cp = c & 0x07, min = 0x10000;
-        else return i;
+        if (c >= 0xC2 && c <= 0xDF)
+            k = 2, cp = c & 0x1F, min = 0x80;
+        else if (c >= 0xE0 && c <= 0xEF)
+            k = 3, cp = c & 0x0F, min = 0x800;
+        else if (c >= 0xF0 && c <= 0xF4)
+            k = 4, cp = c & 0x07, min = 0x10000;
+        else
+            return i;
         if (i + k > len) return i;
         for (size_t j = 1; j < k; j++) {
             if ((p[i + j] & 0xC0) != 0x80) return i;
@@ -488,7 +505,8 @@ static size_t utf8_invalid_at(const unsigned char *p, size_t len) {
     return len;
 }
 
-pl_status tm_lex(const char *src, size_t len, tm_arena *a, tm_tok **out_toks, size_t *out_n) {
+pl_status pl_tm_lex(const char *src, size_t len, pl_tm_arena *a, pl_tm_tok **out_toks,
+                    size_t *out_n) {
     lexer L = {.a = a, .orig = src, .orig_n = len};
     pl_status st = PL_OK;
     size_t n_lines = 1;
@@ -501,13 +519,13 @@ pl_status tm_lex(const char *src, size_t len, tm_arena *a, tm_tok **out_toks, si
     size_t bad = utf8_invalid_at((const unsigned char *)src, len);
     if (bad < len) {
         st = pl_fail(PL_ERR_FORMAT, "template line %d, column %d: invalid UTF-8",
-                     line_of(&L, (uint32_t)bad), tm_column(src, len, (uint32_t)bad));
+                     line_of(&L, (uint32_t)bad), pl_tm_column(src, len, (uint32_t)bad));
         goto done;
     }
     st = rewrite(&L);
     if (st != PL_OK) goto done;
     /* token strings point into the rewritten text, which must outlive the lexer */
-    char *kept = tm_alloc(a, L.s.n + 1);
+    char *kept = pl_tm_alloc(a, L.s.n + 1);
     if (!kept) {
         st = pl_fail(PL_ERR_OUT_OF_MEMORY, "template: out of memory");
         goto done;

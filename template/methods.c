@@ -14,54 +14,71 @@
 #include <string.h>
 
 enum {
-    M_UPPER, M_LOWER, M_STRIP, M_TITLE, M_CAPITALIZE, M_RSTRIP, M_LSTRIP, M_STARTSWITH,
-    M_ENDSWITH, M_SPLIT, M_REPLACE, M_GET, M_ITEMS, M_KEYS, M_VALUES, M_DICTSORT, M_COUNT
+    M_UPPER,
+    M_LOWER,
+    M_STRIP,
+    M_TITLE,
+    M_CAPITALIZE,
+    M_RSTRIP,
+    M_LSTRIP,
+    M_STARTSWITH,
+    M_ENDSWITH,
+    M_SPLIT,
+    M_REPLACE,
+    M_GET,
+    M_ITEMS,
+    M_KEYS,
+    M_VALUES,
+    M_DICTSORT,
+    M_COUNT
 };
 
 static const char *const k_str_methods[] = {
-    [M_UPPER] = "upper",           [M_LOWER] = "lower",   [M_STRIP] = "strip",
-    [M_TITLE] = "title",           [M_CAPITALIZE] = "capitalize", [M_RSTRIP] = "rstrip",
-    [M_LSTRIP] = "lstrip",         [M_STARTSWITH] = "startswith", [M_ENDSWITH] = "endswith",
-    [M_SPLIT] = "split",           [M_REPLACE] = "replace", [M_GET] = "get",
-    [M_ITEMS] = "items",           [M_KEYS] = "keys",     [M_VALUES] = "values",
-    [M_DICTSORT] = "dictsort",
+    [M_UPPER] = "upper",           [M_LOWER] = "lower",
+    [M_STRIP] = "strip",           [M_TITLE] = "title",
+    [M_CAPITALIZE] = "capitalize", [M_RSTRIP] = "rstrip",
+    [M_LSTRIP] = "lstrip",         [M_STARTSWITH] = "startswith",
+    [M_ENDSWITH] = "endswith",     [M_SPLIT] = "split",
+    [M_REPLACE] = "replace",       [M_GET] = "get",
+    [M_ITEMS] = "items",           [M_KEYS] = "keys",
+    [M_VALUES] = "values",         [M_DICTSORT] = "dictsort",
 };
 
-bool tm_method_known(tm_str name) {
+bool pl_tm_method_known(pl_tm_str name) {
     for (int i = 0; i < M_COUNT; i++)
-        if (tm_str_eqc(name, k_str_methods[i])) return true;
-    return tm_str_eqc(name, "cycle"); /* loop.cycle */
+        if (pl_tm_str_eqc(name, k_str_methods[i])) return true;
+    return pl_tm_str_eqc(name, "cycle"); /* loop.cycle */
 }
 
-static int bound(tm_rs *rs, tm_val self, int method, tm_val *out) {
-    tm_func *f = tm_zalloc(&rs->a, sizeof *f);
-    if (!f) return tm_oom(rs);
-    f->kind = F_METHOD;
+static int bound(pl_tm_rs *rs, pl_tm_val self, int method, pl_tm_val *out) {
+    pl_tm_func *f = pl_tm_zalloc(&rs->a, sizeof *f);
+    if (!f) return pl_tm_oom(rs);
+    f->kind = PL_TM_F_METHOD;
     f->method = method;
     f->self = self;
-    *out = (tm_val){.kind = V_FUNC, .u.fn = f};
+    *out = (pl_tm_val){.kind = PL_TM_V_FUNC, .u.fn = f};
     return 0;
 }
 
-int tm_builtin_member(tm_rs *rs, tm_val v, tm_str name, tm_val *out) {
-    *out = tm_undef();
-    if (v.kind == V_STR) {
-        if (tm_str_eqc(name, "length")) {
-            PL_TRY(tm_charge_n(rs, v.u.s.n));
-            *out = tm_int((double)tm_utf16_len(v.u.s));
+int pl_tm_builtin_member(pl_tm_rs *rs, pl_tm_val v, pl_tm_str name, pl_tm_val *out) {
+    *out = pl_tm_undef();
+    if (v.kind == PL_TM_V_STR) {
+        if (pl_tm_str_eqc(name, "length")) {
+            PL_TRY(pl_tm_charge_n(rs, v.u.s.n));
+            *out = pl_tm_int((double)pl_tm_utf16_len(v.u.s));
             return 0;
         }
         for (int m = M_UPPER; m <= M_REPLACE; m++)
-            if (tm_str_eqc(name, k_str_methods[m])) return bound(rs, v, m, out);
+            if (pl_tm_str_eqc(name, k_str_methods[m])) return bound(rs, v, m, out);
         return 0;
     }
-    if (tm_is_arr(v)) {
-        if (tm_str_eqc(name, "length")) *out = tm_int((double)v.u.arr->n);
+    if (pl_tm_is_arr(v)) {
+        if (pl_tm_str_eqc(name, "length")) *out = pl_tm_int((double)v.u.arr->n);
         return 0;
     }
-    if (tm_is_obj(v))
+    if (pl_tm_is_obj(v))
         for (int m = M_GET; m <= M_DICTSORT; m++)
-            if (tm_str_eqc(name, k_str_methods[m])) return bound(rs, v, m, out);
+            if (pl_tm_str_eqc(name, k_str_methods[m])) return bound(rs, v, m, out);
     return 0;
 }
 
@@ -72,74 +89,78 @@ static bool word(char c) {
 }
 
 /* value.replace(/\b\w/g, c => c.toUpperCase()): word characters are ASCII only. */
-static int title(tm_rs *rs, tm_str s, tm_str *out) {
-    PL_TRY(tm_charge_n(rs, s.n));
+static int title(pl_tm_rs *rs, pl_tm_str s, pl_tm_str *out) {
+    PL_TRY(pl_tm_charge_n(rs, s.n));
     char *p;
-    PL_TRY(tm_str_new(rs, s.n, &p));
+    PL_TRY(pl_tm_str_new(rs, s.n, &p));
     for (size_t i = 0; i < s.n; i++) {
         char c = s.p[i];
         if (c >= 'a' && c <= 'z' && (i == 0 || !word(s.p[i - 1]))) c = (char)(c - 32);
         p[i] = c;
     }
-    *out = (tm_str){p, s.n};
+    *out = (pl_tm_str){p, s.n};
     return 0;
 }
 
 /* charAt(0).toUpperCase() + slice(1): only the first UTF-16 unit (half of an emoji stays). */
-static int capitalize(tm_rs *rs, tm_str s, tm_str *out) {
+static int capitalize(pl_tm_rs *rs, pl_tm_str s, pl_tm_str *out) {
     if (s.n == 0 || (unsigned char)s.p[0] >= 0xF0) {
         *out = s;
         return 0;
     }
     uint32_t cp;
-    int k = tm_utf8_next(s.p, s.n, &cp);
-    tm_str first = {s.p, (size_t)k}, up;
-    PL_TRY(tm_case(rs, first, true, &up));
-    return tm_str_cat(rs, up, (tm_str){s.p + k, s.n - (size_t)k}, out);
+    int k = pl_tm_utf8_next(s.p, s.n, &cp);
+    pl_tm_str first = {s.p, (size_t)k}, up;
+    PL_TRY(pl_tm_case(rs, first, true, &up));
+    return pl_tm_str_cat(rs, up, (pl_tm_str){s.p + k, s.n - (size_t)k}, out);
 }
 
-static bool has_prefix(tm_str s, tm_str p, bool end) {
+static bool has_prefix(pl_tm_str s, pl_tm_str p, bool end) {
     if (p.n > s.n) return false;
     return memcmp(end ? s.p + s.n - p.n : s.p, p.p, p.n) == 0;
 }
 
-static int starts_ends(tm_rs *rs, tm_str s, const tm_val *args, size_t n, bool end, tm_val *out) {
+static int starts_ends(pl_tm_rs *rs, pl_tm_str s, const pl_tm_val *args, size_t n, bool end,
+                       pl_tm_val *out) {
     const char *who = end ? "endswith" : "startswith";
-    if (n == 0) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "%s() requires at least one argument", who);
-    if (args[0].kind == V_STR) {
-        *out = tm_bool(has_prefix(s, args[0].u.s, end));
+    if (n == 0)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "%s() requires at least one argument", who);
+    if (args[0].kind == PL_TM_V_STR) {
+        *out = pl_tm_bool(has_prefix(s, args[0].u.s, end));
         return 0;
     }
-    if (tm_is_arr(args[0])) {
-        const tm_array *a = args[0].u.arr;
+    if (pl_tm_is_arr(args[0])) {
+        const pl_tm_array *a = args[0].u.arr;
         for (size_t i = 0; i < a->n; i++) {
-            if (a->v[i].kind != V_STR)
-                return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "%s() tuple elements must be strings", who);
+            if (a->v[i].kind != PL_TM_V_STR)
+                return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
+                                  "%s() tuple elements must be strings", who);
             if (has_prefix(s, a->v[i].u.s, end)) {
-                *out = tm_bool(true);
+                *out = pl_tm_bool(true);
                 return 0;
             }
         }
-        *out = tm_bool(false);
+        *out = pl_tm_bool(false);
         return 0;
     }
-    return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "%s() argument must be a string or tuple of strings",
-                   who);
+    return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
+                      "%s() argument must be a string or tuple of strings", who);
 }
 
 typedef struct piece_list {
-    tm_str *v;
+    pl_tm_str *v;
     size_t n, cap;
 } piece_list;
 
-static int piece_push(tm_rs *rs, piece_list *l, tm_str s) {
+static int piece_push(pl_tm_rs *rs, piece_list *l, pl_tm_str s) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
         if (cap > rs->lim.max_items) cap = rs->lim.max_items;
         if (l->n >= cap)
-            return tm_fail(rs, PL_ERR_TOO_LONG, "split() makes more than %zu pieces", rs->lim.max_items);
-        tm_str *v = tm_alloc_n(&rs->a, cap, sizeof *v);
-        if (!v) return tm_oom(rs);
+            return pl_tm_fail(rs, PL_ERR_TOO_LONG, "split() makes more than %zu pieces",
+                              rs->lim.max_items);
+        pl_tm_str *v = pl_tm_alloc_n(&rs->a, cap, sizeof *v);
+        if (!v) return pl_tm_oom(rs);
         if (l->n) memcpy(v, l->v, l->n * sizeof *v);
         l->v = v;
         l->cap = cap;
@@ -148,53 +169,53 @@ static int piece_push(tm_rs *rs, piece_list *l, tm_str s) {
     return 0;
 }
 
-static int pieces_to_array(tm_rs *rs, const piece_list *l, tm_val *out) {
-    tm_array *a;
-    PL_TRY(tm_arr_new(rs, l->n, &a));
-    for (size_t i = 0; i < l->n; i++) a->v[i] = tm_strv(l->v[i]);
-    *out = (tm_val){.kind = V_ARRAY, .u.arr = a};
+static int pieces_to_array(pl_tm_rs *rs, const piece_list *l, pl_tm_val *out) {
+    pl_tm_array *a;
+    PL_TRY(pl_tm_arr_new(rs, l->n, &a));
+    for (size_t i = 0; i < l->n; i++) a->v[i] = pl_tm_strv(l->v[i]);
+    *out = (pl_tm_val){.kind = PL_TM_V_ARRAY, .u.arr = a};
     return 0;
 }
 
 /* Python's str.split(sep=None, maxsplit=-1) as the oracle writes it. */
-static int split(tm_rs *rs, tm_str s, const tm_val *args, size_t n, tm_val *out) {
-    tm_val sep = n > 0 ? args[0] : tm_null();
-    tm_val max = n > 1 ? args[1] : tm_int(-1);
-    if (sep.kind != V_STR && sep.kind != V_NULL)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "split(): sep must be a string or none");
-    if (max.kind != V_INT)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "split(): maxsplit must be a number");
-    PL_TRY(tm_charge_n(rs, s.n));
+static int split(pl_tm_rs *rs, pl_tm_str s, const pl_tm_val *args, size_t n, pl_tm_val *out) {
+    pl_tm_val sep = n > 0 ? args[0] : pl_tm_null();
+    pl_tm_val max = n > 1 ? args[1] : pl_tm_int(-1);
+    if (sep.kind != PL_TM_V_STR && sep.kind != PL_TM_V_NULL)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "split(): sep must be a string or none");
+    if (max.kind != PL_TM_V_INT)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "split(): maxsplit must be a number");
+    PL_TRY(pl_tm_charge_n(rs, s.n));
     double maxsplit = max.u.num;
     piece_list l = {0};
-    if (sep.kind == V_NULL) {
-        tm_str t = tm_trim(s, true, false);
+    if (sep.kind == PL_TM_V_NULL) {
+        pl_tm_str t = pl_tm_trim(s, true, false);
         size_t i = 0;
         while (i < t.n) {
             int k;
-            while (i < t.n && (k = tm_js_space(t.p + i, t.n - i)) > 0) i += (size_t)k;
+            while (i < t.n && (k = pl_tm_js_space(t.p + i, t.n - i)) > 0) i += (size_t)k;
             if (i >= t.n) break;
             size_t start = i;
-            while (i < t.n && tm_js_space(t.p + i, t.n - i) == 0) i++;
+            while (i < t.n && pl_tm_js_space(t.p + i, t.n - i) == 0) i++;
             if (maxsplit != -1 && (double)l.n >= maxsplit) {
-                PL_TRY(piece_push(rs, &l, (tm_str){t.p + start, t.n - start}));
+                PL_TRY(piece_push(rs, &l, (pl_tm_str){t.p + start, t.n - start}));
                 break;
             }
-            PL_TRY(piece_push(rs, &l, (tm_str){t.p + start, i - start}));
+            PL_TRY(piece_push(rs, &l, (pl_tm_str){t.p + start, i - start}));
         }
         return pieces_to_array(rs, &l, out);
     }
-    tm_str d = sep.u.s;
-    if (d.n == 0) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "split(): empty separator");
+    pl_tm_str d = sep.u.s;
+    if (d.n == 0) return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "split(): empty separator");
     size_t start = 0;
     for (;;) {
         const char *hit = start <= s.n ? memmem(s.p + start, s.n - start, d.p, d.n) : NULL;
         if (!hit) {
-            PL_TRY(piece_push(rs, &l, (tm_str){s.p + start, s.n - start}));
+            PL_TRY(piece_push(rs, &l, (pl_tm_str){s.p + start, s.n - start}));
             break;
         }
         size_t at = (size_t)(hit - s.p);
-        PL_TRY(piece_push(rs, &l, (tm_str){s.p + start, at - start}));
+        PL_TRY(piece_push(rs, &l, (pl_tm_str){s.p + start, at - start}));
         start = at + d.n;
     }
     if (maxsplit != -1 && (double)l.n > maxsplit) {
@@ -205,35 +226,36 @@ static int split(tm_rs *rs, tm_str s, const tm_val *args, size_t n, tm_val *out)
         /* the pieces from k on are contiguous in s: join them back by taking the span */
         const char *a = l.v[k].p, *b = l.v[l.n - 1].p + l.v[l.n - 1].n;
         l.n = k;
-        PL_TRY(piece_push(rs, &l, (tm_str){a, (size_t)(b - a)}));
+        PL_TRY(piece_push(rs, &l, (pl_tm_str){a, (size_t)(b - a)}));
     }
     return pieces_to_array(rs, &l, out);
 }
 
-int tm_str_replace(tm_rs *rs, tm_str s, tm_str from, tm_str to, double count, tm_str *out) {
+int pl_tm_str_replace(pl_tm_rs *rs, pl_tm_str s, pl_tm_str from, pl_tm_str to, double count,
+                      pl_tm_str *out) {
     if (count == 0) {
         *out = s;
         return 0;
     }
     double left = count < 0 ? -1 : count; /* -1: no limit */
-    PL_TRY(tm_charge_n(rs, s.n));
+    PL_TRY(pl_tm_charge_n(rs, s.n));
     /* two passes: the size, then the bytes */
     size_t total = 0;
     for (int pass = 0; pass < 2; pass++) {
         char *p = NULL;
-        if (pass == 1) PL_TRY(tm_str_new(rs, total, &p));
+        if (pass == 1) PL_TRY(pl_tm_str_new(rs, total, &p));
         double rem = left;
         size_t o = 0, i = 0;
-#define EMIT(src, len)                                                                          \
-    do {                                                                                        \
-        if (pass == 0) {                                                                        \
-            if ((len) > rs->lim.max_output_bytes - o)                                          \
-                return tm_fail(rs, PL_ERR_TOO_LONG, "replace() makes a string over %zu bytes", \
-                               rs->lim.max_output_bytes);                                       \
-        } else if (len) {                                                                      \
-            memcpy(p + o, (src), (len));                                                        \
-        }                                                                                       \
-        o += (len);                                                                             \
+#define EMIT(src, len)                                                                             \
+    do {                                                                                           \
+        if (pass == 0) {                                                                           \
+            if ((len) > rs->lim.max_output_bytes - o)                                              \
+                return pl_tm_fail(rs, PL_ERR_TOO_LONG, "replace() makes a string over %zu bytes",  \
+                                  rs->lim.max_output_bytes);                                       \
+        } else if (len) {                                                                          \
+            memcpy(p + o, (src), (len));                                                           \
+        }                                                                                          \
+        o += (len);                                                                                \
     } while (0)
         if (from.n == 0) {
             /* an empty pattern matches before every code point and at the end */
@@ -244,7 +266,7 @@ int tm_str_replace(tm_rs *rs, tm_str s, tm_str from, tm_str to, double count, tm
                 }
                 if (i >= s.n) break;
                 uint32_t cp;
-                int k = tm_utf8_next(s.p + i, s.n - i, &cp);
+                int k = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
                 EMIT(s.p + i, (size_t)k);
                 i += (size_t)k;
             }
@@ -263,72 +285,77 @@ int tm_str_replace(tm_rs *rs, tm_str s, tm_str from, tm_str to, double count, tm
 #undef EMIT
         if (pass == 0) {
             total = o;
-            PL_TRY(tm_charge_n(rs, total));
+            PL_TRY(pl_tm_charge_n(rs, total));
         } else {
-            *out = (tm_str){p, total};
+            *out = (pl_tm_str){p, total};
         }
     }
     return 0;
 }
 
-static int replace(tm_rs *rs, tm_str s, const tm_val *args, size_t n, tm_val *out) {
-    if (n < 2) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "replace() requires at least two arguments");
-    if (args[0].kind != V_STR || args[1].kind != V_STR)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "replace() arguments must be strings");
-    tm_val count = tm_null();
+static int replace(pl_tm_rs *rs, pl_tm_str s, const pl_tm_val *args, size_t n, pl_tm_val *out) {
+    if (n < 2)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "replace() requires at least two arguments");
+    if (args[0].kind != PL_TM_V_STR || args[1].kind != PL_TM_V_STR)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "replace() arguments must be strings");
+    pl_tm_val count = pl_tm_null();
     if (n > 2) {
-        if (args[2].kind == V_KWARGS) {
-            const tm_val *c = tm_map_get(rs, args[2].u.map, TM_LIT("count"));
+        if (args[2].kind == PL_TM_V_KWARGS) {
+            const pl_tm_val *c = pl_tm_map_get(rs, args[2].u.map, PL_TM_LIT("count"));
             if (c) count = *c;
         } else {
             count = args[2];
         }
     }
-    if (count.kind != V_INT && count.kind != V_NULL)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "replace() count must be a number or none");
-    tm_str r;
-    PL_TRY(tm_str_replace(rs, s, args[0].u.s, args[1].u.s, count.kind == V_NULL ? -1 : count.u.num,
-                          &r));
-    *out = tm_strv(r);
+    if (count.kind != PL_TM_V_INT && count.kind != PL_TM_V_NULL)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "replace() count must be a number or none");
+    pl_tm_str r;
+    PL_TRY(pl_tm_str_replace(rs, s, args[0].u.s, args[1].u.s,
+                             count.kind == PL_TM_V_NULL ? -1 : count.u.num, &r));
+    *out = pl_tm_strv(r);
     return 0;
 }
 
 /* ---- comparison and sorting ------------------------------------------------------------ */
 
-int tm_compare(tm_rs *rs, tm_val a, tm_val b, bool case_sensitive, int *out) {
-    if (a.kind == V_NULL || b.kind == V_NULL || a.kind == V_UNDEF || b.kind == V_UNDEF) {
+int pl_tm_compare(pl_tm_rs *rs, pl_tm_val a, pl_tm_val b, bool case_sensitive, int *out) {
+    if (a.kind == PL_TM_V_NULL || b.kind == PL_TM_V_NULL || a.kind == PL_TM_V_UNDEF ||
+        b.kind == PL_TM_V_UNDEF) {
         if (a.kind == b.kind) {
             *out = 0;
             return 0;
         }
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "cannot compare %s with %s",
-                       tm_kind_name(a.kind), tm_kind_name(b.kind));
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "cannot compare %s with %s",
+                          pl_tm_kind_name(a.kind), pl_tm_kind_name(b.kind));
     }
-    bool an = tm_is_num(a) || a.kind == V_BOOL, bn = tm_is_num(b) || b.kind == V_BOOL;
+    bool an = pl_tm_is_num(a) || a.kind == PL_TM_V_BOOL,
+         bn = pl_tm_is_num(b) || b.kind == PL_TM_V_BOOL;
     if (an && bn) {
-        double x = a.kind == V_BOOL ? a.u.b : a.u.num, y = b.kind == V_BOOL ? b.u.b : b.u.num;
+        double x = a.kind == PL_TM_V_BOOL ? a.u.b : a.u.num,
+               y = b.kind == PL_TM_V_BOOL ? b.u.b : b.u.num;
         *out = x < y ? -1 : x > y ? 1 : 0;
         return 0;
     }
-    if (a.kind != b.kind || (a.kind == V_LOOP) != (b.kind == V_LOOP))
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "cannot compare different types: %s and %s",
-                       tm_kind_name(a.kind), tm_kind_name(b.kind));
-    if (a.kind != V_STR)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "cannot compare type: %s", tm_kind_name(a.kind));
-    tm_str x = a.u.s, y = b.u.s;
+    if (a.kind != b.kind || (a.kind == PL_TM_V_LOOP) != (b.kind == PL_TM_V_LOOP))
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "cannot compare different types: %s and %s",
+                          pl_tm_kind_name(a.kind), pl_tm_kind_name(b.kind));
+    if (a.kind != PL_TM_V_STR)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "cannot compare type: %s",
+                          pl_tm_kind_name(a.kind));
+    pl_tm_str x = a.u.s, y = b.u.s;
     if (!case_sensitive) {
-        PL_TRY(tm_case(rs, x, false, &x));
-        PL_TRY(tm_case(rs, y, false, &y));
+        PL_TRY(pl_tm_case(rs, x, false, &x));
+        PL_TRY(pl_tm_case(rs, y, false, &y));
     }
-    PL_TRY(tm_charge_n(rs, x.n < y.n ? x.n : y.n));
-    *out = tm_js_cmp(x, y);
+    PL_TRY(pl_tm_charge_n(rs, x.n < y.n ? x.n : y.n));
+    *out = pl_tm_js_cmp(x, y);
     return 0;
 }
 
 /* A stable merge sort (JavaScript's sort is stable) whose comparison may fail. */
 typedef struct sort_ctx {
-    tm_rs *rs;
-    const tm_val *keys;
+    pl_tm_rs *rs;
+    const pl_tm_val *keys;
     bool cs, reverse;
 } sort_ctx;
 
@@ -340,7 +367,7 @@ static int merge_sort(sort_ctx *c, size_t *idx, size_t *tmp, size_t n) {
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
         int r;
-        PL_TRY(tm_compare(c->rs, c->keys[idx[j]], c->keys[idx[i]], c->cs, &r));
+        PL_TRY(pl_tm_compare(c->rs, c->keys[idx[j]], c->keys[idx[i]], c->cs, &r));
         if (c->reverse) r = -r;
         tmp[k++] = r < 0 ? idx[j++] : idx[i++];
     }
@@ -350,17 +377,21 @@ static int merge_sort(sort_ctx *c, size_t *idx, size_t *tmp, size_t n) {
     return 0;
 }
 
-int tm_sort(tm_rs *rs, tm_val *v, size_t n, int (*key)(tm_rs *, tm_val, void *, tm_val *),
-            void *key_ctx, bool case_sensitive, bool reverse) {
+int pl_tm_sort(pl_tm_rs *rs, pl_tm_val *v, size_t n,
+               int (*key)(pl_tm_rs *, pl_tm_val, void *, pl_tm_val *), void *key_ctx,
+               bool case_sensitive, bool reverse) {
     if (n < 2) return 0;
-    tm_val *keys = tm_alloc_n(&rs->a, n, sizeof *keys);
-    size_t *idx = tm_alloc_n(&rs->a, n, sizeof *idx), *tmp = tm_alloc_n(&rs->a, n, sizeof *tmp);
-    tm_val *copy = tm_alloc_n(&rs->a, n, sizeof *copy);
-    if (!keys || !idx || !tmp || !copy) return tm_oom(rs);
+    pl_tm_val *keys = pl_tm_alloc_n(&rs->a, n, sizeof *keys);
+    size_t *idx = pl_tm_alloc_n(&rs->a, n, sizeof *idx),
+           *tmp = pl_tm_alloc_n(&rs->a, n, sizeof *tmp);
+    pl_tm_val *copy = pl_tm_alloc_n(&rs->a, n, sizeof *copy);
+    if (!keys || !idx || !tmp || !copy) return pl_tm_oom(rs);
     for (size_t i = 0; i < n; i++) {
         idx[i] = i;
-        if (key) PL_TRY(key(rs, v[i], key_ctx, &keys[i]));
-        else keys[i] = v[i];
+        if (key)
+            PL_TRY(key(rs, v[i], key_ctx, &keys[i]));
+        else
+            keys[i] = v[i];
     }
     sort_ctx c = {rs, keys, case_sensitive, reverse};
     PL_TRY(merge_sort(&c, idx, tmp, n));
@@ -371,67 +402,77 @@ int tm_sort(tm_rs *rs, tm_val *v, size_t n, int (*key)(tm_rs *, tm_val, void *, 
 
 /* ---- objects --------------------------------------------------------------------------- */
 
-int tm_obj_items(tm_rs *rs, tm_val obj, tm_val *out) {
-    tm_map *m;
-    PL_TRY(tm_obj_map(rs, obj, &m));
-    tm_array *a;
-    PL_TRY(tm_arr_new(rs, m->n, &a));
+int pl_tm_obj_items(pl_tm_rs *rs, pl_tm_val obj, pl_tm_val *out) {
+    pl_tm_map *m;
+    PL_TRY(pl_tm_obj_map(rs, obj, &m));
+    pl_tm_array *a;
+    PL_TRY(pl_tm_arr_new(rs, m->n, &a));
     for (size_t i = 0; i < m->n; i++) {
-        tm_array *pair;
-        PL_TRY(tm_arr_new(rs, 2, &pair));
-        pair->v[0] = tm_strv(m->k[i]);
+        pl_tm_array *pair;
+        PL_TRY(pl_tm_arr_new(rs, 2, &pair));
+        pair->v[0] = pl_tm_strv(m->k[i]);
         pair->v[1] = m->v[i];
-        a->v[i] = (tm_val){.kind = V_ARRAY, .u.arr = pair};
+        a->v[i] = (pl_tm_val){.kind = PL_TM_V_ARRAY, .u.arr = pair};
     }
-    *out = (tm_val){.kind = V_ARRAY, .u.arr = a};
+    *out = (pl_tm_val){.kind = PL_TM_V_ARRAY, .u.arr = a};
     return 0;
 }
 
-static int pair_key(tm_rs *rs, tm_val pair, void *by_value, tm_val *out) {
+static int pair_key(pl_tm_rs *rs, pl_tm_val pair, void *by_value, pl_tm_val *out) {
     (void)rs;
     *out = pair.u.arr->v[*(bool *)by_value ? 1 : 0];
     return 0;
 }
 
-static int dictsort(tm_rs *rs, tm_val obj, const tm_val *args, size_t n, tm_val *out) {
-    const tm_map *kw = NULL;
-    tm_val pos[3];
+static int dictsort(pl_tm_rs *rs, pl_tm_val obj, const pl_tm_val *args, size_t n, pl_tm_val *out) {
+    const pl_tm_map *kw = NULL;
+    pl_tm_val pos[3];
     size_t np = 0;
     for (size_t i = 0; i < n; i++) {
-        if (args[i].kind == V_KWARGS) kw = args[i].u.map;
-        else if (np < 3) pos[np++] = args[i];
+        if (args[i].kind == PL_TM_V_KWARGS)
+            kw = args[i].u.map;
+        else if (np < 3)
+            pos[np++] = args[i];
     }
     const char *names[3] = {"case_sensitive", "by", "reverse"};
-    tm_val opt[3] = {tm_bool(false), tm_strv(TM_LIT("key")), tm_bool(false)};
+    pl_tm_val opt[3] = {pl_tm_bool(false), pl_tm_strv(PL_TM_LIT("key")), pl_tm_bool(false)};
     for (int i = 0; i < 3; i++) {
-        const tm_val *k = kw ? tm_map_get(rs, kw, (tm_str){names[i], strlen(names[i])}) : NULL;
-        if ((size_t)i < np) opt[i] = pos[i];
-        else if (k) opt[i] = *k;
+        const pl_tm_val *k =
+            kw ? pl_tm_map_get(rs, kw, (pl_tm_str){names[i], strlen(names[i])}) : NULL;
+        if ((size_t)i < np)
+            opt[i] = pos[i];
+        else if (k)
+            opt[i] = *k;
     }
-    if (opt[0].kind != V_BOOL) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "case_sensitive must be a boolean");
-    if (opt[1].kind != V_STR) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "by must be a string");
-    bool by_value = tm_str_eqc(opt[1].u.s, "value");
-    if (!by_value && !tm_str_eqc(opt[1].u.s, "key"))
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "by must be either 'key' or 'value'");
-    if (opt[2].kind != V_BOOL) return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "reverse must be a boolean");
-    PL_TRY(tm_obj_items(rs, obj, out));
-    return tm_sort(rs, out->u.arr->v, out->u.arr->n, pair_key, &by_value, opt[0].u.b, opt[2].u.b);
+    if (opt[0].kind != PL_TM_V_BOOL)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "case_sensitive must be a boolean");
+    if (opt[1].kind != PL_TM_V_STR)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "by must be a string");
+    bool by_value = pl_tm_str_eqc(opt[1].u.s, "value");
+    if (!by_value && !pl_tm_str_eqc(opt[1].u.s, "key"))
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "by must be either 'key' or 'value'");
+    if (opt[2].kind != PL_TM_V_BOOL)
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "reverse must be a boolean");
+    PL_TRY(pl_tm_obj_items(rs, obj, out));
+    return pl_tm_sort(rs, out->u.arr->v, out->u.arr->n, pair_key, &by_value, opt[0].u.b,
+                      opt[2].u.b);
 }
 
-int tm_call_method(tm_rs *rs, const tm_func *f, const tm_val *args, size_t n, tm_val *out) {
-    tm_val self = f->self;
-    tm_str s = self.kind == V_STR ? self.u.s : (tm_str){"", 0};
-    tm_str r;
+int pl_tm_call_method(pl_tm_rs *rs, const pl_tm_func *f, const pl_tm_val *args, size_t n,
+                      pl_tm_val *out) {
+    pl_tm_val self = f->self;
+    pl_tm_str s = self.kind == PL_TM_V_STR ? self.u.s : (pl_tm_str){"", 0};
+    pl_tm_str r;
     switch (f->method) {
     case M_UPPER:
     case M_LOWER:
-        PL_TRY(tm_case(rs, s, f->method == M_UPPER, &r));
+        PL_TRY(pl_tm_case(rs, s, f->method == M_UPPER, &r));
         break;
     case M_STRIP:
     case M_LSTRIP:
     case M_RSTRIP:
-        PL_TRY(tm_charge_n(rs, s.n));
-        r = tm_trim(s, f->method != M_RSTRIP, f->method != M_LSTRIP);
+        PL_TRY(pl_tm_charge_n(rs, s.n));
+        r = pl_tm_trim(s, f->method != M_RSTRIP, f->method != M_LSTRIP);
         break;
     case M_TITLE:
         PL_TRY(title(rs, s, &r));
@@ -447,33 +488,33 @@ int tm_call_method(tm_rs *rs, const tm_func *f, const tm_val *args, size_t n, tm
     case M_REPLACE:
         return replace(rs, s, args, n, out);
     case M_GET: {
-        if (n == 0 || args[0].kind != V_STR)
-            return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "object key must be a string: got %s",
-                           n ? tm_kind_name(args[0].kind) : "nothing");
-        tm_map *m;
-        PL_TRY(tm_obj_map(rs, self, &m));
-        const tm_val *v = tm_map_get(rs, m, args[0].u.s);
-        *out = v ? *v : n > 1 ? args[1] : tm_null();
+        if (n == 0 || args[0].kind != PL_TM_V_STR)
+            return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "object key must be a string: got %s",
+                              n ? pl_tm_kind_name(args[0].kind) : "nothing");
+        pl_tm_map *m;
+        PL_TRY(pl_tm_obj_map(rs, self, &m));
+        const pl_tm_val *v = pl_tm_map_get(rs, m, args[0].u.s);
+        *out = v ? *v : n > 1 ? args[1] : pl_tm_null();
         return 0;
     }
     case M_ITEMS:
-        return tm_obj_items(rs, self, out);
+        return pl_tm_obj_items(rs, self, out);
     case M_KEYS:
     case M_VALUES: {
-        tm_map *m;
-        PL_TRY(tm_obj_map(rs, self, &m));
-        tm_array *a;
-        PL_TRY(tm_arr_new(rs, m->n, &a));
+        pl_tm_map *m;
+        PL_TRY(pl_tm_obj_map(rs, self, &m));
+        pl_tm_array *a;
+        PL_TRY(pl_tm_arr_new(rs, m->n, &a));
         for (size_t i = 0; i < m->n; i++)
-            a->v[i] = f->method == M_KEYS ? tm_strv(m->k[i]) : m->v[i];
-        *out = (tm_val){.kind = V_ARRAY, .u.arr = a};
+            a->v[i] = f->method == M_KEYS ? pl_tm_strv(m->k[i]) : m->v[i];
+        *out = (pl_tm_val){.kind = PL_TM_V_ARRAY, .u.arr = a};
         return 0;
     }
     case M_DICTSORT:
         return dictsort(rs, self, args, n, out);
     default:
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "unknown method");
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "unknown method");
     }
-    *out = tm_strv(r);
+    *out = pl_tm_strv(r);
     return 0;
 }

@@ -13,11 +13,11 @@ pl_status pl_tmpl_parse(const char *src, size_t len, pl_tmpl **out) {
                        PL_TMPL_MAX_SOURCE);
     pl_tmpl *t = pl_calloc(1, sizeof *t);
     if (!t) return pl_fail(PL_ERR_OUT_OF_MEMORY, "template: out of memory");
-    tm_arena_init(&t->a, 0);
-    tm_tok *toks = NULL;
+    pl_tm_arena_init(&t->a, 0);
+    pl_tm_tok *toks = NULL;
     size_t n = 0;
-    pl_status st = tm_lex(src, len, &t->a, &toks, &n);
-    if (st == PL_OK) st = tm_parse(toks, n, src, len, &t->a, &t->body, &t->n_body);
+    pl_status st = pl_tm_lex(src, len, &t->a, &toks, &n);
+    if (st == PL_OK) st = pl_tm_parse(toks, n, src, len, &t->a, &t->body, &t->n_body);
     pl_free(toks);
     if (st != PL_OK) {
         pl_tmpl_free(t);
@@ -29,6 +29,6 @@ pl_status pl_tmpl_parse(const char *src, size_t len, pl_tmpl **out) {
 
 void pl_tmpl_free(pl_tmpl *t) {
     if (!t) return;
-    tm_arena_free(&t->a);
+    pl_tm_arena_free(&t->a);
     pl_free(t);
 }

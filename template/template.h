@@ -143,8 +143,8 @@ void pl_tmpl_free(pl_tmpl *t); /* NULL is a no-op */
  * name the template line. On failure the outputs are untouched. */
 pl_status pl_tmpl_render(const pl_tmpl *t, const json_t *vars, char **out_text, size_t *out_len);
 /* The same under explicit limits (NULL: the defaults; see pl_tmpl_limits). */
-pl_status pl_tmpl_render_limited(const pl_tmpl *t, const json_t *vars,
-                                 const pl_tmpl_limits *limits, char **out_text, size_t *out_len);
+pl_status pl_tmpl_render_limited(const pl_tmpl *t, const json_t *vars, const pl_tmpl_limits *limits,
+                                 char **out_text, size_t *out_len);
 
 /* ---- chat helpers -------------------------------------------------------------------------
  * What transformers.js' apply_chat_template does around the interpreter. */

@@ -4,9 +4,9 @@
  * values from jansson.
  *
  * The oracle wraps JavaScript values (RuntimeValue.value). Two string forms matter:
- * - tm_to_string is RuntimeValue.toString(): what {{ }} prints and |string gives (floats
+ * - pl_tm_to_string is RuntimeValue.toString(): what {{ }} prints and |string gives (floats
  *   that are whole keep ".0", lists and objects print as JSON);
- * - tm_js_string is value.toString() on the wrapped JavaScript value, which `~` and `+` use
+ * - pl_tm_js_string is value.toString() on the wrapped JavaScript value, which `~` and `+` use
  *   (floats print as JavaScript numbers, lists join their items with ",", objects are
  *   "[object Map]").
  */
@@ -17,18 +17,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tm_str_new(tm_rs *rs, size_t n, char **out_p) {
+int pl_tm_str_new(pl_tm_rs *rs, size_t n, char **out_p) {
     if (n > rs->lim.max_output_bytes)
-        return tm_fail(rs, PL_ERR_TOO_LONG, "a string of %zu bytes exceeds the limit of %zu",
-                       n, rs->lim.max_output_bytes);
-    char *p = tm_alloc(&rs->a, n + 1);
-    if (!p) return tm_oom(rs);
+        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "a string of %zu bytes exceeds the limit of %zu", n,
+                          rs->lim.max_output_bytes);
+    char *p = pl_tm_alloc(&rs->a, n + 1);
+    if (!p) return pl_tm_oom(rs);
     p[n] = 0;
     *out_p = p;
     return 0;
 }
 
-int tm_str_cat(tm_rs *rs, tm_str a, tm_str b, tm_str *out) {
+int pl_tm_str_cat(pl_tm_rs *rs, pl_tm_str a, pl_tm_str b, pl_tm_str *out) {
     if (b.n == 0) {
         *out = a;
         return 0;
@@ -37,28 +37,28 @@ int tm_str_cat(tm_rs *rs, tm_str a, tm_str b, tm_str *out) {
         *out = b;
         return 0;
     }
-    if (a.n > SIZE_MAX / 2 || b.n > SIZE_MAX / 2) return tm_oom(rs);
-    PL_TRY(tm_charge_n(rs, a.n + b.n));
+    if (a.n > SIZE_MAX / 2 || b.n > SIZE_MAX / 2) return pl_tm_oom(rs);
+    PL_TRY(pl_tm_charge_n(rs, a.n + b.n));
     char *p;
-    PL_TRY(tm_str_new(rs, a.n + b.n, &p));
+    PL_TRY(pl_tm_str_new(rs, a.n + b.n, &p));
     memcpy(p, a.p, a.n);
     memcpy(p + a.n, b.p, b.n);
-    *out = (tm_str){p, a.n + b.n};
+    *out = (pl_tm_str){p, a.n + b.n};
     return 0;
 }
 
-int tm_sb_put(tm_rs *rs, tm_sb *b, tm_str s) {
+int pl_tm_sb_put(pl_tm_rs *rs, pl_tm_sb *b, pl_tm_str s) {
     if (s.n == 0) return 0;
     if (s.n > rs->lim.max_output_bytes - b->n)
-        return tm_fail(rs, PL_ERR_TOO_LONG, "a string exceeds the limit of %zu bytes",
-                       rs->lim.max_output_bytes);
-    PL_TRY(tm_charge_n(rs, s.n));
+        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "a string exceeds the limit of %zu bytes",
+                          rs->lim.max_output_bytes);
+    PL_TRY(pl_tm_charge_n(rs, s.n));
     if (b->n + s.n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + s.n) cap *= 2;
         if (cap > rs->lim.max_output_bytes) cap = rs->lim.max_output_bytes;
         char *p;
-        PL_TRY(tm_str_new(rs, cap, &p));
+        PL_TRY(pl_tm_str_new(rs, cap, &p));
         if (b->n) memcpy(p, b->p, b->n);
         b->p = p;
         b->cap = cap;
@@ -68,47 +68,47 @@ int tm_sb_put(tm_rs *rs, tm_sb *b, tm_str s) {
     return 0;
 }
 
-int tm_arr_new(tm_rs *rs, size_t n, tm_array **out) {
+int pl_tm_arr_new(pl_tm_rs *rs, size_t n, pl_tm_array **out) {
     if (n > rs->lim.max_items)
-        return tm_fail(rs, PL_ERR_TOO_LONG, "a list of %zu items exceeds the limit of %zu", n,
-                       rs->lim.max_items);
-    PL_TRY(tm_charge_n(rs, n));
-    tm_array *a = tm_alloc(&rs->a, sizeof *a);
-    tm_val *v = n ? tm_alloc_n(&rs->a, n, sizeof *v) : NULL;
-    if (!a || (n && !v)) return tm_oom(rs);
+        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "a list of %zu items exceeds the limit of %zu", n,
+                          rs->lim.max_items);
+    PL_TRY(pl_tm_charge_n(rs, n));
+    pl_tm_array *a = pl_tm_alloc(&rs->a, sizeof *a);
+    pl_tm_val *v = n ? pl_tm_alloc_n(&rs->a, n, sizeof *v) : NULL;
+    if (!a || (n && !v)) return pl_tm_oom(rs);
     a->n = n;
     a->v = v;
     *out = a;
     return 0;
 }
 
-int tm_map_new(tm_rs *rs, size_t cap, tm_map **out) {
+int pl_tm_map_new(pl_tm_rs *rs, size_t cap, pl_tm_map **out) {
     if (cap > rs->lim.max_items)
-        return tm_fail(rs, PL_ERR_TOO_LONG, "an object of %zu keys exceeds the limit of %zu", cap,
-                       rs->lim.max_items);
-    tm_map *m = tm_zalloc(&rs->a, sizeof *m);
-    if (!m) return tm_oom(rs);
+        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "an object of %zu keys exceeds the limit of %zu",
+                          cap, rs->lim.max_items);
+    pl_tm_map *m = pl_tm_zalloc(&rs->a, sizeof *m);
+    if (!m) return pl_tm_oom(rs);
     if (cap) {
-        m->k = tm_alloc_n(&rs->a, cap, sizeof *m->k);
-        m->v = tm_alloc_n(&rs->a, cap, sizeof *m->v);
-        if (!m->k || !m->v) return tm_oom(rs);
+        m->k = pl_tm_alloc_n(&rs->a, cap, sizeof *m->k);
+        m->v = pl_tm_alloc_n(&rs->a, cap, sizeof *m->v);
+        if (!m->k || !m->v) return pl_tm_oom(rs);
         m->cap = cap;
     }
     *out = m;
     return 0;
 }
 
-const tm_val *tm_map_get(tm_rs *rs, const tm_map *m, tm_str k) {
-    (void)tm_charge_n(rs, m->n); /* a failure here is reported by the next charge */
+const pl_tm_val *pl_tm_map_get(pl_tm_rs *rs, const pl_tm_map *m, pl_tm_str k) {
+    (void)pl_tm_charge_n(rs, m->n); /* a failure here is reported by the next charge */
     for (size_t i = 0; i < m->n; i++)
-        if (tm_str_eq(m->k[i], k)) return &m->v[i];
+        if (pl_tm_str_eq(m->k[i], k)) return &m->v[i];
     return NULL;
 }
 
-int tm_map_set(tm_rs *rs, tm_map *m, tm_str k, tm_val v) {
-    PL_TRY(tm_charge_n(rs, m->n));
+int pl_tm_map_set(pl_tm_rs *rs, pl_tm_map *m, pl_tm_str k, pl_tm_val v) {
+    PL_TRY(pl_tm_charge_n(rs, m->n));
     for (size_t i = 0; i < m->n; i++)
-        if (tm_str_eq(m->k[i], k)) {
+        if (pl_tm_str_eq(m->k[i], k)) {
             m->v[i] = v;
             return 0;
         }
@@ -116,11 +116,11 @@ int tm_map_set(tm_rs *rs, tm_map *m, tm_str k, tm_val v) {
         size_t cap = m->cap ? m->cap * 2 : 4;
         if (cap > rs->lim.max_items) cap = rs->lim.max_items;
         if (m->n >= cap)
-            return tm_fail(rs, PL_ERR_TOO_LONG, "an object exceeds the limit of %zu keys",
-                           rs->lim.max_items);
-        tm_str *nk = tm_alloc_n(&rs->a, cap, sizeof *nk);
-        tm_val *nv = tm_alloc_n(&rs->a, cap, sizeof *nv);
-        if (!nk || !nv) return tm_oom(rs);
+            return pl_tm_fail(rs, PL_ERR_TOO_LONG, "an object exceeds the limit of %zu keys",
+                              rs->lim.max_items);
+        pl_tm_str *nk = pl_tm_alloc_n(&rs->a, cap, sizeof *nk);
+        pl_tm_val *nv = pl_tm_alloc_n(&rs->a, cap, sizeof *nv);
+        if (!nk || !nv) return pl_tm_oom(rs);
         if (m->n) {
             memcpy(nk, m->k, m->n * sizeof *nk);
             memcpy(nv, m->v, m->n * sizeof *nv);
@@ -137,62 +137,66 @@ int tm_map_set(tm_rs *rs, tm_map *m, tm_str k, tm_val v) {
 
 /* The loop object as the oracle builds it each iteration: index, index0, revindex, revindex0,
  * first, last, length, previtem, nextitem, in that order. */
-int tm_obj_map(tm_rs *rs, tm_val v, tm_map **out) {
-    if (v.kind != V_LOOP) {
+int pl_tm_obj_map(pl_tm_rs *rs, pl_tm_val v, pl_tm_map **out) {
+    if (v.kind != PL_TM_V_LOOP) {
         *out = v.u.map;
         return 0;
     }
-    tm_loop *L = v.u.loop;
+    pl_tm_loop *L = v.u.loop;
     if (!L->made) {
         double i = L->index0, n = L->length;
         size_t k = (size_t)i;
-        tm_map *m;
-        PL_TRY(tm_map_new(rs, 9, &m));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("index"), tm_int(i + 1)));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("index0"), tm_int(i)));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("revindex"), tm_int(n - i)));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("revindex0"), tm_int(n - i - 1)));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("first"), tm_bool(i == 0)));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("last"), tm_bool(i == n - 1)));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("length"), tm_int(n)));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("previtem"), k > 0 ? L->items[k - 1] : tm_undef()));
-        PL_TRY(tm_map_set(rs, m, TM_LIT("nextitem"), i < n - 1 ? L->items[k + 1] : tm_undef()));
+        pl_tm_map *m;
+        PL_TRY(pl_tm_map_new(rs, 9, &m));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("index"), pl_tm_int(i + 1)));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("index0"), pl_tm_int(i)));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("revindex"), pl_tm_int(n - i)));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("revindex0"), pl_tm_int(n - i - 1)));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("first"), pl_tm_bool(i == 0)));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("last"), pl_tm_bool(i == n - 1)));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("length"), pl_tm_int(n)));
+        PL_TRY(
+            pl_tm_map_set(rs, m, PL_TM_LIT("previtem"), k > 0 ? L->items[k - 1] : pl_tm_undef()));
+        PL_TRY(pl_tm_map_set(rs, m, PL_TM_LIT("nextitem"),
+                             i < n - 1 ? L->items[k + 1] : pl_tm_undef()));
         L->made = m;
     }
     *out = L->made;
     return 0;
 }
 
-bool tm_truthy(tm_val v) {
+bool pl_tm_truthy(pl_tm_val v) {
     switch (v.kind) {
-    case V_UNDEF:
-    case V_NULL:
+    case PL_TM_V_UNDEF:
+    case PL_TM_V_NULL:
         return false;
-    case V_BOOL:
+    case PL_TM_V_BOOL:
         return v.u.b;
-    case V_INT:
-    case V_FLOAT:
+    case PL_TM_V_INT:
+    case PL_TM_V_FLOAT:
         return v.u.num != 0 && !isnan(v.u.num);
-    case V_STR:
+    case PL_TM_V_STR:
         return v.u.s.n > 0;
-    case V_ARRAY:
-    case V_TUPLE:
+    case PL_TM_V_ARRAY:
+    case PL_TM_V_TUPLE:
         return v.u.arr->n > 0;
-    case V_OBJECT:
-    case V_KWARGS:
+    case PL_TM_V_OBJECT:
+    case PL_TM_V_KWARGS:
         return v.u.map->n > 0;
     default: /* the loop object has its 9 keys; a namespace is a JavaScript object: truthy */
         return true;
     }
 }
 
-const char *tm_kind_name(tm_kind k) {
+const char *pl_tm_kind_name(pl_tm_kind k) {
     static const char *const names[] = {
-        [V_UNDEF] = "UndefinedValue", [V_NULL] = "NullValue",   [V_BOOL] = "BooleanValue",
-        [V_INT] = "IntegerValue",     [V_FLOAT] = "FloatValue", [V_STR] = "StringValue",
-        [V_ARRAY] = "ArrayValue",     [V_TUPLE] = "TupleValue", [V_OBJECT] = "ObjectValue",
-        [V_KWARGS] = "KeywordArgumentsValue", [V_NS] = "NamespaceValue",
-        [V_LOOP] = "ObjectValue",     [V_FUNC] = "FunctionValue",
+        [PL_TM_V_UNDEF] = "UndefinedValue", [PL_TM_V_NULL] = "NullValue",
+        [PL_TM_V_BOOL] = "BooleanValue",    [PL_TM_V_INT] = "IntegerValue",
+        [PL_TM_V_FLOAT] = "FloatValue",     [PL_TM_V_STR] = "StringValue",
+        [PL_TM_V_ARRAY] = "ArrayValue",     [PL_TM_V_TUPLE] = "TupleValue",
+        [PL_TM_V_OBJECT] = "ObjectValue",   [PL_TM_V_KWARGS] = "KeywordArgumentsValue",
+        [PL_TM_V_NS] = "NamespaceValue",    [PL_TM_V_LOOP] = "ObjectValue",
+        [PL_TM_V_FUNC] = "FunctionValue",
     };
     return names[k];
 }
@@ -201,7 +205,7 @@ const char *tm_kind_name(tm_kind k) {
 
 /* Number.prototype.toString(): the shortest digits that read back to x, placed by the
  * ECMAScript rules (plain up to 21 integer digits, 0.000001 and up, exponent otherwise). */
-size_t tm_num_js(double x, char *buf) {
+size_t pl_tm_num_js(double x, char *buf) {
     if (isnan(x)) return (size_t)sprintf(buf, "NaN");
     if (isinf(x)) return (size_t)sprintf(buf, x > 0 ? "Infinity" : "-Infinity");
     if (x == 0) return (size_t)sprintf(buf, "0");
@@ -257,74 +261,75 @@ size_t tm_num_js(double x, char *buf) {
 static size_t float_string(double x, char *buf) {
     if (x == 0 && signbit(x)) return (size_t)sprintf(buf, "-0.0");
     if (isfinite(x) && x == floor(x) && fabs(x) < 1e21) return (size_t)sprintf(buf, "%.1f", x);
-    return tm_num_js(x, buf);
+    return pl_tm_num_js(x, buf);
 }
 
-static int small_str(tm_rs *rs, const char *p, size_t n, tm_str *out) {
+static int small_str(pl_tm_rs *rs, const char *p, size_t n, pl_tm_str *out) {
     char *s;
-    PL_TRY(tm_str_new(rs, n, &s));
+    PL_TRY(pl_tm_str_new(rs, n, &s));
     memcpy(s, p, n);
-    *out = (tm_str){s, n};
+    *out = (pl_tm_str){s, n};
     return 0;
 }
 
-int tm_to_string(tm_rs *rs, tm_val v, tm_str *out) {
+int pl_tm_to_string(pl_tm_rs *rs, pl_tm_val v, pl_tm_str *out) {
     char buf[400];
     switch (v.kind) {
-    case V_STR:
+    case PL_TM_V_STR:
         *out = v.u.s;
         return 0;
-    case V_INT:
-        return small_str(rs, buf, tm_num_js(v.u.num, buf), out);
-    case V_FLOAT:
+    case PL_TM_V_INT:
+        return small_str(rs, buf, pl_tm_num_js(v.u.num, buf), out);
+    case PL_TM_V_FLOAT:
         return small_str(rs, buf, float_string(v.u.num, buf), out);
-    case V_BOOL:
-        *out = v.u.b ? TM_LIT("true") : TM_LIT("false");
+    case PL_TM_V_BOOL:
+        *out = v.u.b ? PL_TM_LIT("true") : PL_TM_LIT("false");
         return 0;
-    case V_NULL: /* the oracle's NullValue wraps undefined, not null */
-    case V_UNDEF:
-        *out = TM_LIT("undefined");
+    case PL_TM_V_NULL: /* the oracle's NullValue wraps undefined, not null */
+    case PL_TM_V_UNDEF:
+        *out = PL_TM_LIT("undefined");
         return 0;
-    case V_FUNC:
-        return tm_fail(rs, PL_ERR_UNSUPPORTED, "printing a function (the oracle prints its "
-                                                 "JavaScript source)");
+    case PL_TM_V_FUNC:
+        return pl_tm_fail(rs, PL_ERR_UNSUPPORTED,
+                          "printing a function (the oracle prints its "
+                          "JavaScript source)");
     default: {
-        tm_json_opt opt = {.indent = -1};
-        return tm_to_json(rs, v, &opt, out);
+        pl_tm_json_opt opt = {.indent = -1};
+        return pl_tm_to_json(rs, v, &opt, out);
     }
     }
 }
 
-int tm_js_string(tm_rs *rs, tm_val v, tm_str *out) {
+int pl_tm_js_string(pl_tm_rs *rs, pl_tm_val v, pl_tm_str *out) {
     char buf[400];
     switch (v.kind) {
-    case V_INT:
-    case V_FLOAT:
-        return small_str(rs, buf, tm_num_js(v.u.num, buf), out);
-    case V_ARRAY:
-    case V_TUPLE: {
+    case PL_TM_V_INT:
+    case PL_TM_V_FLOAT:
+        return small_str(rs, buf, pl_tm_num_js(v.u.num, buf), out);
+    case PL_TM_V_ARRAY:
+    case PL_TM_V_TUPLE: {
         if (++rs->depth > rs->lim.max_depth)
-            return tm_fail(rs, PL_ERR_TOO_LONG, "values nested more than %d deep",
-                           rs->lim.max_depth);
-        tm_sb b = {0};
+            return pl_tm_fail(rs, PL_ERR_TOO_LONG, "values nested more than %d deep",
+                              rs->lim.max_depth);
+        pl_tm_sb b = {0};
         for (size_t i = 0; i < v.u.arr->n; i++) {
-            tm_str item;
-            PL_TRY(tm_to_string(rs, v.u.arr->v[i], &item));
-            if (i) PL_TRY(tm_sb_put(rs, &b, TM_LIT(",")));
-            PL_TRY(tm_sb_put(rs, &b, item));
+            pl_tm_str item;
+            PL_TRY(pl_tm_to_string(rs, v.u.arr->v[i], &item));
+            if (i) PL_TRY(pl_tm_sb_put(rs, &b, PL_TM_LIT(",")));
+            PL_TRY(pl_tm_sb_put(rs, &b, item));
         }
         rs->depth--;
-        *out = tm_sb_str(&b);
+        *out = pl_tm_sb_str(&b);
         return 0;
     }
-    case V_OBJECT:
-    case V_KWARGS:
-    case V_NS:
-    case V_LOOP:
-        *out = TM_LIT("[object Map]");
+    case PL_TM_V_OBJECT:
+    case PL_TM_V_KWARGS:
+    case PL_TM_V_NS:
+    case PL_TM_V_LOOP:
+        *out = PL_TM_LIT("[object Map]");
         return 0;
     default:
-        return tm_to_string(rs, v, out);
+        return pl_tm_to_string(rs, v, out);
     }
 }
 
@@ -334,38 +339,38 @@ typedef enum { JS_UNDEF, JS_BOOL, JS_NUM, JS_STR, JS_OBJ } js_type;
 
 /* The type of the wrapped JavaScript value. The oracle's NullValue is made without an argument,
  * so it wraps undefined: none == undefined, and none === undefined too. */
-static js_type js_type_of(tm_val v) {
+static js_type js_type_of(pl_tm_val v) {
     switch (v.kind) {
-    case V_UNDEF:
-    case V_NULL:
+    case PL_TM_V_UNDEF:
+    case PL_TM_V_NULL:
         return JS_UNDEF;
-    case V_BOOL:
+    case PL_TM_V_BOOL:
         return JS_BOOL;
-    case V_INT:
-    case V_FLOAT:
+    case PL_TM_V_INT:
+    case PL_TM_V_FLOAT:
         return JS_NUM;
-    case V_STR:
+    case PL_TM_V_STR:
         return JS_STR;
     default:
         return JS_OBJ;
     }
 }
 
-static const void *identity(tm_val v) {
+static const void *identity(pl_tm_val v) {
     switch (v.kind) {
-    case V_ARRAY:
-    case V_TUPLE:
+    case PL_TM_V_ARRAY:
+    case PL_TM_V_TUPLE:
         return v.u.arr;
-    case V_LOOP:
+    case PL_TM_V_LOOP:
         return v.u.loop;
-    case V_FUNC:
+    case PL_TM_V_FUNC:
         return v.u.fn;
     default:
         return v.u.map;
     }
 }
 
-bool tm_strict_eq(tm_val a, tm_val b) {
+bool pl_tm_strict_eq(pl_tm_val a, pl_tm_val b) {
     js_type ta = js_type_of(a), tb = js_type_of(b);
     if (ta != tb) return false;
     switch (ta) {
@@ -376,47 +381,47 @@ bool tm_strict_eq(tm_val a, tm_val b) {
     case JS_NUM:
         return a.u.num == b.u.num;
     case JS_STR:
-        return tm_str_eq(a.u.s, b.u.s);
+        return pl_tm_str_eq(a.u.s, b.u.s);
     default:
         return identity(a) == identity(b);
     }
 }
 
-int tm_loose_eq(tm_rs *rs, tm_val a, tm_val b, bool *out) {
+int pl_tm_loose_eq(pl_tm_rs *rs, pl_tm_val a, pl_tm_val b, bool *out) {
     for (int round = 0; round < 4; round++) {
         js_type ta = js_type_of(a), tb = js_type_of(b);
         if (ta == tb) {
-            *out = tm_strict_eq(a, b);
+            *out = pl_tm_strict_eq(a, b);
             return 0;
         }
         if (ta == JS_NUM && tb == JS_STR) {
-            *out = a.u.num == tm_js_to_number(b.u.s);
+            *out = a.u.num == pl_tm_js_to_number(b.u.s);
             return 0;
         }
         if (ta == JS_STR && tb == JS_NUM) {
-            *out = tm_js_to_number(a.u.s) == b.u.num;
+            *out = pl_tm_js_to_number(a.u.s) == b.u.num;
             return 0;
         }
         if (ta == JS_BOOL) {
-            a = tm_int(a.u.b ? 1 : 0);
+            a = pl_tm_int(a.u.b ? 1 : 0);
             continue;
         }
         if (tb == JS_BOOL) {
-            b = tm_int(b.u.b ? 1 : 0);
+            b = pl_tm_int(b.u.b ? 1 : 0);
             continue;
         }
         if (ta == JS_OBJ && (tb == JS_NUM || tb == JS_STR)) {
-            if (a.kind == V_FUNC) break;
-            tm_str s;
-            PL_TRY(tm_js_string(rs, a, &s));
-            a = tm_strv(s);
+            if (a.kind == PL_TM_V_FUNC) break;
+            pl_tm_str s;
+            PL_TRY(pl_tm_js_string(rs, a, &s));
+            a = pl_tm_strv(s);
             continue;
         }
         if (tb == JS_OBJ && (ta == JS_NUM || ta == JS_STR)) {
-            if (b.kind == V_FUNC) break;
-            tm_str s;
-            PL_TRY(tm_js_string(rs, b, &s));
-            b = tm_strv(s);
+            if (b.kind == PL_TM_V_FUNC) break;
+            pl_tm_str s;
+            PL_TRY(pl_tm_js_string(rs, b, &s));
+            b = pl_tm_strv(s);
             continue;
         }
         break;
@@ -441,51 +446,53 @@ static bool array_index(const char *k, size_t n, double *out) {
     return true;
 }
 
-int tm_from_json(tm_rs *rs, const json_t *j, int depth, tm_val *out) {
+int pl_tm_from_json(pl_tm_rs *rs, const json_t *j, int depth, pl_tm_val *out) {
     if (depth > rs->lim.max_depth)
-        return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "variables nested more than %d deep",
-                       rs->lim.max_depth);
-    PL_TRY(tm_charge(rs, 1));
+        return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "variables nested more than %d deep",
+                          rs->lim.max_depth);
+    PL_TRY(pl_tm_charge(rs, 1));
     switch (json_typeof(j)) {
     case JSON_NULL:
-        *out = tm_null();
+        *out = pl_tm_null();
         return 0;
     case JSON_TRUE:
-        *out = tm_bool(true);
+        *out = pl_tm_bool(true);
         return 0;
     case JSON_FALSE:
-        *out = tm_bool(false);
+        *out = pl_tm_bool(false);
         return 0;
     case JSON_INTEGER:
-        *out = tm_int((double)json_integer_value(j));
+        *out = pl_tm_int((double)json_integer_value(j));
         return 0;
     case JSON_REAL: {
         double x = json_real_value(j);
-        *out = (isfinite(x) && x == floor(x)) ? tm_int(x) : tm_float(x);
+        *out = (isfinite(x) && x == floor(x)) ? pl_tm_int(x) : pl_tm_float(x);
         return 0;
     }
     case JSON_STRING: {
         size_t n = json_string_length(j);
         const char *p = json_string_value(j);
         if (n > rs->lim.max_output_bytes)
-            return tm_fail(rs, PL_ERR_TOO_LONG, "a string variable of %zu bytes exceeds the "
-                                                "limit of %zu", n, rs->lim.max_output_bytes);
-        *out = tm_strv((tm_str){p, n}); /* jansson keeps it alive for the render */
+            return pl_tm_fail(rs, PL_ERR_TOO_LONG,
+                              "a string variable of %zu bytes exceeds the "
+                              "limit of %zu",
+                              n, rs->lim.max_output_bytes);
+        *out = pl_tm_strv((pl_tm_str){p, n}); /* jansson keeps it alive for the render */
         return 0;
     }
     case JSON_ARRAY: {
         size_t n = json_array_size(j);
-        tm_array *a;
-        PL_TRY(tm_arr_new(rs, n, &a));
+        pl_tm_array *a;
+        PL_TRY(pl_tm_arr_new(rs, n, &a));
         for (size_t i = 0; i < n; i++)
-            PL_TRY(tm_from_json(rs, json_array_get(j, i), depth + 1, &a->v[i]));
-        *out = (tm_val){.kind = V_ARRAY, .u.arr = a};
+            PL_TRY(pl_tm_from_json(rs, json_array_get(j, i), depth + 1, &a->v[i]));
+        *out = (pl_tm_val){.kind = PL_TM_V_ARRAY, .u.arr = a};
         return 0;
     }
     case JSON_OBJECT: {
         size_t n = json_object_size(j);
-        tm_map *m;
-        PL_TRY(tm_map_new(rs, n, &m));
+        pl_tm_map *m;
+        PL_TRY(pl_tm_map_new(rs, n, &m));
         /* array-index keys first, ascending (insertion sort: such keys are rare) */
         const char *key;
         size_t klen;
@@ -500,23 +507,23 @@ int tm_from_json(tm_rs *rs, const json_t *j, int depth, tm_val *out) {
                 if (prev < idx) break;
                 at--;
             }
-            PL_TRY(tm_charge_n(rs, m->n));
+            PL_TRY(pl_tm_charge_n(rs, m->n));
             memmove(m->k + at + 1, m->k + at, (m->n - at) * sizeof *m->k);
             memmove(m->v + at + 1, m->v + at, (m->n - at) * sizeof *m->v);
-            m->k[at] = (tm_str){key, klen};
-            PL_TRY(tm_from_json(rs, val, depth + 1, &m->v[at]));
+            m->k[at] = (pl_tm_str){key, klen};
+            PL_TRY(pl_tm_from_json(rs, val, depth + 1, &m->v[at]));
             m->n++;
         }
         json_object_keylen_foreach((json_t *)j, key, klen, val) {
             double idx;
             if (array_index(key, klen, &idx)) continue;
-            m->k[m->n] = (tm_str){key, klen};
-            PL_TRY(tm_from_json(rs, val, depth + 1, &m->v[m->n]));
+            m->k[m->n] = (pl_tm_str){key, klen};
+            PL_TRY(pl_tm_from_json(rs, val, depth + 1, &m->v[m->n]));
             m->n++;
         }
-        *out = (tm_val){.kind = V_OBJECT, .u.map = m};
+        *out = (pl_tm_val){.kind = PL_TM_V_OBJECT, .u.map = m};
         return 0;
     }
     }
-    return tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "a variable of an unknown JSON type");
+    return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "a variable of an unknown JSON type");
 }

@@ -32,15 +32,19 @@ static const char k_chat[] =
     "{\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\", \"default\": 1.5}}, "
     "\"required\": [\"city\"]}}}],"
     "\"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\","
-    "\"enable_thinking\": false, \"date_string\": \"26 Jul 2024\", \"n\": null, \"list\": [3, 1, 2],"
+    "\"enable_thinking\": false, \"date_string\": \"26 Jul 2024\", \"n\": null, \"list\": [3, 1, "
+    "2],"
     "\"obj\": {\"b\": 1, \"2\": [true, false], \"a\": {\"x\": \"y\"}}}";
 
 static bool valid_utf8(const unsigned char *p, size_t n) {
     size_t i = 0;
     while (i < n) {
         unsigned c = p[i];
-        size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
-                 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t k = c < 0x80                   ? 1
+                   : (c >= 0xC2 && c <= 0xDF) ? 2
+                   : (c >= 0xE0 && c <= 0xEF) ? 3
+                   : (c >= 0xF0 && c <= 0xF4) ? 4
+                                              : 0;
         if (!k || i + k > n) return false;
         uint32_t cp = k == 1 ? c : k == 2 ? (c & 0x1F) : k == 3 ? (c & 0x0F) : (c & 0x07);
         for (size_t j = 1; j < k; j++) {

@@ -38,8 +38,10 @@ static void expect_parse_error(const char *src, pl_status code, const char *frag
     cr_assert_eq(st, code, "%s\n-> %s (%s), wanted %s", src, pl_status_name(st), pl_last_error(),
                  pl_status_name(code));
     cr_assert_null(t);
-    if (frag1) cr_expect(strstr(pl_last_error(), frag1), "\"%s\" lacks \"%s\"", pl_last_error(), frag1);
-    if (frag2) cr_expect(strstr(pl_last_error(), frag2), "\"%s\" lacks \"%s\"", pl_last_error(), frag2);
+    if (frag1)
+        cr_expect(strstr(pl_last_error(), frag1), "\"%s\" lacks \"%s\"", pl_last_error(), frag1);
+    if (frag2)
+        cr_expect(strstr(pl_last_error(), frag2), "\"%s\" lacks \"%s\"", pl_last_error(), frag2);
 }
 
 /* Asserts that rendering fails with code and a message containing frag. */
@@ -50,7 +52,8 @@ static void expect_render_error(const char *src, const char *vars, pl_status cod
     cr_assert_eq(st, code, "%s\n-> %s (%s), wanted %s", src, pl_status_name(st),
                  st == PL_OK ? out : pl_last_error(), pl_status_name(code));
     cr_assert_null(out);
-    if (frag) cr_expect(strstr(pl_last_error(), frag), "\"%s\" lacks \"%s\"", pl_last_error(), frag);
+    if (frag)
+        cr_expect(strstr(pl_last_error(), frag), "\"%s\" lacks \"%s\"", pl_last_error(), frag);
 }
 
 /* ---- what the oracle lacks, with Jinja's meaning ----------------------------------------- */
@@ -58,22 +61,26 @@ static void expect_render_error(const char *src, const char *vars, pl_status cod
 Test(template, jinja_extras) {
     expect_render("{{ x|d('none') }}|{{ 1|d(2) }}|{{ x|default }}|[{{ x|d }}]", NULL, "none|1||[]");
     expect_render("{{ [1, 2, 3]|count }}|{{ 'abc'|count }}", NULL, "3|3");
-    expect_render("{{ [1, 0, 2, none]|select|list }}|{{ [1, 0, 2]|reject|list }}", NULL, "[1, 2]|[0]");
-    expect_render("{{ [1, 2, 3, 4]|select('odd')|join }}|{{ ['a', 'b', 'a']|reject('equalto', 'a')|join }}",
-                  NULL, "13|b");
-    expect_render("{{ 1.5 is float }}{{ 1 is float }}{{ x is float }}", "{\"x\": 2.0}", "truefalsefalse");
-    expect_render("{% for x in [1, 2, 3, 4, 5] %}{{ loop.cycle('a', 'b') }}{% endfor %}",
-                  NULL, "ababa");
+    expect_render("{{ [1, 0, 2, none]|select|list }}|{{ [1, 0, 2]|reject|list }}", NULL,
+                  "[1, 2]|[0]");
+    expect_render(
+        "{{ [1, 2, 3, 4]|select('odd')|join }}|{{ ['a', 'b', 'a']|reject('equalto', 'a')|join }}",
+        NULL, "13|b");
+    expect_render("{{ 1.5 is float }}{{ 1 is float }}{{ x is float }}", "{\"x\": 2.0}",
+                  "truefalsefalse");
+    expect_render("{% for x in [1, 2, 3, 4, 5] %}{{ loop.cycle('a', 'b') }}{% endfor %}", NULL,
+                  "ababa");
     expect_render("[{{ []|first }}][{{ []|last }}]", NULL, "[][]");
     PL_ASSERT_NO_LEAKS();
 }
 
 Test(template, loop_object_is_a_mapping) {
-    expect_render("{% for x in [7, 8] %}{{ loop|tojson }};{{ loop is mapping }};{% endfor %}", NULL,
-                  "{\"index\": 1, \"index0\": 0, \"revindex\": 2, \"revindex0\": 1, \"first\": true, "
-                  "\"last\": false, \"length\": 2, \"previtem\": null, \"nextitem\": 8};true;"
-                  "{\"index\": 2, \"index0\": 1, \"revindex\": 1, \"revindex0\": 0, \"first\": false, "
-                  "\"last\": true, \"length\": 2, \"previtem\": 7, \"nextitem\": null};true;");
+    expect_render(
+        "{% for x in [7, 8] %}{{ loop|tojson }};{{ loop is mapping }};{% endfor %}", NULL,
+        "{\"index\": 1, \"index0\": 0, \"revindex\": 2, \"revindex0\": 1, \"first\": true, "
+        "\"last\": false, \"length\": 2, \"previtem\": null, \"nextitem\": 8};true;"
+        "{\"index\": 2, \"index0\": 1, \"revindex\": 1, \"revindex0\": 0, \"first\": false, "
+        "\"last\": true, \"length\": 2, \"previtem\": 7, \"nextitem\": null};true;");
 }
 
 Test(template, llama_3_1_builtin_tools_use_reject) {
@@ -85,9 +92,11 @@ Test(template, llama_3_1_builtin_tools_use_reject) {
     pl_tmpl *t = NULL;
     cr_assert_eq(pl_tmpl_parse(src, len, &t), PL_OK, "%s", pl_last_error());
     char *out = NULL;
-    cr_assert_eq(pl_tmpl_render_chat(t, cfg, "[{\"role\": \"user\", \"content\": \"hi\"}]", NULL, true,
+    cr_assert_eq(pl_tmpl_render_chat(t, cfg, "[{\"role\": \"user\", \"content\": \"hi\"}]", NULL,
+                                     true,
                                      "{\"builtin_tools\": [\"brave_search\", \"code_interpreter\", "
-                                     "\"wolfram_alpha\"]}", &out, NULL),
+                                     "\"wolfram_alpha\"]}",
+                                     &out, NULL),
                  PL_OK, "%s", pl_last_error());
     cr_expect_str_eq(out, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
                           "Environment: ipython\nTools: brave_search, wolfram_alpha\n\n"
@@ -127,7 +136,8 @@ Test(template, strftime_now_uses_the_clock) {
 Test(template, syntax_errors_name_line_and_column) {
     expect_parse_error("a\nb {{ x +\n}}", PL_ERR_FORMAT, "line 3, column 1", NULL);
     expect_parse_error("line1\n  {% if x %}\nno end", PL_ERR_FORMAT, "line 3", "endif");
-    expect_parse_error("\n\n{{ x ! y }}", PL_ERR_FORMAT, "line 3, column 6", "unexpected character");
+    expect_parse_error("\n\n{{ x ! y }}", PL_ERR_FORMAT, "line 3, column 6",
+                       "unexpected character");
     expect_parse_error("{% foo %}", PL_ERR_FORMAT, "line 1", "unknown statement");
     expect_parse_error("{{ 'abc }}", PL_ERR_FORMAT, "line 1", "unterminated string");
     expect_parse_error("{{ '\\q' }}", PL_ERR_FORMAT, "escaped character", NULL);
@@ -158,7 +168,8 @@ Test(template, unsupported_constructs_refused_at_parse_with_line) {
                        "`wordcount`", NULL);
     expect_parse_error("{{ x is divisibleby(3) }}", PL_ERR_UNSUPPORTED, "test", NULL);
     expect_parse_error("{{ x is sameas }}", PL_ERR_UNSUPPORTED, "`sameas`", NULL);
-    expect_parse_error("{% set l = [] %}\n{{ l.append(1) }}", PL_ERR_UNSUPPORTED, "line 2", "`append`");
+    expect_parse_error("{% set l = [] %}\n{{ l.append(1) }}", PL_ERR_UNSUPPORTED, "line 2",
+                       "`append`");
     expect_parse_error("{{ d.update({'a': 1}) }}", PL_ERR_UNSUPPORTED, "`update`", NULL);
     expect_parse_error("{{ '{}'.format(1) }}", PL_ERR_UNSUPPORTED, "`format`", NULL);
     expect_parse_error("{{ lipsum(2) }}", PL_ERR_UNSUPPORTED, "`lipsum`", NULL);
@@ -169,7 +180,8 @@ Test(template, unsupported_constructs_refused_at_parse_with_line) {
                        NULL);
     expect_parse_error("{% macro m() %}{{ kwargs.a }}{% endmacro %}", PL_ERR_UNSUPPORTED, "kwargs",
                        NULL);
-    expect_parse_error("{{ x|tojson(indent=2).strip() }}", PL_ERR_UNSUPPORTED, "after a filter", NULL);
+    expect_parse_error("{{ x|tojson(indent=2).strip() }}", PL_ERR_UNSUPPORTED, "after a filter",
+                       NULL);
     /* a bound name is callable: macros, and names a set binds */
     expect_render("{% macro m() %}M{% endmacro %}{% set f = m %}{{ f() }}", NULL, "M");
     PL_ASSERT_NO_LEAKS();
@@ -181,7 +193,8 @@ Test(template, render_errors) {
     expect_render_error("{{ 1 }}", "{\"namespace\": 1}", PL_ERR_INVALID_ARGUMENT, "namespace");
     expect_render_error("{{ 1 }}", "{\"True\": 1}", PL_ERR_INVALID_ARGUMENT, "True");
     expect_render_error("{{ range }}", NULL, PL_ERR_UNSUPPORTED, "function");
-    expect_render_error("{{ {'a': 1}|tojson(sort_keys=true) }}", NULL, PL_ERR_UNSUPPORTED, "sort_keys");
+    expect_render_error("{{ {'a': 1}|tojson(sort_keys=true) }}", NULL, PL_ERR_UNSUPPORTED,
+                        "sort_keys");
     expect_render_error("{{ 'Ärger'|upper }}", NULL, PL_ERR_UNSUPPORTED, "U+00C4");
     expect_render_error("{{ x.lower() }}", "{\"x\": \"ΣΑΣ\"}", PL_ERR_UNSUPPORTED, "non-ASCII");
     expect_render("{{ '日本語 😀 ok'|upper }}|{{ 'Ok ÷ ×'|lower }}", NULL, "日本語 😀 OK|ok ÷ ×");
@@ -217,24 +230,29 @@ Test(template, nul_bytes_and_empty_template) {
 /* ---- hostile templates ------------------------------------------------------------------- */
 
 Test(template, hostile_loops_stop_on_limits, .timeout = 20) {
-    expect_render_error("{% for x in range(10**9) %}x{% endfor %}", NULL, PL_ERR_TOO_LONG, "range()");
+    expect_render_error("{% for x in range(10**9) %}x{% endfor %}", NULL, PL_ERR_TOO_LONG,
+                        "range()");
     /* the step budget or the memory cap, whichever comes first */
     expect_render_error("{% for x in range(100000) %}{% for y in range(100000) %}{% endfor %}"
-                        "{% endfor %}", NULL, PL_ERR_TOO_LONG, NULL);
+                        "{% endfor %}",
+                        NULL, PL_ERR_TOO_LONG, NULL);
     expect_render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL,
                         PL_ERR_TOO_LONG, "line 1: macro calls nested more than 64 deep");
     expect_render_error("{% set ns = namespace(s='ab') %}{% for i in range(64) %}"
-                        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}", NULL,
-                        PL_ERR_TOO_LONG, "limit");
+                        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+                        NULL, PL_ERR_TOO_LONG, "limit");
     expect_render_error("{% for i in range(1000000) %}{{ 'x' * 0 }}{% endfor %}", NULL,
                         PL_ERR_INVALID_ARGUMENT, "\"*\"");
     expect_render_error("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns|tojson }}", NULL,
                         PL_ERR_TOO_LONG, "deep");
     expect_render_error("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
-                        "{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}", NULL, PL_ERR_TOO_LONG, "deep");
-    expect_render_error("{% for i in range(2000000) %}{% endfor %}", NULL, PL_ERR_TOO_LONG, "range()");
+                        "{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
+                        NULL, PL_ERR_TOO_LONG, "deep");
+    expect_render_error("{% for i in range(2000000) %}{% endfor %}", NULL, PL_ERR_TOO_LONG,
+                        "range()");
     expect_render_error("{% set ns = namespace(l=[1]) %}{% for i in range(30) %}"
-                        "{% set ns.l = ns.l + ns.l %}{% endfor %}", NULL, PL_ERR_TOO_LONG, "limit");
+                        "{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                        NULL, PL_ERR_TOO_LONG, "limit");
     PL_ASSERT_NO_LEAKS();
 }
 
@@ -339,8 +357,10 @@ Test(template, hostile_nesting_refused_at_parse) {
         char *src = statement ? cat3("", inner, "") : cat3("{{ ", inner, " }}");
         pl_tmpl *t = NULL;
         pl_status st = pl_tmpl_parse(src, strlen(src), &t);
-        cr_expect(st == PL_ERR_TOO_LONG || st == PL_ERR_FORMAT, "case %zu: %s", k, pl_status_name(st));
-        if (st == PL_ERR_TOO_LONG) cr_expect(strstr(pl_last_error(), "deep"), "%s", pl_last_error());
+        cr_expect(st == PL_ERR_TOO_LONG || st == PL_ERR_FORMAT, "case %zu: %s", k,
+                  pl_status_name(st));
+        if (st == PL_ERR_TOO_LONG)
+            cr_expect(strstr(pl_last_error(), "deep"), "%s", pl_last_error());
         pl_tmpl_free(t);
         free(inner);
         free(src);
@@ -379,7 +399,8 @@ Test(template, hostile_nesting_refused_at_parse) {
 static void *deepest(void *arg) {
     (void)arg;
     char *inner = nest("[", "f(n - 1)", "]", 60);
-    char *src = cat3("{% macro f(n) %}{% if n > 0 %}{{ ", inner, " }}{% endif %}{% endmacro %}{{ f(60) }}");
+    char *src =
+        cat3("{% macro f(n) %}{% if n > 0 %}{{ ", inner, " }}{% endif %}{% endmacro %}{{ f(60) }}");
     char *out = NULL;
     pl_status st = tmpl_render_src(src, NULL, &out);
     cr_expect_eq(st, PL_ERR_TOO_LONG, "%s", pl_status_name(st));
@@ -450,7 +471,8 @@ Test(template, allocation_failures_are_clean) {
             pl_tmpl_free(t);
             break;
         }
-        cr_assert_eq(st, PL_ERR_OUT_OF_MEMORY, "n=%ld: %s %s", n, pl_status_name(st), pl_last_error());
+        cr_assert_eq(st, PL_ERR_OUT_OF_MEMORY, "n=%ld: %s %s", n, pl_status_name(st),
+                     pl_last_error());
         cr_assert_null(out);
         pl_tmpl_free(t);
         failures++;
@@ -509,9 +531,9 @@ Test(template, render_chat_extra_overrides_and_big_numbers) {
                                "{{ enable_thinking }}|{{ tools is defined }}");
     json_t *cfg = json_pack("{s:s}", "bos_token", "<s>");
     char *out;
-    cr_assert_eq(pl_tmpl_render_chat(t, cfg, "[{\"n\": 123456789012345678901234567890}]", NULL, true,
-                                     "{\"bos_token\": \"[B]\", \"enable_thinking\": false}", &out,
-                                     NULL),
+    cr_assert_eq(pl_tmpl_render_chat(t, cfg, "[{\"n\": 123456789012345678901234567890}]", NULL,
+                                     true, "{\"bos_token\": \"[B]\", \"enable_thinking\": false}",
+                                     &out, NULL),
                  PL_OK, "%s", pl_last_error());
     cr_expect_str_eq(out, "1.2345678901234568e+29|true|[B]|false|false");
     pl_free(out);
@@ -533,7 +555,8 @@ static void *render_many(void *arg) {
     j->ok = 1;
     for (int i = 0; i < 50; i++) {
         char *out = NULL;
-        if (pl_tmpl_render(j->t, j->vars, &out, NULL) != PL_OK || strcmp(out, j->want) != 0) j->ok = 0;
+        if (pl_tmpl_render(j->t, j->vars, &out, NULL) != PL_OK || strcmp(out, j->want) != 0)
+            j->ok = 0;
         pl_free(out);
     }
     return NULL;

@@ -34,8 +34,9 @@ static void show_diff(const char *what, const char *want, size_t nw, const char 
     size_t i = 0;
     while (i < nw && i < ng && want[i] == got[i]) i++;
     size_t from = i > 60 ? i - 60 : 0;
-    fprintf(stderr, "%s: output differs at byte %zu (want %zu bytes, got %zu)\n  want: ...%.*s\n"
-                    "  got:  ...%.*s\n",
+    fprintf(stderr,
+            "%s: output differs at byte %zu (want %zu bytes, got %zu)\n  want: ...%.*s\n"
+            "  got:  ...%.*s\n",
             what, i, nw, ng, (int)((nw - from) > 160 ? 160 : nw - from), want + from,
             (int)((ng - from) > 160 ? 160 : ng - from), got + from);
 }
@@ -49,7 +50,8 @@ bool tmpl_check_case(const pl_tmpl *t, const json_t *vars, const json_t *kase, c
     bool ok = true;
     if (json_is_string(expect)) {
         if (st != PL_OK) {
-            fprintf(stderr, "%s: render failed (%s): %s\n", what, pl_status_name(st), pl_last_error());
+            fprintf(stderr, "%s: render failed (%s): %s\n", what, pl_status_name(st),
+                    pl_last_error());
             return false;
         }
         ok = n == json_string_length(expect) && memcmp(out, json_string_value(expect), n) == 0;
@@ -108,7 +110,8 @@ size_t tmpl_check_family(const json_t *cfg, const json_t *expected) {
         cr_assert_eq(pl_tmpl_config_source(cfg, NULL, tools != NULL, &src, &len), PL_OK, "%s",
                      pl_last_error());
         pl_tmpl **slot = tools ? &with_tools : &plain;
-        if (!*slot) cr_assert_eq(pl_tmpl_parse(src, len, slot), PL_OK, "%s: %s", family, pl_last_error());
+        if (!*slot)
+            cr_assert_eq(pl_tmpl_parse(src, len, slot), PL_OK, "%s: %s", family, pl_last_error());
         json_t *vars = NULL;
         cr_assert_eq(pl_tmpl_chat_vars(cfg, json_object_get(c, "messages"), tools,
                                        json_is_true(json_object_get(c, "add_generation_prompt")),

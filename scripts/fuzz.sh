@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the loaders and parsers with libFuzzer: scripts/fuzz.sh [SECONDS [TARGET...]]
-#   SECONDS  per target (default 20); TARGET names (default: all six)
+#   SECONDS  per target (default 20); TARGET names (default: all seven)
 #   env FUZZ_BUILD_DIR  build directory (default build-fuzz)
 # Configures a clang build with ASan+UBSan (UB fatal) and -fsanitize=fuzzer-no-link on the
 # library (coverage), builds tests/fuzz, writes the seed corpora (fuzz_seeds; tokenizer seeds
@@ -14,7 +14,7 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_prompts fuzz_config)
+  fuzz_prompts fuzz_config fuzz_template)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -49,6 +49,16 @@ train uni300 --vocab_size=300 --model_type=unigram --bos_id=1 --eos_id=2 \
 train nobos --vocab_size=260 --model_type=bpe --bos_id=-1 --eos_id=-1 \
   --character_coverage=0.99 --user_defined_symbols='<sep>' || exit 1
 cp "$dir"/tests/tokenizer/tok_*.model "$seeds/tokenizer/" 2>/dev/null || true
+# chat templates: the fixtures' real templates and construct cases
+python3 - "$seeds/template" <<'PY' || { echo "fuzz: template seeds failed"; exit 1; }
+import glob, json, os, sys
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+srcs = [json.load(open(f))["chat_template"] for f in sorted(glob.glob("tests/data/templates/*.tokenizer_config.json"))]
+srcs += [c["template"] for c in json.load(open("tests/data/templates/constructs.json"))["cases"]]
+for i, s in enumerate(srcs):
+    open(os.path.join(out, "t%03d" % i), "w", encoding="utf-8").write(s)
+PY
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -63,10 +73,13 @@ for t in "${targets[@]}"; do
   case "$t" in
     fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
     fuzz_tokenizer) sd=tokenizer ;; fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;;
+    fuzz_template) sd=template ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"
-  "$dir/tests/fuzz/$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
+  extra=()
+  [ "$t" = fuzz_template ] && extra=(-dict=tests/fuzz/template.dict)
+  "$dir/tests/fuzz/$t" "${extra[@]}" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$art/$t-" \
     "$corpus" "$seeds/$sd" >"$log" 2>&1
   rc=$?

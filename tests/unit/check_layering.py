@@ -9,11 +9,12 @@ import re
 import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "tokenizer", "kvcache", "scheduler", "model", "kernels", "engine",
+MODULES = ["util", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels", "engine",
            "tools", "bench", "tests"]
 ALLOWED = {
     "util": {"util"},
     "tokenizer": {"util", "tokenizer"},
+    "template": {"util", "template"},
     "kvcache": {"util", "kvcache"},
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "model"},

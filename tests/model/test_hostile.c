@@ -32,7 +32,7 @@ static pl_model_config small_config(bool tied) {
     pl_model_config c = {.dim = 8, .hidden_dim = 5, .n_layers = 2, .n_heads = 4,
                          .n_kv_heads = 2, .head_dim = 2, .vocab_size = 6, .max_seq_len = 3,
                          .norm_eps = 1e-5f, .rope_theta = 10000, .tied_embeddings = tied,
-                         .bos_id = 1, .eos_id = 2};
+                         .bos_id = 1, .eos_ids = {2}, .n_eos = 1};
     return c;
 }
 
@@ -545,19 +545,19 @@ Test(hostile, config_json_attacks) {
         {"hidden_size", "\"64\"", PL_ERR_FORMAT, "\"hidden_size\" is not an integer"},
         {"hidden_size", "8.5", PL_ERR_FORMAT, "hidden_size"},
         {"hidden_size", "7", PL_ERR_FORMAT, "head_dim"},
-        {"num_hidden_layers", "1000000000", PL_ERR_FORMAT, "n_layers = 1000000000"},
+        {"num_hidden_layers", "1000000000", PL_ERR_FORMAT, "num_hidden_layers = 1000000000"},
         {"num_hidden_layers", "1e30", PL_ERR_FORMAT, "num_hidden_layers"},
-        {"num_hidden_layers", "-2", PL_ERR_FORMAT, "n_layers"},
+        {"num_hidden_layers", "-2", PL_ERR_FORMAT, "num_hidden_layers = -2"},
         {"intermediate_size", "1099511627776", PL_ERR_FORMAT, "intermediate_size"},
         {"num_attention_heads", "0", PL_ERR_FORMAT, "num_attention_heads"},
-        {"num_key_value_heads", "3", PL_ERR_FORMAT, "n_kv_heads"},
+        {"num_key_value_heads", "3", PL_ERR_FORMAT, "not a multiple of num_key_value_heads = 3"},
         {"vocab_size", "4194305", PL_ERR_FORMAT, "vocab_size"},
-        {"max_position_embeddings", "0", PL_ERR_FORMAT, "max_seq_len"},
-        {"rms_norm_eps", "-1", PL_ERR_FORMAT, "norm_eps"},
+        {"max_position_embeddings", "0", PL_ERR_FORMAT, "max_position_embeddings = 0"},
+        {"rms_norm_eps", "-1", PL_ERR_FORMAT, "rms_norm_eps = -1"},
         {"rms_norm_eps", "\"small\"", PL_ERR_FORMAT, "rms_norm_eps"},
         {"rope_theta", "0", PL_ERR_FORMAT, "rope_theta"},
         {"rope_theta", "1e300", PL_ERR_FORMAT, "rope_theta"},
-        {"eos_token_id", "6", PL_ERR_FORMAT, "eos_id"},
+        {"eos_token_id", "6", PL_ERR_FORMAT, "eos_token_id = 6"},
         {"eos_token_id", "[]", PL_ERR_FORMAT, "eos_token_id"},
         {"bos_token_id", "\"<s>\"", PL_ERR_FORMAT, "bos_token_id"},
         {"tie_word_embeddings", "1", PL_ERR_FORMAT, "tie_word_embeddings"},

@@ -101,7 +101,7 @@ static pl_status get_bos(const char *path, json_t *root, int dflt, int *out) {
 }
 
 /* Adds eos_token_id of obj (an id, a list of ids, or null) to c's EOS set; *given tells
- * whether the key was there at all. */
+ * whether the key was there at all. c->vocab_size must be read already. */
 static pl_status add_eos(const char *path, json_t *obj, pl_model_config *c, bool *given) {
     json_t *v = json_object_get(obj, "eos_token_id");
     *given = v != NULL;
@@ -116,7 +116,12 @@ static pl_status add_eos(const char *path, json_t *obj, pl_model_config *c, bool
                        ? pl_fail(PL_ERR_FORMAT, "%s: \"eos_token_id\"[%zu] is not a token id",
                                  path, i)
                        : pl_fail(PL_ERR_FORMAT, "%s: \"eos_token_id\" is not a token id", path);
-        if (json_integer_value(e) >= 0 && !pl_model_config_add_eos(c, (int)json_integer_value(e)))
+        json_int_t id = json_integer_value(e);
+        if (id < 0) continue;
+        if (id >= c->vocab_size) /* named here: the range check would blame config.json */
+            return pl_fail(PL_ERR_FORMAT, "%s: eos_token_id = %lld is outside the vocabulary "
+                           "(vocab_size = %d)", path, (long long)id, c->vocab_size);
+        if (!pl_model_config_add_eos(c, (int)id))
             return pl_fail(PL_ERR_FORMAT, "%s: \"eos_token_id\": more than %d end-of-text ids",
                            path, PL_MODEL_MAX_EOS);
     }

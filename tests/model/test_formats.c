@@ -301,6 +301,12 @@ Test(formats, hf_tied_embeddings_and_tokenizer_beside) {
     cr_assert_not_null(m->tokenizer_path);
     cr_assert_str_eq(m->tokenizer_path, pl_fixture_path(dir, "tokenizer.model"));
     pl_model_free(m);
+    /* with a tokenizer.json too (Llama 2 and Mistral directories ship both), the JSON one:
+     * Llama 3's and Qwen's byte-level BPE exists only as tokenizer.json */
+    cr_assert(pl_fixture_write_file(pl_fixture_path(dir, "tokenizer.json"), "{}", 2));
+    m = load(dir, PL_DTYPE_AUTO);
+    cr_assert_str_eq(m->tokenizer_path, pl_fixture_path(dir, "tokenizer.json"));
+    pl_model_free(m);
     /* the key left out and no lm_head: tied */
     pl_fixture_remove_dir(dir);
     dir = pl_test_tmpdir();

@@ -238,9 +238,7 @@ static void hf_index_seeds(const char *out, const char *tmp) {
             free(b[f]);
         }
         char name[64];
-        snprintf(name, sizeof name, "%s.bin",
-                 k < n_llama ? kinds[k].name : (const char *[]){"mistral", "qwen2",
-                                                                "qwen3"}[k - n_llama]);
+        snprintf(name, sizeof name, "%s.bin", kinds[k].name);
         write_seed(dir, name, buf, total, NULL, 0);
         free(buf);
         pl_model_free(m);

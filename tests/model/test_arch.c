@@ -171,6 +171,55 @@ Test(arch, size_figures_of_the_families) {
     PL_ASSERT_NO_LEAKS();
 }
 
+/* Parameters a config implies: every stored tensor's rows x cols, per layer where it is. */
+static uint64_t params_of(const pl_model_config *c, uint64_t *vector_params) {
+    uint64_t n = 0, v = 0;
+    for (int r = 0; r < PL_T_COUNT; r++) {
+        if (!pl_model_stores_tensor(c, (pl_tensor_role)r)) continue;
+        int rows, cols;
+        pl_model_tensor_shape(c, (pl_tensor_role)r, &rows, &cols);
+        uint64_t k = (uint64_t)rows * (uint64_t)cols *
+                     (pl_tensor_role_per_layer((pl_tensor_role)r) ? (uint64_t)c->n_layers : 1);
+        n += k;
+        if (pl_tensor_spec_of((pl_tensor_role)r)->storage == PL_STORE_F32) v += k;
+    }
+    *vector_params = v;
+    return n;
+}
+
+/* Real configs against their published parameter counts (the safetensors metadata of
+ * Llama-3.2-1B: 1,235,814,400; of Qwen2.5-0.5B: 494,032,768): the table's shapes, biases and
+ * tied output are right at scale, and so are the bytes (bf16 matrices, f32 norms and biases;
+ * every tensor there is a multiple of 64 bytes, so no padding). */
+Test(arch, published_parameter_counts) {
+    pl_model_config llama = {.arch = PL_ARCH_LLAMA, .dim = 2048, .hidden_dim = 8192,
+                             .n_layers = 16, .n_heads = 32, .n_kv_heads = 8, .head_dim = 64,
+                             .vocab_size = 128256, .max_seq_len = 131072, .norm_eps = 1e-5f,
+                             .rope_theta = 500000.0f, .rope_layout = 1,
+                             .rope_scaling = PL_ROPE_SCALING_LLAMA3, .rope_factor = 32.0f,
+                             .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+                             .rope_original_max_pos = 8192, .tied_embeddings = true,
+                             .bos_id = 128000, .eos_ids = {128001, 128008, 128009}, .n_eos = 3};
+    pl_model_config qwen = {.arch = PL_ARCH_QWEN2, .dim = 896, .hidden_dim = 4864,
+                            .n_layers = 24, .n_heads = 14, .n_kv_heads = 2, .head_dim = 64,
+                            .vocab_size = 151936, .max_seq_len = 32768, .norm_eps = 1e-6f,
+                            .rope_theta = 1000000.0f, .rope_layout = 1, .rope_factor = 1.0f,
+                            .tied_embeddings = true, .bos_id = 151643,
+                            .eos_ids = {151643}, .n_eos = 1};
+    const struct {
+        const pl_model_config *c;
+        uint64_t params;
+    } cases[] = {{&llama, 1235814400ull}, {&qwen, 494032768ull}};
+    for (int i = 0; i < 2; i++) {
+        uint64_t vec, n = params_of(cases[i].c, &vec), bytes;
+        cr_assert_eq(n, cases[i].params, "case %d: %llu parameters", i, (unsigned long long)n);
+        cr_assert_eq(pl_model_config_weight_bytes(cases[i].c, PL_WTYPE_BF16, &bytes), PL_OK,
+                     "%s", pl_last_error());
+        cr_assert_eq(bytes, 2 * (n - vec) + 4 * vec, "case %d: %llu bytes", i,
+                     (unsigned long long)bytes);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // weight storage types
 

@@ -40,10 +40,10 @@ static pl_status available_memory(pl_engine *e, size_t *out) {
 /* Bytes of weights where the backend keeps them: a device may store f32 weights narrower (CUDA
  * keeps f16), so counting the host copy would shrink the pool and refuse models that fit. */
 static pl_status stored_weight_bytes(const pl_engine *e, uint64_t *out) {
-    pl_dtype dt = e->model->tok_embed.dtype;
-    if (dt == PL_DTYPE_F32 && e->be->f32_weight_dtype != PL_DTYPE_AUTO)
-        dt = e->be->f32_weight_dtype;
-    return pl_model_config_weight_bytes(&e->model->cfg, dt, out);
+    pl_wtype wt = pl_model_weight(e->model, PL_T_TOKEN_EMBD, 0)->type;
+    if (wt == PL_WTYPE_F32 && e->be->f32_weight_dtype != PL_DTYPE_AUTO)
+        wt = pl_wtype_of_dtype(e->be->f32_weight_dtype);
+    return pl_model_config_weight_bytes(&e->model->cfg, wt, out);
 }
 
 /* Blocks for the KV pool: max_num_blocks, or what memory_threshold of the backend's memory
@@ -163,7 +163,7 @@ static pl_status load_tokenizer(pl_engine *e) {
         return pl_fail(PL_ERR_FORMAT,
                        "tokenizer %s has %d pieces but model %s has a vocabulary of %d", path, tv,
                        e->model->name, e->vocab);
-    if (e->eos_id < 0) e->eos_id = pl_tok_eos_id(e->tok);
+    if (e->n_eos == 0 && pl_tok_eos_id(e->tok) >= 0) e->eos_ids[e->n_eos++] = pl_tok_eos_id(e->tok);
     if (e->bos_id < 0) e->bos_id = pl_tok_bos_id(e->tok);
     return PL_OK;
 }
@@ -182,9 +182,9 @@ static pl_status engine_init(pl_engine *e) {
     PL_TRY(pl_model_load_within(c->model_path, &mo, e->be->is_host ? avail : 0, &e->model));
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
-    e->eos_id = mc->eos_id;
     e->bos_id = mc->bos_id;
-    e->bos_ends_text = mc->bos_ends_text;
+    e->n_eos = mc->n_eos;
+    memcpy(e->eos_ids, mc->eos_ids, sizeof e->eos_ids);
     e->max_model_len = c->max_model_len ? c->max_model_len : mc->max_seq_len;
     if (e->max_model_len > mc->max_seq_len)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
@@ -362,8 +362,7 @@ static int32_t sample_one(pl_engine *e, pl_sample *s, float *logits) {
     const pl_seq *q = &s->seq;
     int n_out = pl_seq_n_generated(q);
     if (n_out < p->min_tokens) { /* no end of text before min_tokens */
-        if (e->eos_id >= 0 && !p->ignore_eos) logits[e->eos_id] = -INFINITY;
-        if (e->bos_ends_text && e->bos_id >= 0 && !p->ignore_eos) logits[e->bos_id] = -INFINITY;
+        for (int i = 0; i < e->n_eos && !p->ignore_eos; i++) logits[e->eos_ids[i]] = -INFINITY;
         for (int i = 0; i < p->n_stop_ids; i++) logits[p->stop_ids[i]] = -INFINITY;
     }
     return pl_sampler_sample(&e->sampler, logits, p, q->tokens, q->n_prompt, n_out, &s->rng);

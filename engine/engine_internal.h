@@ -134,8 +134,10 @@ struct pl_engine {
     int max_model_len;
     int max_blocks_per_seq;
     int vocab;
-    int eos_id, bos_id;
-    bool bos_ends_text;
+    int bos_id;                       /* -1: none */
+    int eos_ids[PL_MODEL_MAX_EOS];    /* (n_eos) the ids that end a text (the model's set, or
+                                         the tokenizer's EOS when the model names none) */
+    int n_eos;
 
     atomic_uint_fast64_t next_id;
     pl_intake intake;
@@ -146,6 +148,13 @@ struct pl_engine {
     pl_engine_stats stats;
     pl_profiler prof;
 };
+
+/* Whether tok ends a text (ignore_eos aside). */
+static inline bool pl_engine_is_eos(const pl_engine *e, int32_t tok) {
+    for (int i = 0; i < e->n_eos; i++)
+        if (e->eos_ids[i] == tok) return true;
+    return false;
+}
 
 /* engine/output.c */
 pl_status pl_output_on_token(pl_engine *e, pl_sample *s, int32_t tok);

@@ -116,7 +116,8 @@ pl_status pl_engine_submit_request(pl_engine *e, const char *prompt,
     if (!prompt) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: prompt is NULL");
     if (!e->tok)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "submit: no tokenizer is loaded; give --tokenizer or submit token ids");
+                       "submit: no tokenizer is loaded (tokenizer_path is NULL and none was "
+                       "found beside the model); submit token ids instead");
     size_t len = strlen(prompt);
     if (len == 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: prompt is empty");
     PL_TRY(check_utf8(prompt, len));

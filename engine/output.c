@@ -73,7 +73,7 @@ static bool is_stop_id(const pl_engine *e, const pl_request *r, int32_t tok, int
     for (int i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] == tok) return true;
     if (p->ignore_eos) return false;
-    return tok == e->eos_id || (e->bos_ends_text && tok == e->bos_id);
+    return pl_engine_is_eos(e, tok);
 }
 
 /* The detokeniser holds back the bytes of an unfinished character; at the end they become

@@ -2,9 +2,14 @@
  * engine/runner.c - the layer loop: one flattened batch of prefill chunks and decode tokens
  * through the model on a backend, reading and writing KV through block tables.
  *
- *   embed -> [ rmsnorm -> q,k,v -> rope -> kv_store -> paged attention -> wo ->
- *              add+rmsnorm -> w1,w3 -> silu*mul -> w2 -> add+rmsnorm(next) ] x n_layers
- *         -> gather the sampled rows -> lm_head -> logits to host
+ *   embed -> [ rmsnorm -> q,k,v (+ biases: Qwen2) (-> per-head q/k rmsnorm: Qwen3) -> rope ->
+ *              kv_store -> paged attention (sliding window: Mistral) -> wo -> add+rmsnorm ->
+ *              gate,up -> silu*mul -> down -> add+rmsnorm(next) ] x n_layers
+ *         -> gather the sampled rows -> output projection -> logits to host
+ *
+ * The weights are uploaded and freed by one loop over the model's tensor slots (model/arch.h):
+ * norms and biases as f32 buffers, matrices through the backend's upload_weight, a tied
+ * output projection as the embedding's handle.
  *
  * The residual stream x stays in one buffer; each add_rmsnorm folds the previous block's
  * output into it and normalises for the next block, so there is no separate add pass.
@@ -20,16 +25,14 @@
 #include "util/dtype.h"
 #include "util/timer.h"
 
+/* A weight in backend memory: a matrix from upload_weight, or an f32 vector (norm, bias). */
 typedef struct dev_weight {
-    void *data;     /* backend memory (== host data for zero-copy backends) */
+    void *data;     /* backend memory (== host data for zero-copy backends); NULL: absent */
     const void *src;/* the host data it came from */
     pl_dtype dtype;
+    bool vector;    /* an f32 buffer from alloc (norms, biases), freed with free */
+    bool alias;     /* the tied output projection: the embedding's handle, not freed twice */
 } dev_weight;
-
-typedef struct dev_layer {
-    float *attn_norm, *ffn_norm; /* (dim) f32, backend memory */
-    dev_weight wq, wk, wv, wo, w1, w2, w3;
-} dev_layer;
 
 struct pl_runner {
     const pl_model *m;
@@ -37,9 +40,7 @@ struct pl_runner {
     pl_runner_limits lim;
     pl_kv_layout kv;
 
-    dev_weight tok_embed, lm_head;
-    float *final_norm;
-    dev_layer *layers;
+    dev_weight *w;   /* (pl_model_n_slots) as the model's slots (pl_model_slot) */
     float *inv_freq; /* (head_dim / 2) */
     void *kv_cache;
 
@@ -93,21 +94,14 @@ size_t pl_runner_workspace_bytes(const pl_model_config *cfg, const pl_runner_lim
 
 /* ---- create / destroy ---------------------------------------------------------------- */
 
-static pl_status up_weight(pl_runner *r, const pl_weight *w, dev_weight *out) {
-    size_t n = (size_t)w->rows * (size_t)w->cols;
-    out->src = w->data;
-    PL_TRY(r->be->ops->upload_weight(r->be, w->data, w->dtype, n, &out->data, &out->dtype));
-    return PL_OK;
+/* The slot of (role, layer) in r->w. */
+static dev_weight *dw(pl_runner *r, pl_tensor_role role, int layer) {
+    return &r->w[pl_model_slot(&r->m->cfg, role, layer)];
 }
 
-static void down_weight(pl_runner *r, dev_weight *w) {
-    if (w->data) r->be->ops->free_weight(r->be, w->data, w->src);
-    w->data = NULL;
-}
-
-static pl_status up_f32(pl_runner *r, const float *src, size_t n, float **out) {
-    PL_TRY(r->be->ops->alloc(r->be, n * sizeof(float), (void **)out));
-    return r->be->ops->upload(r->be, *out, src, n * sizeof(float));
+/* An f32 vector's device pointer (NULL when the model lacks the tensor). */
+static const float *dvec(pl_runner *r, pl_tensor_role role, int layer) {
+    return (const float *)dw(r, role, layer)->data;
 }
 
 static pl_status balloc(pl_runner *r, size_t n_bytes, const char *what, void **out) {
@@ -118,22 +112,42 @@ static pl_status balloc(pl_runner *r, size_t n_bytes, const char *what, void **o
     return PL_OK;
 }
 
+/* Makes the host weight w usable on the backend: vectors (f32 by the tensor table) into an
+ * f32 buffer, matrices through upload_weight when the backend multiplies their type. */
+static pl_status up_weight(pl_runner *r, const pl_weight *w, bool vector, dev_weight *out) {
+    pl_backend *be = r->be;
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    out->src = w->data;
+    out->vector = vector;
+    if (vector) {
+        PL_TRY(be->ops->alloc(be, n * sizeof(float), &out->data));
+        out->dtype = PL_DTYPE_F32;
+        return be->ops->upload(be, out->data, w->data, n * sizeof(float));
+    }
+    const pl_wtype_traits *t = pl_wtype_traits_of(w->type);
+    pl_dtype dt = pl_wtype_dtype(w->type);
+    if (!t || dt == PL_DTYPE_AUTO || !(t->backends & be->wtype_bit))
+        return pl_fail(PL_ERR_UNSUPPORTED, "backend %s cannot multiply %s weights",
+                       be->ops->name, pl_wtype_name(w->type));
+    return be->ops->upload_weight(be, w->data, dt, n, &out->data, &out->dtype);
+}
+
+static void down_weight(pl_runner *r, dev_weight *w) {
+    if (w->data && !w->alias) {
+        if (w->vector) r->be->ops->free(r->be, w->data);
+        else r->be->ops->free_weight(r->be, w->data, w->src);
+    }
+    w->data = NULL;
+}
+
 void pl_runner_destroy(pl_runner *r) {
     if (!r) return;
     pl_backend *be = r->be;
-    if (r->layers) {
-        for (int l = 0; l < r->m->cfg.n_layers; l++) {
-            dev_layer *L = &r->layers[l];
-            be->ops->free(be, L->attn_norm);
-            be->ops->free(be, L->ffn_norm);
-            dev_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) down_weight(r, ws[i]);
-        }
-        pl_free(r->layers);
+    if (r->w) {
+        size_t n = pl_model_n_slots(&r->m->cfg);
+        for (size_t s = 0; s < n; s++) down_weight(r, &r->w[s]);
+        pl_free(r->w);
     }
-    if (r->lm_head.data != r->tok_embed.data) down_weight(r, &r->lm_head);
-    down_weight(r, &r->tok_embed);
-    be->ops->free(be, r->final_norm);
     be->ops->free(be, r->inv_freq);
     be->ops->free(be, r->kv_cache);
     void *bufs[] = {r->x, r->xb, r->xb2, r->q, r->k, r->v, r->att, r->hb, r->hb2, r->xs,
@@ -146,31 +160,32 @@ void pl_runner_destroy(pl_runner *r) {
 static pl_status upload_model(pl_runner *r) {
     const pl_model *m = r->m;
     const pl_model_config *c = &m->cfg;
-    PL_TRY(up_weight(r, &m->tok_embed, &r->tok_embed));
-    if (c->tied_embeddings || m->lm_head.data == m->tok_embed.data)
-        r->lm_head = r->tok_embed;
-    else
-        PL_TRY(up_weight(r, &m->lm_head, &r->lm_head));
-    PL_TRY(up_f32(r, m->final_norm.data, (size_t)c->dim, &r->final_norm));
-    r->layers = pl_calloc((size_t)c->n_layers, sizeof(dev_layer));
-    if (!r->layers) return pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: layer table");
-    for (int l = 0; l < c->n_layers; l++) {
-        const pl_model_layer *H = &m->layers[l];
-        dev_layer *L = &r->layers[l];
-        PL_TRY(up_f32(r, H->attn_norm.data, (size_t)c->dim, &L->attn_norm));
-        PL_TRY(up_f32(r, H->ffn_norm.data, (size_t)c->dim, &L->ffn_norm));
-        PL_TRY(up_weight(r, &H->wq, &L->wq));
-        PL_TRY(up_weight(r, &H->wk, &L->wk));
-        PL_TRY(up_weight(r, &H->wv, &L->wv));
-        PL_TRY(up_weight(r, &H->wo, &L->wo));
-        PL_TRY(up_weight(r, &H->w1, &L->w1));
-        PL_TRY(up_weight(r, &H->w2, &L->w2));
-        PL_TRY(up_weight(r, &H->w3, &L->w3));
+    size_t n = pl_model_n_slots(c);
+    r->w = pl_calloc(n, sizeof *r->w);
+    if (!r->w) return pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: weight table");
+    for (size_t s = 0; s < n; s++) {
+        int layer;
+        pl_tensor_role role = pl_model_slot_role(c, s, &layer);
+        if (!pl_model_stores_tensor(c, role)) continue;
+        const pl_weight *w = &m->w[s];
+        if (!w->data)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: tensor %s of layer %d has no data",
+                           m->name, pl_tensor_spec_of(role)->hf, layer);
+        pl_status st = up_weight(r, w, pl_tensor_spec_of(role)->rows == PL_DIM_NONE, &r->w[s]);
+        if (st != PL_OK) return pl_fail_prefix(st, "%s: uploading %s", m->name,
+                                               pl_tensor_spec_of(role)->hf);
+    }
+    if (c->tied_embeddings) {
+        *dw(r, PL_T_OUTPUT, 0) = *dw(r, PL_T_TOKEN_EMBD, 0);
+        dw(r, PL_T_OUTPUT, 0)->alias = true;
     }
     float inv[1024];
-    if (c->head_dim / 2 > 1024) return pl_fail(PL_ERR_UNSUPPORTED, "head_dim %d > 2048", c->head_dim);
+    if (c->head_dim / 2 > 1024)
+        return pl_fail(PL_ERR_UNSUPPORTED, "head_dim %d > 2048", c->head_dim);
     pl_model_rope_inv_freq(c, inv);
-    return up_f32(r, inv, (size_t)(c->head_dim / 2 > 0 ? c->head_dim / 2 : 1), &r->inv_freq);
+    PL_TRY(balloc(r, (size_t)(c->head_dim / 2) * sizeof(float), "rope frequencies",
+                  (void **)&r->inv_freq));
+    return r->be->ops->upload(r->be, r->inv_freq, inv, (size_t)(c->head_dim / 2) * sizeof(float));
 }
 
 static pl_status alloc_workspace(pl_runner *r) {
@@ -322,38 +337,55 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
     if (b->n_copies > 0)
         OP(PL_OP_COPY, be->ops->copy_blocks(be, r->kv_cache, &r->kv, r->d_pairs, b->n_copies));
 
+    const pl_arch_info *arch = pl_arch_get(c->arch);
     pl_attn_batch ab = {
         .n_seqs = b->n_seqs, .n_tokens = T, .query_start = r->d_qstart,
         .context_lens = r->d_ctx, .block_tables = r->d_tables,
         .max_blocks_per_seq = r->lim.max_blocks_per_seq, .max_query_len = b->max_query_len,
         .max_context_len = b->max_context_len, .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads, .head_dim = hd, .block_size = r->lim.block_size,
-        .scale = 1.0f / sqrtf((float)hd),
+        .scale = 1.0f / sqrtf((float)hd), .sliding_window = c->sliding_window,
     };
+    const dev_weight *embd = dw(r, PL_T_TOKEN_EMBD, 0);
 
-    OP(PL_OP_EMBED, be->ops->embed(be, r->x, r->d_ids, T, r->tok_embed.data, r->tok_embed.dtype, D));
-    OP(PL_OP_NORM, be->ops->rmsnorm(be, r->xb, r->x, r->layers[0].attn_norm, T, D, c->norm_eps));
+    OP(PL_OP_EMBED, be->ops->embed(be, r->x, r->d_ids, T, embd->data, embd->dtype, D));
+    OP(PL_OP_NORM, be->ops->rmsnorm(be, r->xb, r->x, dvec(r, PL_T_ATTN_NORM, 0), T, D,
+                                    c->norm_eps));
     for (int l = 0; l < c->n_layers; l++) {
-        dev_layer *L = &r->layers[l];
         char *kc = (char *)r->kv_cache + 2 * (size_t)l * layer_elems * esz;
         char *vc = kc + layer_elems * esz;
 
-        const pl_matmul_part qkv[] = {part(r->q, &L->wq, qd), part(r->k, &L->wk, kvd),
-                                      part(r->v, &L->wv, kvd)};
+        const pl_matmul_part qkv[] = {part(r->q, dw(r, PL_T_ATTN_Q, l), qd),
+                                      part(r->k, dw(r, PL_T_ATTN_K, l), kvd),
+                                      part(r->v, dw(r, PL_T_ATTN_V, l), kvd)};
         PL_TRY(matmul_group(r, qkv, 3, r->xb, T, D));
+        if (arch->qkv_bias) { /* a linear layer's bias: timed with the products */
+            OP(PL_OP_MATMUL, be->ops->add_bias(be, r->q, dvec(r, PL_T_ATTN_Q_BIAS, l), T, qd));
+            OP(PL_OP_MATMUL, be->ops->add_bias(be, r->k, dvec(r, PL_T_ATTN_K_BIAS, l), T, kvd));
+            OP(PL_OP_MATMUL, be->ops->add_bias(be, r->v, dvec(r, PL_T_ATTN_V_BIAS, l), T, kvd));
+        }
+        if (arch->qk_norm) { /* each head of q and k normalised over head_dim, in place */
+            OP(PL_OP_NORM, be->ops->rmsnorm(be, r->q, r->q, dvec(r, PL_T_ATTN_Q_NORM, l),
+                                            T * c->n_heads, hd, c->norm_eps));
+            OP(PL_OP_NORM, be->ops->rmsnorm(be, r->k, r->k, dvec(r, PL_T_ATTN_K_NORM, l),
+                                            T * c->n_kv_heads, hd, c->norm_eps));
+        }
         OP(PL_OP_ROPE, be->ops->rope(be, r->q, r->k, r->d_pos, r->inv_freq, T, c->n_heads,
                                      c->n_kv_heads, hd, (pl_rope_layout)c->rope_layout));
         OP(PL_OP_KV_STORE, be->ops->kv_store(be, kc, vc, r->k, r->v, r->d_slots, T,
                                              c->n_kv_heads, hd, r->lim.block_size));
         OP(PL_OP_ATTENTION, be->ops->attention(be, r->att, r->q, kc, vc, &ab));
-        PL_TRY(matmul(r, r->xb2, r->att, &L->wo, T, qd, D));
-        OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, L->ffn_norm, T, D, c->norm_eps));
+        PL_TRY(matmul(r, r->xb2, r->att, dw(r, PL_T_ATTN_OUT, l), T, qd, D));
+        OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, dvec(r, PL_T_FFN_NORM, l),
+                                            T, D, c->norm_eps));
 
-        const pl_matmul_part gate_up[] = {part(r->hb, &L->w1, H), part(r->hb2, &L->w3, H)};
+        const pl_matmul_part gate_up[] = {part(r->hb, dw(r, PL_T_FFN_GATE, l), H),
+                                          part(r->hb2, dw(r, PL_T_FFN_UP, l), H)};
         PL_TRY(matmul_group(r, gate_up, 2, r->xb, T, D));
         OP(PL_OP_ACTIVATION, be->ops->silu_mul(be, r->hb, r->hb, r->hb2, (size_t)T * H));
-        PL_TRY(matmul(r, r->xb2, r->hb, &L->w2, T, H, D));
-        const float *next = l + 1 < c->n_layers ? r->layers[l + 1].attn_norm : r->final_norm;
+        PL_TRY(matmul(r, r->xb2, r->hb, dw(r, PL_T_FFN_DOWN, l), T, H, D));
+        const float *next = l + 1 < c->n_layers ? dvec(r, PL_T_ATTN_NORM, l + 1)
+                                                : dvec(r, PL_T_OUTPUT_NORM, 0);
         OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, next, T, D, c->norm_eps));
     }
     if (r->profiling) {
@@ -370,7 +402,7 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
 
     int S = b->n_sample;
     OP(PL_OP_LOGITS, be->ops->gather_rows(be, r->xs, r->xb, r->d_rows, S, D));
-    PL_TRY(matmul(r, r->logits, r->xs, &r->lm_head, S, D, c->vocab_size));
+    PL_TRY(matmul(r, r->logits, r->xs, dw(r, PL_T_OUTPUT, 0), S, D, c->vocab_size));
     PL_TRY(be->ops->download(be, out_logits, r->logits, (size_t)S * c->vocab_size * sizeof(float)));
     return be->ops->sync(be);
 }

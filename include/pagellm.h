@@ -125,7 +125,9 @@ typedef struct pl_engine_config {
     /* Model: a llama2.c .bin, a Hugging Face directory, a .gguf, or "dummy:NAME"
      * (random weights from seed; see pagellm --help for the names). Borrowed during create. */
     const char *model_path;
-    /* SentencePiece .model; NULL = look beside the model, else run on token ids only. */
+    /* SentencePiece .model; NULL = look beside the model (a Hugging Face directory's
+     * tokenizer.json, else tokenizer.model; beside a llama2.c file tok<vocab_size>.model, else
+     * tokenizer.model), else run on token ids only. */
     const char *tokenizer_path;
     pl_dtype weight_dtype;     /* AUTO keeps the stored type; F32/F16/BF16 convert at load */
     pl_dtype kv_dtype;         /* AUTO: f16 (half the bytes attention reads; f32 on request) */

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "util/status.h"
+#include "util/wtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -184,6 +185,9 @@ struct pl_backend {
     /* What upload_weight stores an f32 weight as; AUTO = as given (f32). CUDA: f16. The engine
      * sizes memory from it before any weight is uploaded. */
     pl_dtype f32_weight_dtype;
+    /* This backend's bit in util/wtype.h's table (PL_WTYPE_ON_REF/CPU/CUDA): the weight types
+     * whose row has it are the ones its matmul and embed take as stored. */
+    unsigned wtype_bit;
 };
 
 typedef struct pl_backend_options {

@@ -1,6 +1,6 @@
 /*
  * model/backing.c - what a pl_model's weights point into, and binding a stored tensor to a
- * pl_weight with dtype conversion.
+ * weight slot with type conversion.
  *
  * A model owns (through m->priv, a pl_model_backing) the file mappings its weights alias and
  * the heap blocks holding converted or generated tensors. pl_model_free releases all of it, so
@@ -15,7 +15,6 @@
 
 #include "model/model_internal.h"
 #include "util/alloc.h"
-#include "util/dtype.h"
 
 // ----------------------------------------------------------------------------
 // shell and ownership
@@ -26,9 +25,10 @@ pl_status pl_model_shell_create(const pl_model_config *cfg, const char *name, pl
     if (!m) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory", name);
     m->cfg = *cfg;
     m->priv = pl_calloc(1, sizeof(pl_model_backing));
-    m->layers = pl_calloc((size_t)(cfg->n_layers > 0 ? cfg->n_layers : 1), sizeof *m->layers);
+    /* the config is checked before a shell is made: n_layers is within its limit */
+    m->w = pl_calloc(pl_model_n_slots(cfg), sizeof *m->w);
     m->name = pl_strdup(name);
-    if (!m->priv || !m->layers || !m->name) {
+    if (!m->priv || !m->w || !m->name) {
         pl_model_free(m);
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory", name);
     }
@@ -46,7 +46,7 @@ void pl_model_free(pl_model *m) {
         pl_free(b->bufs);
         pl_free(b);
     }
-    pl_free(m->layers);
+    pl_free(m->w);
     pl_free(m->tokenizer_path);
     pl_free(m->name);
     pl_free(m);
@@ -88,71 +88,40 @@ pl_status pl_model_own_file(pl_model *m, pl_model_file *f) {
 }
 
 // ----------------------------------------------------------------------------
-// conversion
+// binding
 
-static void put(void *dst, pl_dtype t, size_t i, float v) {
-    if (t == PL_DTYPE_F32) {
-        ((float *)dst)[i] = v;
-    } else {
-        ((uint16_t *)dst)[i] = t == PL_DTYPE_F16 ? pl_f32_to_f16(v) : pl_f32_to_bf16(v);
-    }
-}
-
-/* dst: (n) elements of dt, aligned (own buffer); src: (n) elements of st, any alignment. */
-static void convert(void *dst, pl_dtype dt, const void *src, pl_dtype st, size_t n) {
-    const uint8_t *s = src;
-    if (dt == st) {
-        memcpy(dst, src, n * pl_dtype_size(st));
-        return;
-    }
-    switch (st) {
-    case PL_DTYPE_F32:
-        for (size_t i = 0; i < n; i++) {
-            float v;
-            memcpy(&v, s + 4 * i, 4);
-            put(dst, dt, i, v);
-        }
-        break;
-    case PL_DTYPE_F16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            put(dst, dt, i, pl_f16_to_f32(h));
-        }
-        break;
-    default: /* BF16 */
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            put(dst, dt, i, pl_bf16_to_f32(h));
-        }
-        break;
-    }
-}
-
-pl_status pl_model_bind(pl_model *m, pl_weight *w, const void *src, pl_dtype src_dtype, int rows,
-                        int cols, pl_dtype want, const char *name) {
-    pl_dtype dt = want == PL_DTYPE_AUTO ? src_dtype : want;
-    size_t ses = pl_dtype_size(src_dtype), des = pl_dtype_size(dt);
-    if (!ses || !des || rows <= 0 || cols <= 0)
+pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void *src,
+                        pl_wtype src_type, pl_wtype matrices, const char *name) {
+    int rows, cols;
+    pl_model_tensor_shape(&m->cfg, role, &rows, &cols);
+    pl_wtype dt = pl_model_tensor_type(role, matrices == PL_WTYPE_NONE ? src_type : matrices);
+    const pl_wtype_traits *st = pl_wtype_traits_of(src_type), *tt = pl_wtype_traits_of(dt);
+    if (!st || !tt || rows <= 0 || cols <= 0 || (dt != src_type && !tt->from_f32))
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: bad tensor %s (%d x %d, %s -> %s)", m->name,
-                       name, rows, cols, pl_dtype_name(src_dtype), pl_dtype_name(dt));
-    uint64_t n, bytes;
-    if (!pl_model_mul_ok((uint64_t)rows, (uint64_t)cols, &n) || !pl_model_mul_ok(n, des, &bytes) ||
-        bytes > SIZE_MAX)
+                       name, rows, cols, pl_wtype_name(src_type), pl_wtype_name(dt));
+    if (cols % st->block_elems != 0 || cols % tt->block_elems != 0)
+        return pl_fail(PL_ERR_FORMAT, "%s: tensor %s: rows of %d elements are not whole blocks "
+                       "of %s (%d) and %s (%d)", m->name, name, cols, st->name, st->block_elems,
+                       tt->name, tt->block_elems);
+    uint64_t n = (uint64_t)rows * (uint64_t)cols, bytes;
+    if (!pl_wtype_bytes(dt, n, &bytes) || bytes > SIZE_MAX)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: tensor %s (%d x %d) is too large", m->name,
                        name, rows, cols);
-    w->dtype = dt;
+    pl_weight *w = &m->w[pl_model_slot(&m->cfg, role, layer)];
+    w->type = dt;
     w->rows = rows;
     w->cols = cols;
-    if (dt == src_dtype && (uintptr_t)src % ses == 0) {
+    /* a plain float type is read in place only where aligned for its element; a block type's
+     * kernels read bytes */
+    size_t align = st->block_elems == 1 ? (size_t)st->block_bytes : 1;
+    if (dt == src_type && (uintptr_t)src % align == 0) {
         w->data = src;
         return PL_OK;
     }
     void *buf;
     pl_status s = pl_model_own_alloc(m, (size_t)bytes, &buf);
     if (s != PL_OK) return pl_fail_prefix(s, "tensor %s", name);
-    convert(buf, dt, src, src_dtype, (size_t)n);
+    pl_wtype_convert(buf, dt, src, src_type, (size_t)n);
     w->data = buf;
     return PL_OK;
 }

@@ -1,5 +1,6 @@
 /*
- * model/config.c - checking a model configuration, and llama2.c's fixed conventions.
+ * model/config.c - checking a model configuration, llama2.c's fixed conventions, and the
+ * rotary frequencies a config implies.
  *
  * Every loader fills a pl_model_config from its header and passes it here before computing a
  * single size: each field is range-checked on its own first (so a header claiming 10^9 layers
@@ -7,48 +8,64 @@
  * then the relations between fields (heads divide, ids inside the vocabulary).
  */
 #include <math.h>
+#include <string.h>
 
 #include "model/model_internal.h"
 
-static pl_status range(pl_status code, const char *what, const char *field, long long v,
-                       long long lo, long long hi) {
+/* The name a file gives field: keys holds (field, name) pairs, NULL-terminated. */
+static const char *named(const char *const *keys, const char *field) {
+    for (size_t i = 0; keys && keys[i] && keys[i + 1]; i += 2)
+        if (strcmp(keys[i], field) == 0) return keys[i + 1];
+    return field;
+}
+
+static pl_status range(pl_status code, const char *what, const char *const *keys,
+                       const char *field, long long v, long long lo, long long hi) {
     if (v >= lo && v <= hi) return PL_OK;
-    return pl_fail(code, "%s: %s = %lld is out of range [%lld, %lld]", what, field, v, lo, hi);
+    return pl_fail(code, "%s: %s = %lld is out of range [%lld, %lld]", what, named(keys, field),
+                   v, lo, hi);
 }
 
-static pl_status positive_finite(pl_status code, const char *what, const char *field, float v) {
+static pl_status positive_finite(pl_status code, const char *what, const char *const *keys,
+                                 const char *field, float v) {
     if (isfinite(v) && v > 0.0f) return PL_OK;
-    return pl_fail(code, "%s: %s = %g must be finite and positive", what, field, (double)v);
+    return pl_fail(code, "%s: %s = %g must be finite and positive", what, named(keys, field),
+                   (double)v);
 }
 
-pl_status pl_model_config_check(const pl_model_config *c, pl_status code, const char *what) {
-    PL_TRY(range(code, what, "dim", c->dim, 1, PL_MODEL_MAX_DIM));
-    PL_TRY(range(code, what, "hidden_dim", c->hidden_dim, 1, PL_MODEL_MAX_HIDDEN));
-    PL_TRY(range(code, what, "n_layers", c->n_layers, 1, PL_MODEL_MAX_LAYERS));
-    PL_TRY(range(code, what, "n_heads", c->n_heads, 1, PL_MODEL_MAX_HEADS));
-    PL_TRY(range(code, what, "n_kv_heads", c->n_kv_heads, 1, c->n_heads));
-    PL_TRY(range(code, what, "head_dim", c->head_dim, 2, PL_MODEL_MAX_HEAD_DIM));
-    PL_TRY(range(code, what, "vocab_size", c->vocab_size, 1, PL_MODEL_MAX_VOCAB));
-    PL_TRY(range(code, what, "max_seq_len", c->max_seq_len, 1, PL_MODEL_MAX_SEQ));
+pl_status pl_model_config_check(const pl_model_config *c, pl_status code, const char *what,
+                                const char *const *keys) {
+    const pl_arch_info *arch = pl_arch_get(c->arch);
+    if (!arch)
+        return pl_fail(code, "%s: arch = %d is not a known architecture", what, (int)c->arch);
+    PL_TRY(range(code, what, keys, "dim", c->dim, 1, PL_MODEL_MAX_DIM));
+    PL_TRY(range(code, what, keys, "hidden_dim", c->hidden_dim, 1, PL_MODEL_MAX_HIDDEN));
+    PL_TRY(range(code, what, keys, "n_layers", c->n_layers, 1, PL_MODEL_MAX_LAYERS));
+    PL_TRY(range(code, what, keys, "n_heads", c->n_heads, 1, PL_MODEL_MAX_HEADS));
+    PL_TRY(range(code, what, keys, "n_kv_heads", c->n_kv_heads, 1, c->n_heads));
+    PL_TRY(range(code, what, keys, "head_dim", c->head_dim, 2, PL_MODEL_MAX_HEAD_DIM));
+    PL_TRY(range(code, what, keys, "vocab_size", c->vocab_size, 1, PL_MODEL_MAX_VOCAB));
+    PL_TRY(range(code, what, keys, "max_seq_len", c->max_seq_len, 1, PL_MODEL_MAX_SEQ));
     if (c->n_heads % c->n_kv_heads != 0)
-        return pl_fail(code, "%s: n_heads = %d is not a multiple of n_kv_heads = %d", what,
-                       c->n_heads, c->n_kv_heads);
+        return pl_fail(code, "%s: %s = %d is not a multiple of %s = %d", what,
+                       named(keys, "n_heads"), c->n_heads, named(keys, "n_kv_heads"),
+                       c->n_kv_heads);
     if (c->head_dim % 2 != 0)
         return pl_fail(code, "%s: head_dim = %d must be even (RoPE rotates pairs)", what,
                        c->head_dim);
-    PL_TRY(positive_finite(code, what, "norm_eps", c->norm_eps));
-    PL_TRY(positive_finite(code, what, "rope_theta", c->rope_theta));
-    PL_TRY(range(code, what, "rope_layout", c->rope_layout, 0, 1));
+    PL_TRY(positive_finite(code, what, keys, "norm_eps", c->norm_eps));
+    PL_TRY(positive_finite(code, what, keys, "rope_theta", c->rope_theta));
+    PL_TRY(range(code, what, keys, "rope_layout", c->rope_layout, 0, 1));
     switch (c->rope_scaling) {
     case PL_ROPE_SCALING_NONE: break;
     case PL_ROPE_SCALING_LINEAR:
-        PL_TRY(positive_finite(code, what, "rope_scaling.factor", c->rope_factor));
+        PL_TRY(positive_finite(code, what, keys, "rope_scaling.factor", c->rope_factor));
         break;
     case PL_ROPE_SCALING_LLAMA3:
-        PL_TRY(positive_finite(code, what, "rope_scaling.factor", c->rope_factor));
-        PL_TRY(positive_finite(code, what, "rope_scaling.low_freq_factor",
+        PL_TRY(positive_finite(code, what, keys, "rope_scaling.factor", c->rope_factor));
+        PL_TRY(positive_finite(code, what, keys, "rope_scaling.low_freq_factor",
                                c->rope_low_freq_factor));
-        PL_TRY(positive_finite(code, what, "rope_scaling.high_freq_factor",
+        PL_TRY(positive_finite(code, what, keys, "rope_scaling.high_freq_factor",
                                c->rope_high_freq_factor));
         if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
             return pl_fail(code,
@@ -56,24 +73,35 @@ pl_status pl_model_config_check(const pl_model_config *c, pl_status code, const 
                            "low_freq_factor = %g",
                            what, (double)c->rope_high_freq_factor,
                            (double)c->rope_low_freq_factor);
-        PL_TRY(range(code, what, "rope_scaling.original_max_position_embeddings",
+        PL_TRY(range(code, what, keys, "rope_scaling.original_max_position_embeddings",
                      c->rope_original_max_pos, 1, PL_MODEL_MAX_SEQ));
         break;
     default:
         return pl_fail(code, "%s: rope_scaling = %d is not a known kind", what,
                        (int)c->rope_scaling);
     }
-    PL_TRY(range(code, what, "bos_id", c->bos_id, -1, (long long)c->vocab_size - 1));
-    PL_TRY(range(code, what, "eos_id", c->eos_id, -1, (long long)c->vocab_size - 1));
+    PL_TRY(range(code, what, keys, "sliding_window", c->sliding_window, 0, PL_MODEL_MAX_SEQ));
+    if (c->sliding_window > 0 && !arch->sliding_window)
+        return pl_fail(code, "%s: sliding_window = %d, but %s has no sliding-window attention",
+                       what, c->sliding_window, arch->hf_class);
+    PL_TRY(range(code, what, keys, "bos_id", c->bos_id, -1, (long long)c->vocab_size - 1));
+    PL_TRY(range(code, what, keys, "n_eos", c->n_eos, 0, PL_MODEL_MAX_EOS));
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] < 0 || c->eos_ids[i] >= c->vocab_size)
+            return pl_fail(code, "%s: %s = %d (EOS id %d of %d) is out of range [0, %d]", what,
+                           named(keys, "eos_id"), c->eos_ids[i], i + 1, c->n_eos,
+                           c->vocab_size - 1);
     return PL_OK;
 }
 
 pl_status pl_model_config_validate(const pl_model_config *cfg) {
     if (!cfg) return pl_fail(PL_ERR_INVALID_ARGUMENT, "model config: cfg is NULL");
-    return pl_model_config_check(cfg, PL_ERR_INVALID_ARGUMENT, "model config");
+    return pl_model_config_check(cfg, PL_ERR_INVALID_ARGUMENT, "model config", NULL);
 }
 
 void pl_model_config_llama2c_defaults(pl_model_config *c) {
+    c->arch = PL_ARCH_LLAMA;
+    c->sliding_window = 0;
     c->norm_eps = 1e-5f;
     c->rope_theta = 10000.0f;
     c->rope_layout = 0; /* interleaved pairs (2j, 2j+1), as run.c */
@@ -83,6 +111,43 @@ void pl_model_config_llama2c_defaults(pl_model_config *c) {
     c->rope_high_freq_factor = 0.0f;
     c->rope_original_max_pos = 0;
     c->bos_id = 1;
-    c->eos_id = 2;
-    c->bos_ends_text = true; /* stories end with BOS (id 1); EOS is never trained */
+    c->eos_ids[0] = 2;
+    c->eos_ids[1] = 1; /* stories end with BOS (id 1); EOS is never trained */
+    c->n_eos = 2;
 }
+
+bool pl_model_config_add_eos(pl_model_config *c, int id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id) return true;
+    if (c->n_eos >= PL_MODEL_MAX_EOS) return false;
+    c->eos_ids[c->n_eos++] = id;
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// rotary frequencies
+
+void pl_model_rope_inv_freq(const pl_model_config *cfg, float *out) {
+    int half = cfg->head_dim / 2;
+    /* Llama 3.1: wavelengths shorter than original_ctx / high_freq_factor keep their frequency,
+     * longer than original_ctx / low_freq_factor are slowed by factor, and the band between
+     * blends the two linearly in original_ctx / wavelength. */
+    double orig = cfg->rope_original_max_pos, lo = cfg->rope_low_freq_factor,
+           hi = cfg->rope_high_freq_factor, factor = cfg->rope_factor;
+    for (int j = 0; j < half; j++) {
+        double f = pow((double)cfg->rope_theta, -2.0 * j / cfg->head_dim);
+        if (cfg->rope_scaling == PL_ROPE_SCALING_LINEAR) {
+            f /= factor;
+        } else if (cfg->rope_scaling == PL_ROPE_SCALING_LLAMA3) {
+            double wavelen = 2.0 * M_PI / f;
+            if (wavelen > orig / lo) {
+                f /= factor;
+            } else if (wavelen >= orig / hi) {
+                double smooth = (orig / wavelen - lo) / (hi - lo);
+                f = (1.0 - smooth) * f / factor + smooth * f;
+            }
+        }
+        out[j] = (float)f;
+    }
+}
+

@@ -26,7 +26,7 @@ typedef struct preset {
     const char *name;
     int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len;
     int rope_layout; /* 0 interleaved (llama2.c), 1 rotate-half (HF) */
-    bool tied, bos_ends_text, f32_allowed;
+    bool tied, bos_ends_text, f32_allowed; /* bos_ends_text: llama2.c's stories */
 } preset;
 
 static const preset k_presets[] = {
@@ -66,55 +66,53 @@ static inline void pair(uint64_t key, size_t k, float center, float scale, float
     *b = center + scale * ((float)((h >> 8) & 0xffffffu) * U24 - 1.0f);
 }
 
-/* w: (rows, cols) of w->dtype, writable (allocated by pl_model_alloc). */
+/* w: (rows, cols) of w->type (a plain float type), writable (allocated by pl_model_alloc). */
 static void fill(const pl_weight *w, uint64_t key, float center, float scale) {
     size_t n = (size_t)w->rows * (size_t)w->cols;
     float a, b;
-    if (w->dtype == PL_DTYPE_F32) {
+    if (w->type == PL_WTYPE_F32) {
         float *d = (float *)w->data;
         for (size_t i = 0; i + 1 < n; i += 2) pair(key, i / 2, center, scale, &d[i], &d[i + 1]);
         if (n & 1) pair(key, n / 2, center, scale, &d[n - 1], &b);
-    } else if (w->dtype == PL_DTYPE_F16) {
-        uint16_t *d = (uint16_t *)w->data;
-        for (size_t i = 0; i < n; i += 2) {
-            pair(key, i / 2, center, scale, &a, &b);
-            d[i] = pl_f32_to_f16(a);
-            if (i + 1 < n) d[i + 1] = pl_f32_to_f16(b);
-        }
     } else {
+        uint16_t (*to16)(float) = w->type == PL_WTYPE_F16 ? pl_f32_to_f16 : pl_f32_to_bf16;
         uint16_t *d = (uint16_t *)w->data;
         for (size_t i = 0; i < n; i += 2) {
             pair(key, i / 2, center, scale, &a, &b);
-            d[i] = pl_f32_to_bf16(a);
-            if (i + 1 < n) d[i + 1] = pl_f32_to_bf16(b);
+            d[i] = to16(a);
+            if (i + 1 < n) d[i + 1] = to16(b);
         }
     }
 }
 
+/* Every stored tensor in model order, each from its own key: norms 1 +- 0.1, biases +-0.1,
+ * the embedding +-1, an untied output projection +-4/sqrt(dim), other matrices
+ * +-1/sqrt(fan_in). (The order and the keys are those of the original Llama-only generator,
+ * so the presets' weights did not change when the tensor table came.) */
 static void generate(pl_model *m, uint64_t seed) {
     const pl_model_config *c = &m->cfg;
     uint64_t base = mix(seed ^ 0x7061676c6c6dull); /* "paglm": seeds 0 and 1 differ widely */
     uint64_t id = 0;
-    float s_dim = 1.0f / sqrtf((float)c->dim);
-    float s_q = 1.0f / sqrtf((float)(c->n_heads * c->head_dim));
-    float s_hidden = 1.0f / sqrtf((float)c->hidden_dim);
-#define KEY() mix(base + (++id) * GOLDEN)
-    fill(&m->tok_embed, KEY(), 0.0f, 1.0f);
-    for (int l = 0; l < c->n_layers; l++) {
-        pl_model_layer *L = &m->layers[l];
-        fill(&L->attn_norm, KEY(), 1.0f, 0.1f);
-        fill(&L->wq, KEY(), 0.0f, s_dim);
-        fill(&L->wk, KEY(), 0.0f, s_dim);
-        fill(&L->wv, KEY(), 0.0f, s_dim);
-        fill(&L->wo, KEY(), 0.0f, s_q);
-        fill(&L->ffn_norm, KEY(), 1.0f, 0.1f);
-        fill(&L->w1, KEY(), 0.0f, s_dim);
-        fill(&L->w2, KEY(), 0.0f, s_hidden);
-        fill(&L->w3, KEY(), 0.0f, s_dim);
+    size_t n = pl_model_n_slots(c);
+    for (size_t s = 0; s < n; s++) {
+        int layer;
+        pl_tensor_role r = pl_model_slot_role(c, s, &layer);
+        if (!pl_model_stores_tensor(c, r)) continue;
+        const pl_tensor_spec *t = pl_tensor_spec_of(r);
+        const pl_weight *w = &m->w[s];
+        uint64_t key = mix(base + (++id) * GOLDEN);
+        if (t->rows == PL_DIM_NONE && r != PL_T_ATTN_Q_BIAS && r != PL_T_ATTN_K_BIAS &&
+            r != PL_T_ATTN_V_BIAS)
+            fill(w, key, 1.0f, 0.1f);
+        else if (t->rows == PL_DIM_NONE)
+            fill(w, key, 0.0f, 0.1f);
+        else if (r == PL_T_TOKEN_EMBD)
+            fill(w, key, 0.0f, 1.0f);
+        else if (r == PL_T_OUTPUT)
+            fill(w, key, 0.0f, 4.0f / sqrtf((float)c->dim));
+        else
+            fill(w, key, 0.0f, 1.0f / sqrtf((float)w->cols));
     }
-    fill(&m->final_norm, KEY(), 1.0f, 0.1f);
-    if (!c->tied_embeddings) fill(&m->lm_head, KEY(), 0.0f, 4.0f * s_dim);
-#undef KEY
 }
 
 // ----------------------------------------------------------------------------
@@ -151,8 +149,8 @@ pl_status pl_model_dummy_config(const char *name, pl_model_config *out) {
     c.rope_factor = 1.0f;
     c.tied_embeddings = p->tied;
     c.bos_id = 1;
-    c.eos_id = 2;
-    c.bos_ends_text = p->bos_ends_text;
+    c.eos_ids[c.n_eos++] = 2;
+    if (p->bos_ends_text) c.eos_ids[c.n_eos++] = 1;
     *out = c;
     return PL_OK;
 }
@@ -164,15 +162,16 @@ pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt
     const preset *p = find_preset(name);
     char full[96];
     snprintf(full, sizeof full, "dummy:%s", p->name);
-    pl_dtype dt = opt->dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : opt->dtype;
+    pl_wtype dt = opt->dtype == PL_DTYPE_AUTO ? PL_WTYPE_F32 : pl_wtype_of_dtype(opt->dtype);
     /* before a byte is generated */
     PL_TRY(pl_model_check_weight_limit(full, &c, dt, max_weight_bytes));
-    if (dt == PL_DTYPE_F32 && !p->f32_allowed) {
-        pl_model probe = {.cfg = c};
-        double n = (double)pl_model_matmul_params(&probe) + (double)c.vocab_size * c.dim;
+    if (dt == PL_WTYPE_F32 && !p->f32_allowed) {
+        uint64_t f32_b, f16_b;
+        PL_TRY(pl_model_config_weight_bytes(&c, PL_WTYPE_F32, &f32_b));
+        PL_TRY(pl_model_config_weight_bytes(&c, PL_WTYPE_F16, &f16_b));
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: f32 weights would take %.1f GiB; load it "
-                       "with dtype f16 or bf16 (%.1f GiB)", full, 4.0 * n / (1 << 30),
-                       2.0 * n / (1 << 30));
+                       "with dtype f16 or bf16 (%.1f GiB)", full, (double)f32_b / (1 << 30),
+                       (double)f16_b / (1 << 30));
     }
     pl_model *m;
     PL_TRY(pl_model_alloc(&c, dt, full, &m));

@@ -14,6 +14,9 @@
  * shared_classifier flag, zero padding; then fp32 rms_att, rms_ffn, rms_final,
  * token_embedding, wq, wk, wv, wo, w1, w2, w3 and wcls when not shared. No RoPE tables.
  *
+ * Both orders are columns of the tensor table (model/arch.c); this file walks them. A
+ * tokenizer beside the file is found by llama2.c's names (find_tokenizer).
+ *
  * Validation order, so hostile headers fail on the field and never on an allocation: each
  * header field is range-checked (pl_model_config_check), then the exact file size the header
  * implies is computed in checked uint64 arithmetic and compared with the file's size. Only then
@@ -40,122 +43,86 @@ static int32_t rd_i32(const uint8_t *p) {
     return v;
 }
 
-/* The tensors in file order. */
-typedef enum {
-    T_EMBED,
-    T_ATT_NORM,
-    T_WQ,
-    T_WK,
-    T_WV,
-    T_WO,
-    T_FFN_NORM,
-    T_W1,
-    T_W2,
-    T_W3,
-    T_FINAL_NORM,
-    T_FREQ, /* freq_cis_real + freq_cis_imag: skipped */
-    T_WCLS,
-} tensor_kind;
+/* Positions in the two file orders come from the tensor table (model/arch.c); the legacy
+ * format alone also stores RoPE tables, at this position, which are skipped. */
+#define LEGACY_FREQ_POS 11
+#define MAX_POS 13
 
-static const char *const kind_name[] = {"token_embedding", "rms_att", "wq", "wk", "wv",
-                                        "wo", "rms_ffn", "w1", "w2", "w3", "rms_final",
-                                        "freq_cis", "wcls"};
-
-static const tensor_kind legacy_order[] = {T_EMBED, T_ATT_NORM, T_WQ, T_WK, T_WV, T_WO,
-                                           T_FFN_NORM, T_W1, T_W2, T_W3, T_FINAL_NORM,
-                                           T_FREQ, T_WCLS};
-static const tensor_kind v1_order[] = {T_ATT_NORM, T_FFN_NORM, T_FINAL_NORM, T_EMBED, T_WQ,
-                                       T_WK, T_WV, T_WO, T_W1, T_W2, T_W3, T_WCLS};
-
-/* Shape of one layer's (or the model's) tensor of this kind; *per_layer tells whether the
- * file stacks n_layers of them. */
-static void shape(const pl_model_config *c, tensor_kind k, int *rows, int *cols,
-                  bool *per_layer) {
-    int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
-    *rows = *cols = 0;
-    *per_layer = true;
-    switch (k) {
-    case T_EMBED: *rows = c->vocab_size; *cols = c->dim; *per_layer = false; break;
-    case T_ATT_NORM:
-    case T_FFN_NORM: *rows = 1; *cols = c->dim; break;
-    case T_WQ: *rows = q; *cols = c->dim; break;
-    case T_WK:
-    case T_WV: *rows = kv; *cols = c->dim; break;
-    case T_WO: *rows = c->dim; *cols = q; break;
-    case T_W1:
-    case T_W3: *rows = c->hidden_dim; *cols = c->dim; break;
-    case T_W2: *rows = c->dim; *cols = c->hidden_dim; break;
-    case T_FINAL_NORM: *rows = 1; *cols = c->dim; *per_layer = false; break;
-    case T_FREQ: *rows = 2 * c->max_seq_len; *cols = c->head_dim / 2; *per_layer = false; break;
-    case T_WCLS:
-        *rows = c->tied_embeddings ? 0 : c->vocab_size;
-        *cols = c->dim;
-        *per_layer = false;
-        break;
+/* The tensor at file position pos of the format, or NULL (the RoPE tables, or nothing). */
+static const pl_tensor_spec *at_position(int pos, bool v1) {
+    for (int r = 0; r < PL_T_COUNT; r++) {
+        const pl_tensor_spec *t = pl_tensor_spec_of((pl_tensor_role)r);
+        if ((v1 ? t->l2c_v1 : t->l2c_legacy) == pos) return t;
     }
+    return NULL;
 }
 
-static pl_weight *target(pl_model *m, tensor_kind k, int l) {
-    pl_model_layer *L = &m->layers[l];
-    switch (k) {
-    case T_EMBED: return &m->tok_embed;
-    case T_ATT_NORM: return &L->attn_norm;
-    case T_WQ: return &L->wq;
-    case T_WK: return &L->wk;
-    case T_WV: return &L->wv;
-    case T_WO: return &L->wo;
-    case T_FFN_NORM: return &L->ffn_norm;
-    case T_W1: return &L->w1;
-    case T_W2: return &L->w2;
-    case T_W3: return &L->w3;
-    case T_FINAL_NORM: return &m->final_norm;
-    case T_WCLS: return &m->lm_head;
-    default: return NULL;
-    }
+/* Elements the tensor at position pos takes in the file: every layer's copy for a per-layer
+ * tensor, nothing for an absent classifier. */
+static uint64_t position_elems(const pl_model_config *c, int pos, bool v1) {
+    if (!v1 && pos == LEGACY_FREQ_POS)
+        return 2 * (uint64_t)c->max_seq_len * (uint64_t)(c->head_dim / 2);
+    const pl_tensor_spec *t = at_position(pos, v1);
+    if (!t || !pl_model_stores_tensor(c, t->role)) return 0;
+    int rows, cols;
+    pl_model_tensor_shape(c, t->role, &rows, &cols);
+    uint64_t n = (uint64_t)rows * (uint64_t)cols;
+    return pl_tensor_role_per_layer(t->role) ? n * (uint64_t)c->n_layers : n;
 }
 
-/* Bytes the tensors in `order` take after the header; false on overflow (impossible within
- * the config limits, checked anyway). */
-static bool data_bytes(const pl_model_config *c, const tensor_kind *order, size_t n,
-                       uint64_t *out) {
+/* Bytes of f32 data after the header; false on overflow (impossible within the config limits,
+ * checked anyway). */
+static bool data_bytes(const pl_model_config *c, bool v1, uint64_t *out) {
     uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        int rows, cols;
-        bool per_layer;
-        shape(c, order[i], &rows, &cols, &per_layer);
-        uint64_t e;
-        if (!pl_model_mul_ok((uint64_t)rows, (uint64_t)cols, &e) ||
-            !pl_model_mul_ok(e, per_layer ? (uint64_t)c->n_layers : 1u, &e) ||
-            !pl_model_mul_ok(e, 4, &e) || !pl_model_add_ok(total, e, &total))
+    for (int pos = 0; pos < MAX_POS; pos++) {
+        uint64_t b;
+        if (!pl_model_mul_ok(position_elems(c, pos, v1), 4, &b) ||
+            !pl_model_add_ok(total, b, &total))
             return false;
     }
     *out = total;
     return true;
 }
 
-/* Points the model's weights into the mapping (or converts), tensor by tensor. */
-static pl_status bind_all(pl_model *m, const uint8_t *p, const tensor_kind *order, size_t n,
-                          pl_dtype want) {
+/* Points the model's weights into the mapping (or converts), tensor by tensor in file order. */
+static pl_status bind_all(pl_model *m, const uint8_t *p, bool v1, pl_wtype want) {
     const pl_model_config *c = &m->cfg;
-    for (size_t i = 0; i < n; i++) {
-        int rows, cols;
-        bool per_layer;
-        shape(c, order[i], &rows, &cols, &per_layer);
-        size_t bytes = (size_t)rows * (size_t)cols * 4;
+    for (int pos = 0; pos < MAX_POS; pos++) {
+        const pl_tensor_spec *t = at_position(pos, v1);
+        uint64_t elems = position_elems(c, pos, v1);
+        if (!t || elems == 0) {
+            p += elems * 4; /* the RoPE tables, or an absent classifier */
+            continue;
+        }
+        bool per_layer = pl_tensor_role_per_layer(t->role);
         int n_rep = per_layer ? c->n_layers : 1;
-        for (int l = 0; l < n_rep && bytes > 0; l++, p += bytes) {
-            pl_weight *w = target(m, order[i], l);
-            if (!w) continue; /* the RoPE tables */
-            bool norm = order[i] == T_ATT_NORM || order[i] == T_FFN_NORM ||
-                        order[i] == T_FINAL_NORM;
+        size_t bytes = (size_t)(elems / (uint64_t)n_rep) * 4;
+        for (int l = 0; l < n_rep; l++, p += bytes) {
             char name[64];
-            snprintf(name, sizeof name, per_layer ? "%s[%d]" : "%s", kind_name[order[i]], l);
-            PL_TRY(pl_model_bind(m, w, p, PL_DTYPE_F32, rows, cols,
-                                 norm ? PL_DTYPE_F32 : want, name));
+            snprintf(name, sizeof name, per_layer ? "%s[%d]" : "%s", t->llama2c, l);
+            PL_TRY(pl_model_bind(m, t->role, l, p, PL_WTYPE_F32, want, name));
         }
     }
-    if (c->tied_embeddings) m->lm_head = m->tok_embed;
+    pl_model_tie_output(m);
     return PL_OK;
+}
+
+/* llama2.c's convention: tok<vocab>.model beside the checkpoint (tok512.model for
+ * stories260K), else tokenizer.model (Llama's 32000 pieces, for the stories15M-110M models). */
+static pl_status find_tokenizer(pl_model *m, const char *path) {
+    char dir[4096], own[32];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir) return PL_OK; /* a path this long has no neighbours we can name */
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (n == 0) snprintf(dir, sizeof dir, "/");
+    else {
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    snprintf(own, sizeof own, "tok%d.model", m->cfg.vocab_size);
+    const char *const names[] = {own, "tokenizer.model", NULL};
+    return pl_model_find_tokenizer(m, dir, names);
 }
 
 static pl_status load(pl_model_file *f, const pl_model_load_options *opt, uint64_t limit,
@@ -212,13 +179,10 @@ static pl_status load(pl_model_file *f, const pl_model_load_options *opt, uint64
         return pl_fail(PL_ERR_FORMAT, "%s: dim = %d is not a multiple of n_heads = %d", path,
                        c.dim, c.n_heads);
     c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
-    PL_TRY(pl_model_config_check(&c, PL_ERR_FORMAT, path));
+    PL_TRY(pl_model_config_check(&c, PL_ERR_FORMAT, path, NULL));
 
-    const tensor_kind *order = v1 ? v1_order : legacy_order;
-    size_t n_order = v1 ? sizeof v1_order / sizeof v1_order[0]
-                        : sizeof legacy_order / sizeof legacy_order[0];
     uint64_t need;
-    if (!data_bytes(&c, order, n_order, &need) || !pl_model_add_ok(need, header, &need))
+    if (!data_bytes(&c, v1, &need) || !pl_model_add_ok(need, header, &need))
         return pl_fail(PL_ERR_FORMAT, "%s: header sizes overflow", path);
     if ((uint64_t)f->size != need)
         return pl_fail(PL_ERR_FORMAT,
@@ -231,13 +195,15 @@ static pl_status load(pl_model_file *f, const pl_model_load_options *opt, uint64
                        f->size);
 
     /* the file is f32; AUTO keeps it so (mapped), else matrices are converted at bind */
-    PL_TRY(pl_model_check_weight_limit(
-        path, &c, opt->dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : opt->dtype, limit));
+    pl_wtype want = pl_wtype_of_dtype(opt->dtype);
+    PL_TRY(pl_model_check_weight_limit(path, &c, want == PL_WTYPE_NONE ? PL_WTYPE_F32 : want,
+                                       limit));
 
     pl_model *m;
     PL_TRY(pl_model_shell_create(&c, path, &m));
-    pl_status s = bind_all(m, f->data + header, order, n_order, opt->dtype);
+    pl_status s = bind_all(m, f->data + header, v1, want);
     if (s == PL_OK) s = pl_model_own_file(m, f);
+    if (s == PL_OK) s = find_tokenizer(m, path);
     if (s != PL_OK) {
         pl_model_free(m);
         return s;

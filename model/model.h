@@ -1,13 +1,20 @@
 /*
- * model/model.h - a LLaMA-family decoder's configuration and host weights, and its loaders.
+ * model/model.h - a decoder model's configuration and host weights, and its loaders.
  *
- * The model is RMSNorm -> attention (RoPE, grouped-query) -> residual -> RMSNorm -> SwiGLU
- * FFN -> residual, n_layers times, then a final RMSNorm and the output projection.
+ * The model is RMSNorm -> attention (RoPE, grouped-query; q/k/v biases in Qwen2, per-head q/k
+ * RMSNorm in Qwen3, a sliding window in Mistral) -> residual -> RMSNorm -> SwiGLU FFN ->
+ * residual, n_layers times, then a final RMSNorm and the output projection. Which tensors a
+ * model has, their shapes and their names in each file format are data: model/arch.h. The
+ * weights live in one array indexed by (role, layer) through pl_model_weight.
  *
  * Loaders validate every size and offset against the file length before touching data, and
- * memory-map where the format allows (the weights then point into the mapping). Norm weights
- * are always f32 (converted at load); matrices keep the stored type unless a dtype is asked
- * for. Nothing here knows about backends: the runner uploads what it needs.
+ * memory-map where the format allows (the weights then point into the mapping). Norms and
+ * biases are always f32 (converted at load); matrices keep the stored type unless a dtype is
+ * asked for. Nothing here knows about backends: the runner uploads what it needs.
+ *
+ * The module: model.c (the front door: picks a loader by path) -> load_hf.c, load_llama2c.c,
+ * dummy.c (one per source) -> the helpers they share (config.c, weights.c, backing.c,
+ * file_map.c, safetensors.c, arch.c); the arrows run one way.
  */
 #ifndef PL_MODEL_H
 #define PL_MODEL_H
@@ -16,7 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/arch.h"
 #include "util/status.h"
+#include "util/wtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,16 +37,19 @@ typedef enum pl_rope_scaling_kind {
     PL_ROPE_SCALING_LLAMA3 = 2, /* Llama 3.1 frequency-dependent scaling */
 } pl_rope_scaling_kind;
 
+#define PL_MODEL_MAX_EOS 16
+
 typedef struct pl_model_config {
+    pl_arch arch;     /* the family: which tensors exist and how they combine (model/arch.h) */
     int dim;          /* hidden size */
     int hidden_dim;   /* FFN inner size */
     int n_layers;
     int n_heads;
     int n_kv_heads;   /* n_heads % n_kv_heads == 0 */
-    int head_dim;     /* usually dim / n_heads */
+    int head_dim;     /* dim / n_heads unless the config says otherwise (Qwen3) */
     int vocab_size;
     int max_seq_len;  /* the model's context length */
-    float norm_eps;   /* RMSNorm epsilon (1e-5 for llama2.c) */
+    float norm_eps;   /* RMSNorm epsilon (1e-5 for llama2.c); also the q/k norms' */
     float rope_theta; /* 10000 for Llama 1/2 */
     int rope_layout;  /* a pl_rope_layout value: 0 interleaved (llama2.c), 1 rotate-half (HF) */
     pl_rope_scaling_kind rope_scaling;
@@ -45,42 +57,78 @@ typedef struct pl_model_config {
     float rope_low_freq_factor;    /* llama3 */
     float rope_high_freq_factor;   /* llama3 */
     int rope_original_max_pos;     /* llama3 */
-    bool tied_embeddings;          /* lm_head shares tok_embed's data */
+    int sliding_window;            /* 0 = none; else a position attends to itself and the
+                                      sliding_window - 1 before it (Mistral) */
+    bool tied_embeddings;          /* the output projection shares the embedding's data */
     int bos_id;                    /* -1 if none */
-    int eos_id;                    /* -1 if none */
-    bool bos_ends_text;            /* llama2.c models emit BOS at the end of a story */
+    int eos_ids[PL_MODEL_MAX_EOS]; /* (n_eos) ids that end a text: config.json's and
+                                      generation_config.json's eos_token_id (an id or a list);
+                                      for llama2.c models EOS 2 and BOS 1 (a story ends with
+                                      BOS: EOS was never trained) */
+    int n_eos;                     /* 0 = none known (the tokenizer's EOS is used) */
 } pl_model_config;
 
-/* A host tensor: row-major (rows, cols) of dtype, at data. */
+/* A host tensor: row-major (rows, cols) of type, at data; a vector has rows 1. An absent
+ * tensor has data NULL. */
 typedef struct pl_weight {
     const void *data;
-    pl_dtype dtype;
+    pl_wtype type;
     int rows;
     int cols;
 } pl_weight;
 
-typedef struct pl_model_layer {
-    pl_weight attn_norm; /* (1, dim) f32 */
-    pl_weight wq;        /* (n_heads * head_dim, dim) */
-    pl_weight wk;        /* (n_kv_heads * head_dim, dim) */
-    pl_weight wv;        /* (n_kv_heads * head_dim, dim) */
-    pl_weight wo;        /* (dim, n_heads * head_dim) */
-    pl_weight ffn_norm;  /* (1, dim) f32 */
-    pl_weight w1;        /* gate (hidden_dim, dim) */
-    pl_weight w2;        /* down (dim, hidden_dim) */
-    pl_weight w3;        /* up (hidden_dim, dim) */
-} pl_model_layer;
-
 typedef struct pl_model {
     pl_model_config cfg;
-    pl_weight tok_embed;   /* (vocab_size, dim) */
-    pl_model_layer *layers;/* (n_layers) */
-    pl_weight final_norm;  /* (1, dim) f32 */
-    pl_weight lm_head;     /* (vocab_size, dim); same data as tok_embed when tied */
-    char *tokenizer_path;  /* a tokenizer.model found beside the model, or NULL */
+    pl_weight *w;          /* (pl_model_n_slots(&cfg)) in model order: see pl_model_weight */
+    char *tokenizer_path;  /* a tokenizer found beside the model, or NULL */
     char *name;            /* file name or dummy preset, for messages */
     void *priv;            /* loader-owned backing: mapping, converted copies */
 } pl_model;
+
+// ----------------------------------------------------------------------------
+// tensors by role (the tables of model/arch.h applied to a config)
+
+/* Slots of the weight array: the embedding, n_layers x PL_T_N_LAYER layer tensors, the final
+ * norm and the output projection; a tensor the architecture lacks keeps a zeroed slot. */
+static inline size_t pl_model_n_slots(const pl_model_config *c) {
+    return 3 + (size_t)c->n_layers * PL_T_N_LAYER;
+}
+
+/* The slot of role in layer (layer is ignored for model-wide roles). */
+static inline size_t pl_model_slot(const pl_model_config *c, pl_tensor_role r, int layer) {
+    if (r == PL_T_TOKEN_EMBD) return 0;
+    if (pl_tensor_role_per_layer(r))
+        return 1 + (size_t)layer * PL_T_N_LAYER + (size_t)(r - PL_T_FIRST_LAYER);
+    return 1 + (size_t)c->n_layers * PL_T_N_LAYER + (size_t)(r - PL_T_OUTPUT_NORM);
+}
+
+/* The role and layer (-1 for model-wide) of a slot: the inverse of pl_model_slot. */
+static inline pl_tensor_role pl_model_slot_role(const pl_model_config *c, size_t slot,
+                                                int *layer) {
+    size_t layer_slots = (size_t)c->n_layers * PL_T_N_LAYER;
+    *layer = -1;
+    if (slot == 0) return PL_T_TOKEN_EMBD;
+    if (slot > layer_slots)
+        return (pl_tensor_role)(PL_T_OUTPUT_NORM + (int)(slot - 1 - layer_slots));
+    *layer = (int)((slot - 1) / PL_T_N_LAYER);
+    return (pl_tensor_role)(PL_T_FIRST_LAYER + (int)((slot - 1) % PL_T_N_LAYER));
+}
+
+static inline const pl_weight *pl_model_weight(const pl_model *m, pl_tensor_role r, int layer) {
+    return &m->w[pl_model_slot(&m->cfg, r, layer)];
+}
+
+/* Whether a model of c has the tensor of role: its architecture has it (biases, q/k norms);
+ * the output projection always exists (tied, it is the embedding's data). */
+bool pl_model_has_tensor(const pl_model_config *c, pl_tensor_role r);
+/* Whether the tensor has data of its own: it exists and is not the tied output projection. */
+bool pl_model_stores_tensor(const pl_model_config *c, pl_tensor_role r);
+/* The size of a config dimension (1 for PL_DIM_NONE). */
+int pl_model_dim(const pl_model_config *c, pl_dim d);
+/* The (rows, cols) of role in a model of c: rows 1 for a vector. */
+void pl_model_tensor_shape(const pl_model_config *c, pl_tensor_role r, int *rows, int *cols);
+/* The type a tensor of role is stored as when matrices are stored as `matrices`. */
+pl_wtype pl_model_tensor_type(pl_tensor_role r, pl_wtype matrices);
 
 typedef struct pl_model_load_options {
     pl_dtype dtype;        /* AUTO keeps the stored type of matrices; else convert */
@@ -102,19 +150,21 @@ pl_status pl_model_load_within(const char *path, const pl_model_load_options *op
                                uint64_t max_weight_bytes, pl_model **out);
 void pl_model_free(pl_model *m); /* NULL is a no-op */
 
-/* Checks a config: every dim inside generous limits (a header claiming 10^9 layers is refused
- * on that field), n_heads a multiple of n_kv_heads, head_dim even, eps/theta finite and
- * positive, rope scaling parameters sane, bos/eos inside the vocabulary or -1.
+/* Checks a config: a known architecture, every dim inside generous limits (a header claiming
+ * 10^9 layers is refused on that field), n_heads a multiple of n_kv_heads, head_dim even,
+ * eps/theta finite and positive, rope scaling parameters sane, the sliding window only where
+ * the architecture has one, bos and every EOS id inside the vocabulary (bos may be -1).
  * Errors: PL_ERR_INVALID_ARGUMENT naming the field, its value and the allowed range. */
 pl_status pl_model_config_validate(const pl_model_config *cfg);
 
-/* Allocates a model for cfg whose weights are zeroed, model-owned and writable (cast away the
- * const of pl_weight.data): norms f32, matrices (tok_embed, layers, lm_head) of `dtype`
- * (F32/F16/BF16), lm_head sharing tok_embed's data when cfg->tied_embeddings. For dummy
- * models and test fixtures that fill weights themselves. name is copied (for messages).
- * Errors: PL_ERR_INVALID_ARGUMENT (bad config or dtype), PL_ERR_OUT_OF_MEMORY (the message
+/* Allocates a model for cfg with every tensor its architecture has, zeroed, model-owned and
+ * writable (cast away the const of pl_weight.data): norms and biases f32, matrices of
+ * `matrices` (a type with a quantiser: F32/F16/BF16), the output projection sharing the
+ * embedding's data when cfg->tied_embeddings. For dummy models and test fixtures that fill
+ * weights themselves. name is copied (for messages).
+ * Errors: PL_ERR_INVALID_ARGUMENT (bad config or type), PL_ERR_OUT_OF_MEMORY (the message
  * gives the bytes needed; also when they exceed the machine's physical memory). */
-pl_status pl_model_alloc(const pl_model_config *cfg, pl_dtype dtype, const char *name,
+pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
                          pl_model **out);
 
 /* The names accepted after "dummy:", NULL-terminated. Static storage. */
@@ -127,17 +177,20 @@ pl_status pl_model_dummy_config(const char *name, pl_model_config *out);
  * inv_freq[j] = theta^(-2j / head_dim), then scaled. */
 void pl_model_rope_inv_freq(const pl_model_config *cfg, float *out);
 
-/* Bytes every weight of a model of cfg takes when its matrices are stored as dtype
- * (F32/F16/BF16) and its norms as f32: exactly what pl_model_alloc allocates, and what
- * pl_model_load_within checks max_weight_bytes against, so a model can be sized from its
- * config alone. Errors: PL_ERR_INVALID_ARGUMENT (bad config or dtype),
+/* Bytes every weight of a model of cfg takes when its matrices are stored as `matrices` and
+ * its norms and biases as f32, each tensor from a 64-byte boundary: exactly what
+ * pl_model_alloc allocates, and what pl_model_load_within checks max_weight_bytes against, so
+ * a model can be sized from its config alone. Sizes come from the type's blocks.
+ * Errors: PL_ERR_INVALID_ARGUMENT (bad config or type, a row that is not whole blocks),
  * PL_ERR_OUT_OF_MEMORY (the size overflows 64 bits). */
-pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_dtype dtype,
+pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matrices,
                                        uint64_t *out);
 
-/* Bytes of matrix weights (what decode streams per token), for benchmarks. */
+/* Bytes of the matrices decode streams per token (every matrix but the embedding, which is
+ * gathered, not multiplied; a tied output projection counts once), for benchmarks. */
 size_t pl_model_weight_bytes(const pl_model *m);
-/* Parameters in matrix products per token (2x this = matmul FLOPs per token). */
+/* Parameters in matrix products per token (2x this = matmul FLOPs per token): the elements of
+ * the same matrices. */
 size_t pl_model_matmul_params(const pl_model *m);
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 /*
  * model/model_internal.h - what the loaders in model/ share: memory-mapped files with bounds
  * checks, overflow-checked size arithmetic, the model's backing store (mappings and heap
- * blocks its weights point into), weight binding with dtype conversion, config checks.
+ * blocks its weights point into), weight binding with type conversion, config checks, the
+ * memory limit. The front door (model.c) calls the loaders; the loaders call only these.
  *
  * Invariants:
  * - A loader never reads a byte of a mapping before checking that [offset, offset + len) lies
@@ -63,7 +64,7 @@ typedef struct pl_model_backing {
     size_t n_bufs, cap_bufs;
 } pl_model_backing;
 
-/* Allocates a model shell: the struct, its layers (n_layers, zeroed weights), its backing and
+/* Allocates a model shell: the struct, its weight slots (all zeroed: absent), its backing and
  * a copy of name. Fails with PL_ERR_OUT_OF_MEMORY. */
 pl_status pl_model_shell_create(const pl_model_config *cfg, const char *name, pl_model **out);
 /* Allocates n_bytes owned by m (freed with it), zeroed, 64-byte aligned, and from 4 MiB on in
@@ -74,28 +75,49 @@ pl_status pl_model_own_alloc(pl_model *m, size_t n_bytes, void **out);
  * mapping is unmapped). */
 pl_status pl_model_own_file(pl_model *m, pl_model_file *f);
 
-/* Points w at a (rows, cols) tensor stored as src_dtype at src. When want is AUTO or equal to
- * src_dtype and src is aligned for its type, w aliases src (zero copy); otherwise the tensor
- * is converted into a buffer owned by m. `name` is only for messages. */
-pl_status pl_model_bind(pl_model *m, pl_weight *w, const void *src, pl_dtype src_dtype, int rows,
-                        int cols, pl_dtype want, const char *name);
+/* Points the slot of (role, layer) at the tensor stored as src_type at src, shaped as m->cfg
+ * says (pl_model_tensor_shape), in the type the table gives it: f32 for norms and biases,
+ * `matrices` for matrices (PL_WTYPE_NONE: as stored). When that is src_type and src is
+ * aligned for it, the weight aliases src (zero copy); otherwise the tensor is converted into a
+ * buffer owned by m. `name` is only for messages. */
+pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void *src,
+                        pl_wtype src_type, pl_wtype matrices, const char *name);
+/* Ties the output projection to the embedding (same data) when m->cfg.tied_embeddings. */
+void pl_model_tie_output(pl_model *m);
 
 /* ---- config checks (config.c) ---- */
-/* Checks every field of cfg against the limits above and the model's own rules (heads divide,
- * even head_dim, ids inside the vocabulary, finite positive eps/theta, sane rope scaling).
- * Fails with `code` and a message "<what>: <field> = <value> ...". */
-pl_status pl_model_config_check(const pl_model_config *cfg, pl_status code, const char *what);
-/* llama2.c's fixed conventions (eps 1e-5, theta 10000, interleaved RoPE, BOS 1 / EOS 2 with BOS
- * ending a story), on top of whatever dims cfg already holds. */
-void pl_model_config_llama2c_defaults(pl_model_config *cfg);
+/* Checks every field of cfg against the limits above and the model's own rules (a known
+ * architecture, heads divide, even head_dim, ids inside the vocabulary, finite positive
+ * eps/theta, sane rope scaling, a window only where the architecture has one). Fails with
+ * `code` and a message "<what>: <field> = <value> ...", the field called by its name in the
+ * file: keys holds (field, name in the file) pairs, NULL-terminated (NULL: the field names of
+ * pl_model_config). */
+pl_status pl_model_config_check(const pl_model_config *cfg, pl_status code, const char *what,
+                                const char *const *keys);
 
-/* ---- the memory limit (model.c) ---- */
+/* ---- Hugging Face config.json + generation_config.json (hf_config.c) ---- */
+/* Reads dir's config.json (and generation_config.json when present) into out, checked with
+ * pl_model_config_check. *tie_set tells whether config.json gave tie_word_embeddings.
+ * Errors: PL_ERR_IO, PL_ERR_FORMAT and PL_ERR_UNSUPPORTED naming the file and the key. */
+pl_status pl_model_hf_config(const char *dir, pl_model_config *out, bool *tie_set);
+/* llama2.c's fixed conventions (Llama, eps 1e-5, theta 10000, interleaved RoPE, BOS 1, and
+ * EOS 2 and BOS 1 ending a text: a story ends with BOS), on top of whatever dims cfg holds. */
+void pl_model_config_llama2c_defaults(pl_model_config *cfg);
+/* Adds id to cfg's EOS set unless it is there. False when the set is full. */
+bool pl_model_config_add_eos(pl_model_config *cfg, int id);
+
+/* ---- the memory limit (weights.c) ---- */
 /* With max_weight_bytes set (not 0), refuses (PL_ERR_OUT_OF_MEMORY, naming `name`, the bytes
- * and the limit) a model of cfg whose matrices will be stored as dtype (F32/F16/BF16, the type
- * after any conversion). Loaders call it once the header or config is checked and before any
- * weight is read, converted or generated, so a model that cannot fit costs nothing to refuse. */
+ * and the limit) a model of cfg whose matrices will be stored as `matrices` (the type after
+ * any conversion). Loaders call it once the header or config is checked and before any weight
+ * is read, converted or generated, so a model that cannot fit costs nothing to refuse. */
 pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
-                                      pl_dtype dtype, uint64_t max_weight_bytes);
+                                      pl_wtype matrices, uint64_t max_weight_bytes);
+
+/* ---- the tokenizer beside a model (tokenizer_beside.c) ---- */
+/* Sets m->tokenizer_path to the first of names (NULL-terminated) that is a readable file in
+ * dir, or leaves it NULL. Fails only with PL_ERR_OUT_OF_MEMORY. */
+pl_status pl_model_find_tokenizer(pl_model *m, const char *dir, const char *const *names);
 
 /* ---- loaders (max_weight_bytes: see pl_model_load_within) ---- */
 pl_status pl_model_load_llama2c(const char *path, const pl_model_load_options *opt,

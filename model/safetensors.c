@@ -35,13 +35,13 @@
 static const struct {
     const char *name;
     unsigned size;
-    pl_dtype type;
+    pl_wtype type;
 } k_dtypes[] = {
-    {"F32", 4, PL_DTYPE_F32},   {"F16", 2, PL_DTYPE_F16},   {"BF16", 2, PL_DTYPE_BF16},
-    {"F64", 8, PL_DTYPE_AUTO},  {"I64", 8, PL_DTYPE_AUTO},  {"U64", 8, PL_DTYPE_AUTO},
-    {"I32", 4, PL_DTYPE_AUTO},  {"U32", 4, PL_DTYPE_AUTO},  {"I16", 2, PL_DTYPE_AUTO},
-    {"U16", 2, PL_DTYPE_AUTO},  {"I8", 1, PL_DTYPE_AUTO},   {"U8", 1, PL_DTYPE_AUTO},
-    {"BOOL", 1, PL_DTYPE_AUTO}, {"F8_E4M3", 1, PL_DTYPE_AUTO}, {"F8_E5M2", 1, PL_DTYPE_AUTO},
+    {"F32", 4, PL_WTYPE_F32},   {"F16", 2, PL_WTYPE_F16},   {"BF16", 2, PL_WTYPE_BF16},
+    {"F64", 8, PL_WTYPE_NONE},  {"I64", 8, PL_WTYPE_NONE},  {"U64", 8, PL_WTYPE_NONE},
+    {"I32", 4, PL_WTYPE_NONE},  {"U32", 4, PL_WTYPE_NONE},  {"I16", 2, PL_WTYPE_NONE},
+    {"U16", 2, PL_WTYPE_NONE},  {"I8", 1, PL_WTYPE_NONE},   {"U8", 1, PL_WTYPE_NONE},
+    {"BOOL", 1, PL_WTYPE_NONE}, {"F8_E4M3", 1, PL_WTYPE_NONE}, {"F8_E5M2", 1, PL_WTYPE_NONE},
 };
 
 // ----------------------------------------------------------------------------
@@ -75,6 +75,35 @@ json_t *pl_model_json_loadb(const char *buf, size_t len, size_t flags, json_erro
     json_t *j = json_loadb(buf, len, flags, err);
     *out_of_memory = !j && (tl_json_oom || json_error_code(err) == json_error_out_of_memory);
     return j;
+}
+
+pl_status pl_model_json_load_file(const char *path, json_t **out) {
+    *out = NULL;
+    pl_model_file f;
+    PL_TRY(pl_model_file_map(path, &f));
+    pl_status s = PL_OK;
+    if (f.size > PL_MODEL_MAX_JSON_BYTES) {
+        s = pl_fail(PL_ERR_FORMAT, "%s: %zu bytes is too large for a JSON config", path, f.size);
+    } else {
+        json_error_t err;
+        bool oom;
+        *out = pl_model_json_loadb(f.size ? (const char *)f.data : "", f.size,
+                                   JSON_REJECT_DUPLICATES, &err, &oom);
+        if (!*out && oom)
+            s = pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory parsing %zu bytes of JSON",
+                        path, f.size);
+        else if (!*out)
+            s = pl_fail(PL_ERR_FORMAT, "%s: line %d column %d: %s", path, err.line, err.column,
+                        err.text);
+        else if (!json_is_object(*out))
+            s = pl_fail(PL_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    if (s != PL_OK) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    pl_model_file_unmap(&f);
+    return s;
 }
 
 // ----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ extern "C" {
 typedef struct pl_st_tensor {
     char *name;                      /* owned */
     char dtype[12];                  /* as written, e.g. "BF16" */
-    pl_dtype type;                   /* PL_DTYPE_AUTO when not F32/F16/BF16 */
+    pl_wtype type;                   /* PL_WTYPE_NONE when not F32/F16/BF16 */
     int rank;
     int64_t shape[PL_ST_MAX_RANK];   /* (rank) */
     const uint8_t *data;             /* inside the file's mapping; any alignment */
@@ -57,6 +57,13 @@ void pl_model_st_table_free(pl_st_table *tab);
  * paths, so a failed allocation on this thread during the parse counts too. */
 json_t *pl_model_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *err,
                             bool *out_of_memory);
+
+/* JSON files model/ reads (config.json, generation_config.json, indexes) are at most this. */
+#define PL_MODEL_MAX_JSON_BYTES (16u << 20)
+/* Maps path and parses it as one JSON object (duplicate keys refused) into *out (caller
+ * decrefs). Errors: PL_ERR_IO (cannot open), PL_ERR_FORMAT (too large, not JSON, not an
+ * object: the message names the file and the line), PL_ERR_OUT_OF_MEMORY. */
+pl_status pl_model_json_load_file(const char *path, json_t **out);
 
 #ifdef __cplusplus
 }

@@ -252,6 +252,7 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     be->ops = &cpu_ops;
     be->ctx = c;
     be->is_host = true;
+    be->wtype_bit = PL_WTYPE_ON_CPU;
     be->kv_dtype = kv;
     pl_cpu_isa best = pl_cpu_detect_isa();
     c->isa = isa < best ? isa : best;

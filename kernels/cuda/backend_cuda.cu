@@ -297,6 +297,7 @@ extern "C" pl_status pl_backend_cuda_create(const pl_backend_options *opt, pl_ba
     be->ops = &cuda_ops;
     be->ctx = c;
     be->is_host = false;
+    be->wtype_bit = PL_WTYPE_ON_CUDA;
     be->f32_weight_dtype = PL_DTYPE_F16; /* as cuda_upload_weight stores it */
     be->kv_dtype = kv;
     c->device = device;

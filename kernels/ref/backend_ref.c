@@ -313,6 +313,7 @@ pl_status pl_backend_ref_create(const pl_backend_options *opt, pl_backend **out)
     be->ops = &ref_ops;
     be->ctx = NULL;
     be->is_host = true;
+    be->wtype_bit = PL_WTYPE_ON_REF;
     be->kv_dtype = kv;
     *out = be;
     return PL_OK;

@@ -62,7 +62,7 @@ static pool_terms terms(void) {
     pool_terms t = {0};
     pl_model_config mc;
     cr_assert_eq(pl_model_dummy_config("tiny", &mc), PL_OK, "%s", pl_last_error());
-    cr_assert_eq(pl_model_config_weight_bytes(&mc, PL_DTYPE_F16, &t.weights), PL_OK, "%s",
+    cr_assert_eq(pl_model_config_weight_bytes(&mc, PL_WTYPE_F16, &t.weights), PL_OK, "%s",
                  pl_last_error());
     t.blocks_per_seq = (mc.max_seq_len + BLOCK_SIZE - 1) / BLOCK_SIZE;
     pl_runner_limits lim = {.max_tokens = MAX_TOKENS, .max_seqs = MAX_BATCH,

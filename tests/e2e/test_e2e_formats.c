@@ -136,7 +136,7 @@ static pl_model_config scaling_config(void) {
                              .n_kv_heads = 1, .head_dim = 16, .vocab_size = 64,
                              .max_seq_len = 256, .norm_eps = 1e-5f, .rope_theta = 10000.0f,
                              .rope_factor = 1.0f, .tied_embeddings = false, .bos_id = 1,
-                             .eos_id = 2};
+                             .eos_ids = {2}, .n_eos = 1};
 }
 
 static void dense_greedy(const pl_model *m, const int32_t *prompt, int32_t *out) {

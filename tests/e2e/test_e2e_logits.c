@@ -367,7 +367,8 @@ static pl_model *via_hf(const pl_model *m, pl_dtype dtype) {
     pl_model *got = NULL;
     cr_assert_eq(pl_model_load(dir, &(pl_model_load_options){.dtype = PL_DTYPE_AUTO}, &got),
                  PL_OK, "%s", pl_last_error());
-    cr_assert_eq(got->layers[0].wq.dtype, dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : dtype);
+    cr_assert_eq(pl_model_weight(got, PL_T_ATTN_Q, 0)->type,
+                 dtype == PL_DTYPE_AUTO ? PL_WTYPE_F32 : pl_wtype_of_dtype(dtype));
     pl_fixture_remove_dir(dir);
     return got;
 }
@@ -409,7 +410,8 @@ Test(logits, ref_and_cpu_agree_on_random_f16_and_bf16_models) {
 Test(logits, ref_and_cpu_agree_with_rope_scaling) {
     pl_model_config c = {.dim = 48, .hidden_dim = 61, .n_layers = 2, .n_heads = 3,
                          .n_kv_heads = 1, .head_dim = 16, .vocab_size = 40, .max_seq_len = 160,
-                         .norm_eps = 1e-5f, .rope_theta = 10000.0f, .bos_id = 1, .eos_id = 2};
+                         .norm_eps = 1e-5f, .rope_theta = 10000.0f, .bos_id = 1,
+                         .eos_ids = {2}, .n_eos = 1};
     for (int k = 0; k < 2; k++) {
         if (k == 0) pl_fixture_set_rope_linear(&c, 4.0f);
         else pl_fixture_set_rope_llama3(&c, 8.0f, 1.0f, 4.0f, 64);

@@ -3,14 +3,18 @@
  * PAGELLM_TEST_MODELS): greedy tokens from the engine equal the dense reference for 250+
  * tokens with the f32 and with the default f16 KV cache, on prompts that cross block
  * boundaries, batched and alone; the streamed text equals
- * the tokenizer's decode of the output ids; generation ends at the BOS the model emits.
+ * the tokenizer's decode of the output ids; generation ends at the BOS the model emits; the
+ * tokenizer beside the model file is found.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dense_ref.h"
 #include "e2e_util.h"
+#include "model_fixtures.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
@@ -226,5 +230,84 @@ Test(stories, stop_strings_end_the_text_and_are_never_streamed, .timeout = 120) 
     streamed_run_free(&full);
     streamed_run_free(&cut);
     pl_engine_destroy(e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ----------------------------------------------------------------------------
+// the tokenizer beside the model (issue 21)
+
+/* Greedy text of "Once upon a time" from an engine on model with tokenizer_path NULL (found
+ * beside the model or not at all): the completion's text, malloc'd, or NULL when submit is
+ * refused (the message is left in pl_last_error). */
+static char *once_upon_a_time(const char *model) {
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = model;
+    c.tokenizer_path = NULL;
+    c.n_threads = 2;
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 24;
+    char *text = NULL;
+    if (pl_engine_submit_request(e, "Once upon a time", &sp, NULL) == PL_OK) {
+        pl_completion *out;
+        size_t n;
+        cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK, "%s", pl_last_error());
+        cr_assert_eq(n, 1);
+        text = strdup(out[0].text);
+        pl_completions_free(out, n);
+    }
+    pl_engine_destroy(e);
+    return text;
+}
+
+/* stories260K.bin in a folder with tok512.model, or with that tokenizer called
+ * tokenizer.model: text prompts work without naming the tokenizer, and give what naming it
+ * gives. Alone in its folder, submitting text is refused with a message that names no CLI
+ * flag. */
+Test(stories, the_tokenizer_beside_a_llama2c_file_is_found, .timeout = 120) {
+    paths();
+    pl_engine *named = stories_engine(PL_BACKEND_CPU, 16);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 24;
+    cr_assert_eq(pl_engine_submit_request(named, "Once upon a time", &sp, NULL), PL_OK);
+    pl_completion *out;
+    size_t n;
+    cr_assert_eq(pl_engine_run(named, &out, &n), PL_OK, "%s", pl_last_error());
+    char *want = strdup(out[0].text);
+    cr_assert_gt(strlen(want), 10);
+    pl_completions_free(out, n);
+    pl_engine_destroy(named);
+
+    const char *names[] = {"tok512.model", "tokenizer.model", NULL};
+    for (int i = 0; i < 3; i++) {
+        const char *tmp = pl_test_tmpdir();
+        cr_assert(tmp);
+        char dir[512], model[600], tok[600];
+        snprintf(dir, sizeof dir, "%s", tmp);
+        snprintf(model, sizeof model, "%s/stories260K.bin", dir);
+        cr_assert_eq(symlink(model_path, model), 0);
+        if (names[i]) {
+            snprintf(tok, sizeof tok, "%s/%s", dir, names[i]);
+            cr_assert_eq(symlink(tok_path, tok), 0);
+        }
+        char *got = once_upon_a_time(model);
+        if (names[i]) {
+            cr_assert_not_null(got, "%s beside the model: %s", names[i], pl_last_error());
+            cr_assert_str_eq(got, want, "%s beside the model", names[i]);
+        } else {
+            cr_assert_null(got, "no tokenizer anywhere, and text was accepted");
+            cr_assert(strstr(pl_last_error(), "no tokenizer"), "%s", pl_last_error());
+            cr_assert_null(strstr(pl_last_error(), "--"), "a library message names a flag: %s",
+                           pl_last_error());
+        }
+        free(got);
+        pl_fixture_remove_dir(dir);
+    }
+    free(want);
     PL_ASSERT_NO_LEAKS();
 }

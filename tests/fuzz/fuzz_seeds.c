@@ -5,7 +5,8 @@
  *
  * OUTDIR/llama2c/      [dtype byte] + llama2.c legacy and ak42 files of tiny random models
  * OUTDIR/safetensors/  [dtype byte][u16 config length] + config.json + model.safetensors
- *                      (f32, f16, bf16, misaligned header, tied with lm_head, no tie key)
+ *                      (f32, f16, bf16, misaligned header, tied with lm_head, no tie key;
+ *                      Mistral with a window, Qwen2 with biases, Qwen3 with q/k norms)
  * OUTDIR/hf_index/     [mode byte][u16 lengths of config, index, shards 1 and 2] + config.json
  *                      + model.safetensors.index.json + 3 shards (fuzz_hf_index.c): valid
  *                      f32/f16/bf16/misaligned models, loaded by directory or by index path,
@@ -103,13 +104,23 @@ static void safetensors_seeds(const char *out, const char *tmp) {
         {"tied_lm_head", {.dtype = PL_DTYPE_F16, .lm_head_when_tied = true}, 0},
         {"no_tie_key", {.dtype = PL_DTYPE_F32, .omit_tie_key = true}, 2},
     };
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    /* after the Llama kinds, one of each other architecture: Mistral with a sliding window,
+     * Qwen2 with q/k/v biases, Qwen3 with q/k norms and head_dim 6 != dim / n_heads */
+    const pl_arch archs[] = {PL_ARCH_MISTRAL, PL_ARCH_QWEN2, PL_ARCH_QWEN3};
+    size_t n_llama = sizeof kinds / sizeof kinds[0];
+    for (size_t k = 0; k < n_llama + 3; k++) {
         pl_model_config c;
-        tiny_config(&c, kinds[k].variant);
+        tiny_config(&c, k < n_llama ? kinds[k].variant : (int)(k - n_llama));
+        if (k >= n_llama) {
+            c.arch = archs[k - n_llama];
+            if (c.arch == PL_ARCH_MISTRAL) c.sliding_window = 4;
+            if (c.arch == PL_ARCH_QWEN3) c.head_dim = 6;
+        }
+        pl_fixture_hf_options o = k < n_llama ? kinds[k].o : (pl_fixture_hf_options){0};
         pl_model *m = pl_fixture_model(&c, 2000 + k);
         char hf[512];
         snprintf(hf, sizeof hf, "%s/hf%zu", tmp, k);
-        if (!m || !pl_fixture_write_hf(m, hf, &kinds[k].o)) die("hf writer");
+        if (!m || !pl_fixture_write_hf(m, hf, &o)) die("hf writer");
         char cfg_path[600], st_path[600];
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hf);
         snprintf(st_path, sizeof st_path, "%s/model.safetensors", hf);
@@ -125,7 +136,9 @@ static void safetensors_seeds(const char *out, const char *tmp) {
         memcpy(buf + 3, cj, ncj);
         memcpy(buf + 3 + ncj, st, nst);
         char name[64];
-        snprintf(name, sizeof name, "%s.bin", kinds[k].name);
+        snprintf(name, sizeof name, "%s.bin",
+                 k < n_llama ? kinds[k].name : (const char *[]){"mistral", "qwen2",
+                                                                "qwen3"}[k - n_llama]);
         write_seed(dir, name, buf, 3 + ncj + nst, NULL, 0);
         free(buf);
         free(cj);

@@ -35,6 +35,8 @@ static const shape k_shapes[] = {
     {"llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 1},
 };
 
+#define W pl_model_weight
+
 Test(dummy, names_and_configs) {
     const char *const *names = pl_model_dummy_names();
     size_t n = 0;
@@ -87,20 +89,21 @@ Test(dummy, llama2_7b_in_f32_is_refused_without_allocating) {
 Test(dummy, seeded_and_deterministic) {
     pl_model *a = load("dummy:tiny", PL_DTYPE_AUTO, 1), *b = load("dummy:tiny", PL_DTYPE_F32, 1),
              *c = load("dummy:tiny", PL_DTYPE_AUTO, 2);
-    cr_assert_eq(a->tok_embed.dtype, PL_DTYPE_F32);
+    cr_assert_eq(W(a, PL_T_TOKEN_EMBD, 0)->type, PL_WTYPE_F32);
     size_t n = (size_t)a->cfg.vocab_size * a->cfg.dim;
-    cr_assert_eq(memcmp(a->tok_embed.data, b->tok_embed.data, n * 4), 0);
-    cr_assert_eq(memcmp(a->layers[1].w2.data, b->layers[1].w2.data,
-                        (size_t)a->layers[1].w2.rows * a->layers[1].w2.cols * 4), 0);
-    const float *x = a->layers[0].wq.data, *y = c->layers[0].wq.data;
-    size_t same = 0, nq = (size_t)a->layers[0].wq.rows * a->layers[0].wq.cols;
+    cr_assert_eq(memcmp(W(a, PL_T_TOKEN_EMBD, 0)->data, W(b, PL_T_TOKEN_EMBD, 0)->data, n * 4), 0);
+    const pl_weight *down = W(a, PL_T_FFN_DOWN, 1), *q = W(a, PL_T_ATTN_Q, 0),
+                    *k0 = W(a, PL_T_ATTN_K, 0);
+    cr_assert_eq(memcmp(down->data, W(b, PL_T_FFN_DOWN, 1)->data,
+                        (size_t)down->rows * down->cols * 4), 0);
+    const float *x = q->data, *y = W(c, PL_T_ATTN_Q, 0)->data;
+    size_t same = 0, nq = (size_t)q->rows * q->cols;
     for (size_t i = 0; i < nq; i++) same += x[i] == y[i];
     cr_assert_lt(same, nq / 100, "seeds 1 and 2 give the same weights");
     /* tensors differ from each other too (no key reuse): wk and wv have the same shape */
-    cr_assert_neq(memcmp(a->layers[0].wk.data, a->layers[0].wv.data,
-                         (size_t)a->layers[0].wk.rows * a->layers[0].wk.cols * 4), 0);
-    cr_assert_neq(memcmp(a->layers[0].wk.data, a->layers[1].wk.data,
-                         (size_t)a->layers[0].wk.rows * a->layers[0].wk.cols * 4), 0);
+    size_t nk = (size_t)k0->rows * k0->cols * 4;
+    cr_assert_neq(memcmp(k0->data, W(a, PL_T_ATTN_V, 0)->data, nk), 0);
+    cr_assert_neq(memcmp(k0->data, W(a, PL_T_ATTN_K, 1)->data, nk), 0);
     pl_model_free(a);
     pl_model_free(b);
     pl_model_free(c);
@@ -108,7 +111,7 @@ Test(dummy, seeded_and_deterministic) {
 }
 
 static void expect_rounded(const pl_weight *f32, const pl_weight *h, pl_dtype t) {
-    cr_assert_eq(h->dtype, t);
+    cr_assert_eq(h->type, pl_wtype_of_dtype(t));
     cr_assert_eq(h->rows, f32->rows);
     cr_assert_eq(h->cols, f32->cols);
     const float *a = f32->data;
@@ -124,13 +127,14 @@ Test(dummy, half_precision_is_the_f32_model_rounded) {
     pl_dtype ts[] = {PL_DTYPE_F16, PL_DTYPE_BF16};
     for (int k = 0; k < 2; k++) {
         pl_model *h = load("dummy:stories15m", ts[k], 7);
-        expect_rounded(&f->tok_embed, &h->tok_embed, ts[k]);
-        cr_assert_eq(h->lm_head.data, h->tok_embed.data, "stories models are tied");
+        expect_rounded(W(f, PL_T_TOKEN_EMBD, 0), W(h, PL_T_TOKEN_EMBD, 0), ts[k]);
+        cr_assert_eq(W(h, PL_T_OUTPUT, 0)->data, W(h, PL_T_TOKEN_EMBD, 0)->data,
+                     "stories models are tied");
         for (int l = 0; l < f->cfg.n_layers; l += 5) {
-            expect_rounded(&f->layers[l].wq, &h->layers[l].wq, ts[k]);
-            expect_rounded(&f->layers[l].w2, &h->layers[l].w2, ts[k]);
-            cr_assert_eq(h->layers[l].ffn_norm.dtype, PL_DTYPE_F32);
-            cr_assert_eq(memcmp(f->layers[l].ffn_norm.data, h->layers[l].ffn_norm.data,
+            expect_rounded(W(f, PL_T_ATTN_Q, l), W(h, PL_T_ATTN_Q, l), ts[k]);
+            expect_rounded(W(f, PL_T_FFN_DOWN, l), W(h, PL_T_FFN_DOWN, l), ts[k]);
+            cr_assert_eq(W(h, PL_T_FFN_NORM, l)->type, PL_WTYPE_F32);
+            cr_assert_eq(memcmp(W(f, PL_T_FFN_NORM, l)->data, W(h, PL_T_FFN_NORM, l)->data,
                                 (size_t)f->cfg.dim * 4), 0);
         }
         cr_assert_eq(pl_model_weight_bytes(h) * 2, pl_model_weight_bytes(f));
@@ -164,29 +168,29 @@ Test(dummy, init_like_statistics) {
     pl_model *m = load("dummy:tiny", PL_DTYPE_AUTO, 3);
     const pl_model_config *c = &m->cfg;
     float s = 1.0f / sqrtf((float)c->dim);
-    expect_uniform(&m->tok_embed, 0.0f, 1.0f, "tok_embed");
-    expect_uniform(&m->lm_head, 0.0f, 4.0f * s, "lm_head");
+    expect_uniform(W(m, PL_T_TOKEN_EMBD, 0), 0.0f, 1.0f, "tok_embed");
+    expect_uniform(W(m, PL_T_OUTPUT, 0), 0.0f, 4.0f * s, "lm_head");
     for (int l = 0; l < c->n_layers; l++) {
-        expect_uniform(&m->layers[l].wq, 0.0f, s, "wq");
-        expect_uniform(&m->layers[l].w1, 0.0f, s, "w1");
-        expect_uniform(&m->layers[l].w2, 0.0f, 1.0f / sqrtf((float)c->hidden_dim), "w2");
-        expect_uniform(&m->layers[l].wo, 0.0f, 1.0f / sqrtf((float)(c->n_heads * c->head_dim)),
-                       "wo");
-        const float *g = m->layers[l].attn_norm.data;
+        expect_uniform(W(m, PL_T_ATTN_Q, l), 0.0f, s, "wq");
+        expect_uniform(W(m, PL_T_FFN_GATE, l), 0.0f, s, "w1");
+        expect_uniform(W(m, PL_T_FFN_DOWN, l), 0.0f, 1.0f / sqrtf((float)c->hidden_dim), "w2");
+        expect_uniform(W(m, PL_T_ATTN_OUT, l), 0.0f,
+                       1.0f / sqrtf((float)(c->n_heads * c->head_dim)), "wo");
+        const float *g = W(m, PL_T_ATTN_NORM, l)->data;
         for (int i = 0; i < c->dim; i++) cr_assert(g[i] >= 0.9f && g[i] <= 1.1f);
     }
     /* not degenerate: the classifier applied to different embeddings prefers different
      * tokens (x = rmsnorm(embed[t]); logits = lm_head x) */
     int distinct = 0, seen[512] = {0};
     for (int t = 0; t < 64; t++) {
-        const float *x = (const float *)m->tok_embed.data + (size_t)t * c->dim;
+        const float *x = (const float *)W(m, PL_T_TOKEN_EMBD, 0)->data + (size_t)t * c->dim;
         double ms = 0;
         for (int i = 0; i < c->dim; i++) ms += x[i] * x[i];
         float r = (float)(1.0 / sqrt(ms / c->dim + 1e-5));
         int best = 0;
         float best_v = -INFINITY, lo = INFINITY, hi = -INFINITY;
         for (int v = 0; v < c->vocab_size; v++) {
-            const float *w = (const float *)m->lm_head.data + (size_t)v * c->dim;
+            const float *w = (const float *)W(m, PL_T_OUTPUT, 0)->data + (size_t)v * c->dim;
             float acc = 0;
             for (int i = 0; i < c->dim; i++) acc += w[i] * x[i] * r;
             if (acc > best_v) best_v = acc, best = v;
@@ -210,8 +214,9 @@ Test(dummy, stories110m_shape_in_every_dtype) {
         /* 12 * (4 * 768^2 + 3 * 2048 * 768) + 32000 * 768: the tied classifier counts once */
         cr_assert_eq(pl_model_matmul_params(m),
                      (size_t)12 * (4 * 768 * 768 + 3 * 2048 * 768) + 32000 * 768);
-        cr_assert_eq(m->lm_head.dtype, ts[k], "weights are %s, asked for %s",
-                     pl_dtype_name(m->lm_head.dtype), pl_dtype_name(ts[k]));
+        pl_wtype got = W(m, PL_T_OUTPUT, 0)->type;
+        cr_assert_eq(got, pl_wtype_of_dtype(ts[k]), "weights are %s, asked for %s",
+                     pl_wtype_name(got), pl_dtype_name(ts[k]));
         pl_model_free(m);
     }
     PL_ASSERT_NO_LEAKS();

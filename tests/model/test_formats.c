@@ -35,39 +35,35 @@ static void round_weight(const pl_weight *w, pl_dtype t) {
 /* The f32 reference with every value rounded through `stored` then `matrices` (the requested
  * type; norms are only rounded through `stored` when stored_norms). */
 static void round_model(pl_model *m, pl_dtype stored, bool stored_norms, pl_dtype matrices) {
-    pl_model_config *c = &m->cfg;
-    round_weight(&m->tok_embed, stored);
-    round_weight(&m->tok_embed, matrices);
-    for (int l = 0; l < c->n_layers; l++) {
-        pl_model_layer *L = &m->layers[l];
-        const pl_weight *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
-        for (size_t i = 0; i < 7; i++) {
-            round_weight(mats[i], stored);
-            round_weight(mats[i], matrices);
+    const pl_model_config *c = &m->cfg;
+    for (size_t s = 0; s < pl_model_n_slots(c); s++) {
+        int layer;
+        pl_tensor_role r = pl_model_slot_role(c, s, &layer);
+        if (!pl_model_stores_tensor(c, r)) continue; /* a tied output: the embedding's data */
+        if (pl_tensor_spec_of(r)->storage == PL_STORE_F32) {
+            if (stored_norms) round_weight(&m->w[s], stored);
+        } else {
+            round_weight(&m->w[s], stored);
+            round_weight(&m->w[s], matrices);
         }
-        if (stored_norms) {
-            round_weight(&L->attn_norm, stored);
-            round_weight(&L->ffn_norm, stored);
-        }
-    }
-    if (stored_norms) round_weight(&m->final_norm, stored);
-    if (!c->tied_embeddings) {
-        round_weight(&m->lm_head, stored);
-        round_weight(&m->lm_head, matrices);
     }
 }
 
 static void expect_dtypes(const pl_model *m, pl_dtype matrices) {
-    cr_assert_eq(m->tok_embed.dtype, matrices);
-    cr_assert_eq(m->lm_head.dtype, matrices);
-    cr_assert_eq(m->final_norm.dtype, PL_DTYPE_F32);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        cr_assert_eq(m->layers[l].wq.dtype, matrices);
-        cr_assert_eq(m->layers[l].w2.dtype, matrices);
-        cr_assert_eq(m->layers[l].attn_norm.dtype, PL_DTYPE_F32);
-        cr_assert_eq(m->layers[l].ffn_norm.dtype, PL_DTYPE_F32);
+    const pl_model_config *c = &m->cfg;
+    for (size_t s = 0; s < pl_model_n_slots(c); s++) {
+        int layer;
+        pl_tensor_role r = pl_model_slot_role(c, s, &layer);
+        if (!pl_model_has_tensor(c, r)) continue;
+        pl_wtype want = pl_tensor_spec_of(r)->storage == PL_STORE_F32 ? PL_WTYPE_F32
+                                                                      : pl_wtype_of_dtype(matrices);
+        cr_assert_eq(m->w[s].type, want, "%s of layer %d: %s, want %s",
+                     pl_tensor_spec_of(r)->hf, layer, pl_wtype_name(m->w[s].type),
+                     pl_wtype_name(want));
     }
-    if (m->cfg.tied_embeddings) cr_assert_eq(m->lm_head.data, m->tok_embed.data);
+    if (m->cfg.tied_embeddings)
+        cr_assert_eq(pl_model_weight(m, PL_T_OUTPUT, 0)->data,
+                     pl_model_weight(m, PL_T_TOKEN_EMBD, 0)->data);
 }
 
 static void expect_llama2c_config(const pl_model_config *want, const pl_model_config *got) {
@@ -85,8 +81,10 @@ static void expect_llama2c_config(const pl_model_config *want, const pl_model_co
     cr_assert_eq(got->rope_layout, 0);
     cr_assert_eq(got->rope_scaling, PL_ROPE_SCALING_NONE);
     cr_assert_eq(got->bos_id, 1);
-    cr_assert_eq(got->eos_id, 2);
-    cr_assert(got->bos_ends_text);
+    /* EOS 2, and BOS 1 ends a story too */
+    cr_assert_eq(got->n_eos, 2);
+    cr_assert_eq(got->eos_ids[0], 2);
+    cr_assert_eq(got->eos_ids[1], 1);
 }
 
 static pl_model *load(const char *path, pl_dtype dtype) {
@@ -144,7 +142,8 @@ Test(formats, llama2c_file_size_follows_the_format_description) {
      * stories260K; computed here from the dims. */
     pl_model_config c = {.dim = 12, .hidden_dim = 7, .n_layers = 2, .n_heads = 3,
                          .n_kv_heads = 1, .head_dim = 4, .vocab_size = 9, .max_seq_len = 5,
-                         .norm_eps = 1e-5f, .rope_theta = 10000, .bos_id = 1, .eos_id = 2};
+                         .norm_eps = 1e-5f, .rope_theta = 10000, .bos_id = 1,
+                         .eos_ids = {2}, .n_eos = 1};
     for (int tied = 0; tied < 2; tied++) {
         c.tied_embeddings = tied;
         pl_model *ref = pl_fixture_model(&c, 7);
@@ -230,7 +229,7 @@ Test(formats, hf_config_fields_round_trip) {
                          .rope_scaling = PL_ROPE_SCALING_LLAMA3, .rope_factor = 8.0f,
                          .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
                          .rope_original_max_pos = 32, .tied_embeddings = false, .bos_id = 0,
-                         .eos_id = 49};
+                         .eos_ids = {49}, .n_eos = 1};
     pl_model *ref = pl_fixture_model(&c, 3);
     const char *dir = pl_test_tmpdir();
     cr_assert(pl_fixture_write_hf(ref, dir, NULL));
@@ -251,8 +250,8 @@ Test(formats, hf_config_fields_round_trip) {
     cr_assert_eq(g.rope_high_freq_factor, 4.0f);
     cr_assert_eq(g.rope_original_max_pos, 32);
     cr_assert_eq(g.bos_id, 0);
-    cr_assert_eq(g.eos_id, 49);
-    cr_assert_not(g.bos_ends_text);
+    cr_assert_eq(g.n_eos, 1, "one EOS id; BOS does not end a text");
+    cr_assert_eq(g.eos_ids[0], 49);
     cr_assert_not(g.tied_embeddings);
     cr_assert(pl_fixture_compare(ref, m, 0, 0));
     pl_model_free(m);
@@ -272,8 +271,8 @@ Test(formats, hf_config_fields_round_trip) {
     cr_assert_eq(m->cfg.rope_factor, 2.5f);
     cr_assert_eq(m->cfg.head_dim, 8);
     cr_assert_eq(m->cfg.bos_id, -1);
-    cr_assert_eq(m->layers[0].wq.rows, 32);
-    cr_assert_eq(m->layers[0].wo.cols, 32);
+    cr_assert_eq(pl_model_weight(m, PL_T_ATTN_Q, 0)->rows, 32);
+    cr_assert_eq(pl_model_weight(m, PL_T_ATTN_OUT, 0)->cols, 32);
     cr_assert(pl_fixture_compare(ref, m, 0, 0));
     pl_model_free(m);
     pl_fixture_remove_dir(dir);
@@ -285,14 +284,15 @@ Test(formats, hf_tied_embeddings_and_tokenizer_beside) {
     pl_model_config c = {.dim = 8, .hidden_dim = 5, .n_layers = 1, .n_heads = 2,
                          .n_kv_heads = 1, .head_dim = 4, .vocab_size = 11, .max_seq_len = 16,
                          .norm_eps = 1e-5f, .rope_theta = 10000, .tied_embeddings = true,
-                         .bos_id = 1, .eos_id = 2};
+                         .bos_id = 1, .eos_ids = {2}, .n_eos = 1};
     pl_model *ref = pl_fixture_model(&c, 5);
     /* tie_word_embeddings: true, no lm_head.weight */
     const char *dir = pl_test_tmpdir();
     cr_assert(pl_fixture_write_hf(ref, dir, NULL));
     pl_model *m = load(dir, PL_DTYPE_AUTO);
     cr_assert(m->cfg.tied_embeddings);
-    cr_assert_eq(m->lm_head.data, m->tok_embed.data);
+    cr_assert_eq(pl_model_weight(m, PL_T_OUTPUT, 0)->data,
+                 pl_model_weight(m, PL_T_TOKEN_EMBD, 0)->data);
     cr_assert_null(m->tokenizer_path);
     pl_model_free(m);
     /* a tokenizer.model beside the weights is reported */
@@ -300,6 +300,12 @@ Test(formats, hf_tied_embeddings_and_tokenizer_beside) {
     m = load(dir, PL_DTYPE_AUTO);
     cr_assert_not_null(m->tokenizer_path);
     cr_assert_str_eq(m->tokenizer_path, pl_fixture_path(dir, "tokenizer.model"));
+    pl_model_free(m);
+    /* with a tokenizer.json too (Llama 2 and Mistral directories ship both), the JSON one:
+     * Llama 3's and Qwen's byte-level BPE exists only as tokenizer.json */
+    cr_assert(pl_fixture_write_file(pl_fixture_path(dir, "tokenizer.json"), "{}", 2));
+    m = load(dir, PL_DTYPE_AUTO);
+    cr_assert_str_eq(m->tokenizer_path, pl_fixture_path(dir, "tokenizer.json"));
     pl_model_free(m);
     /* the key left out and no lm_head: tied */
     pl_fixture_remove_dir(dir);
@@ -315,7 +321,8 @@ Test(formats, hf_tied_embeddings_and_tokenizer_beside) {
     cr_assert(pl_fixture_write_hf(ref, dir, &(pl_fixture_hf_options){.lm_head_when_tied = true}));
     m = load(dir, PL_DTYPE_BF16);
     cr_assert(m->cfg.tied_embeddings);
-    cr_assert_eq(m->lm_head.data, m->tok_embed.data, "tied and converted: one copy");
+    cr_assert_eq(pl_model_weight(m, PL_T_OUTPUT, 0)->data,
+                 pl_model_weight(m, PL_T_TOKEN_EMBD, 0)->data, "tied and converted: one copy");
     pl_model_free(m);
     pl_fixture_remove_dir(dir);
     pl_model_free(ref);
@@ -335,7 +342,8 @@ Test(formats, hf_loads_through_a_file_inside_the_directory_and_mistral_configs) 
         cr_assert(pl_fixture_compare(ref, m, 0, 0));
         pl_model_free(m);
     }
-    /* MistralForCausalLM has the same tensors; its sliding window caps the context */
+    /* MistralForCausalLM has the same tensors, and a sliding window that the attention
+     * applies (the context stays max_position_embeddings); an EOS list keeps every id */
     char cfg[2048];
     snprintf(cfg, sizeof cfg,
              "{\"architectures\": [\"MistralForCausalLM\"], \"model_type\": \"mistral\", "
@@ -349,9 +357,14 @@ Test(formats, hf_loads_through_a_file_inside_the_directory_and_mistral_configs) 
              ref->cfg.tied_embeddings ? "true" : "false");
     cr_assert(pl_fixture_write_file(pl_fixture_path(dir, "config.json"), cfg, strlen(cfg)));
     pl_model *m = load(dir, PL_DTYPE_AUTO);
-    cr_assert_eq(m->cfg.max_seq_len, 100);
+    cr_assert_eq(m->cfg.arch, PL_ARCH_MISTRAL);
+    cr_assert_eq(m->cfg.max_seq_len, 4096);
+    cr_assert_eq(m->cfg.sliding_window, 100);
     cr_assert_eq(m->cfg.rope_theta, 1e6f);
-    cr_assert_eq(m->cfg.eos_id, 2);
+    cr_assert_eq(m->cfg.n_eos, 2);
+    cr_assert_eq(m->cfg.eos_ids[0], 2);
+    cr_assert_eq(m->cfg.eos_ids[1], 1);
+    ref->cfg.arch = PL_ARCH_MISTRAL; /* the same tensors */
     cr_assert(pl_fixture_compare(ref, m, 0, 0));
     pl_model_free(m);
     pl_fixture_remove_dir(dir);
@@ -362,7 +375,8 @@ Test(formats, hf_loads_through_a_file_inside_the_directory_and_mistral_configs) 
 Test(formats, sizes_per_token) {
     pl_model_config c = {.dim = 12, .hidden_dim = 7, .n_layers = 3, .n_heads = 3,
                          .n_kv_heads = 1, .head_dim = 4, .vocab_size = 9, .max_seq_len = 5,
-                         .norm_eps = 1e-5f, .rope_theta = 10000, .bos_id = 1, .eos_id = 2};
+                         .norm_eps = 1e-5f, .rope_theta = 10000, .bos_id = 1,
+                         .eos_ids = {2}, .n_eos = 1};
     for (int tied = 0; tied < 2; tied++) {
         c.tied_embeddings = tied;
         pl_model *ref = pl_fixture_model(&c, 1);

@@ -8,7 +8,11 @@
  * unknown versions and magics, safetensors headers with overflowing or out-of-file offsets,
  * overlapping tensors, wrong dtypes, missing and duplicated tensors (in one file and across
  * shards), bad JSON, shape mismatches, hostile shard names, config.json field errors, random
- * byte corruption, and allocation failure at every allocation of every loader.
+ * byte corruption, and allocation failure at every allocation of every loader. Per
+ * architecture (issue 18): an unknown or self-contradicting architecture, missing and
+ * misshapen biases and q/k norms, a bias in a model said to be Llama, a head_dim the weights
+ * contradict, Qwen's use_sliding_window, Mistral's window of the wrong type, EOS lists too
+ * long or outside the vocabulary, a broken generation_config.json.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -32,7 +36,7 @@ static pl_model_config small_config(bool tied) {
     pl_model_config c = {.dim = 8, .hidden_dim = 5, .n_layers = 2, .n_heads = 4,
                          .n_kv_heads = 2, .head_dim = 2, .vocab_size = 6, .max_seq_len = 3,
                          .norm_eps = 1e-5f, .rope_theta = 10000, .tied_embeddings = tied,
-                         .bos_id = 1, .eos_id = 2};
+                         .bos_id = 1, .eos_ids = {2}, .n_eos = 1};
     return c;
 }
 
@@ -545,20 +549,31 @@ Test(hostile, config_json_attacks) {
         {"hidden_size", "\"64\"", PL_ERR_FORMAT, "\"hidden_size\" is not an integer"},
         {"hidden_size", "8.5", PL_ERR_FORMAT, "hidden_size"},
         {"hidden_size", "7", PL_ERR_FORMAT, "head_dim"},
-        {"num_hidden_layers", "1000000000", PL_ERR_FORMAT, "n_layers = 1000000000"},
+        {"num_hidden_layers", "1000000000", PL_ERR_FORMAT, "num_hidden_layers = 1000000000"},
         {"num_hidden_layers", "1e30", PL_ERR_FORMAT, "num_hidden_layers"},
-        {"num_hidden_layers", "-2", PL_ERR_FORMAT, "n_layers"},
+        {"num_hidden_layers", "-2", PL_ERR_FORMAT, "num_hidden_layers = -2"},
         {"intermediate_size", "1099511627776", PL_ERR_FORMAT, "intermediate_size"},
         {"num_attention_heads", "0", PL_ERR_FORMAT, "num_attention_heads"},
-        {"num_key_value_heads", "3", PL_ERR_FORMAT, "n_kv_heads"},
+        {"num_key_value_heads", "3", PL_ERR_FORMAT, "not a multiple of num_key_value_heads = 3"},
         {"vocab_size", "4194305", PL_ERR_FORMAT, "vocab_size"},
-        {"max_position_embeddings", "0", PL_ERR_FORMAT, "max_seq_len"},
-        {"rms_norm_eps", "-1", PL_ERR_FORMAT, "norm_eps"},
+        {"max_position_embeddings", "0", PL_ERR_FORMAT, "max_position_embeddings = 0"},
+        {"rms_norm_eps", "-1", PL_ERR_FORMAT, "rms_norm_eps = -1"},
         {"rms_norm_eps", "\"small\"", PL_ERR_FORMAT, "rms_norm_eps"},
         {"rope_theta", "0", PL_ERR_FORMAT, "rope_theta"},
         {"rope_theta", "1e300", PL_ERR_FORMAT, "rope_theta"},
-        {"eos_token_id", "6", PL_ERR_FORMAT, "eos_id"},
+        {"eos_token_id", "6", PL_ERR_FORMAT, "eos_token_id = 6"},
         {"eos_token_id", "[]", PL_ERR_FORMAT, "eos_token_id"},
+        {"eos_token_id", "[2, \"</s>\"]", PL_ERR_FORMAT, "\"eos_token_id\"[1]"},
+        {"head_dim", "3", PL_ERR_FORMAT, "head_dim = 3 must be even"},
+        {"head_dim", "\"2\"", PL_ERR_FORMAT, "\"head_dim\" is not an integer"},
+        {"architectures", "[\"Qwen2ForCausalLM\"]", PL_ERR_FORMAT,
+         "model_type llama does not match architecture Qwen2ForCausalLM"},
+        {"architectures", "[\"LlamaForCausalLM\", \"Qwen3ForCausalLM\"]", PL_ERR_FORMAT,
+         "lists both"},
+        {"architectures", "[\"Qwen2MoeForCausalLM\"]", PL_ERR_UNSUPPORTED, "Qwen3ForCausalLM"},
+        {"attention_bias", "\"yes\"", PL_ERR_FORMAT, "\"attention_bias\" is not a boolean"},
+        {"mlp_bias", "true", PL_ERR_UNSUPPORTED, "mlp_bias"},
+        {"tie_word_embeddings", "\"true\"", PL_ERR_FORMAT, "tie_word_embeddings"},
         {"bos_token_id", "\"<s>\"", PL_ERR_FORMAT, "bos_token_id"},
         {"tie_word_embeddings", "1", PL_ERR_FORMAT, "tie_word_embeddings"},
         {"architectures", "[\"GPT2LMHeadModel\"]", PL_ERR_UNSUPPORTED, "GPT2LMHeadModel"},
@@ -606,6 +621,170 @@ Test(hostile, config_json_attacks) {
     expect_fail(dir, PL_ERR_FORMAT, "config.json");
     write_json(cfg, orig);
     expect_ok(dir);
+    pl_fixture_remove_dir(dir);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* A small model of another architecture: Qwen2 (biases), Qwen3 (head_dim 4, q/k norms) or
+ * Mistral, vocabulary 40 (room for an EOS list). */
+static pl_model_config family_config(pl_arch arch) {
+    pl_model_config c = small_config(false);
+    c.arch = arch;
+    c.vocab_size = 40;
+    c.rope_layout = 1;
+    if (arch == PL_ARCH_QWEN3) c.head_dim = 4; /* q: 4 heads x 4 = 16, dim 8 */
+    if (arch == PL_ARCH_MISTRAL) c.sliding_window = 2;
+    return c;
+}
+
+/* model.safetensors of dir with header entry `name` replaced by `entry` (JSON text; NULL
+ * deletes it), the data kept. */
+static void edit_tensor(const char *dir, const json_t *orig, const uint8_t *data, size_t n_data,
+                        const char *name, const char *entry) {
+    json_t *h = json_deep_copy(orig);
+    if (entry) {
+        json_error_t err;
+        json_t *v = json_loads(entry, 0, &err);
+        cr_assert_not_null(v, "%s", err.text);
+        json_object_set_new(h, name, v);
+    } else {
+        json_object_del(h, name);
+    }
+    write_st(pl_fixture_path(dir, "model.safetensors"), h, data, n_data);
+}
+
+/* The data_offsets begin of tensor name in a header. */
+static long long begin_of(const json_t *h, const char *name) {
+    return json_integer_value(
+        json_array_get(json_object_get(json_object_get(h, name), "data_offsets"), 0));
+}
+
+Test(hostile, architecture_attacks) {
+    const char *dir = pl_test_tmpdir();
+    char st[600];
+    uint8_t *data;
+    size_t n_data;
+
+    /* Qwen2: its biases are required, and shaped as the config says */
+    make_hf(dir, family_config(PL_ARCH_QWEN2), 1);
+    snprintf(st, sizeof st, "%s", pl_fixture_path(dir, "model.safetensors"));
+    expect_ok(dir);
+    json_t *orig = read_st(st, &data, &n_data);
+    edit_tensor(dir, orig, data, n_data, "model.layers.1.self_attn.k_proj.bias", NULL);
+    expect_fail(dir, PL_ERR_NOT_FOUND, "missing tensor model.layers.1.self_attn.k_proj.bias");
+    char entry[256];
+    long long b = begin_of(orig, "model.layers.0.self_attn.q_proj.bias");
+    snprintf(entry, sizeof entry, "{\"dtype\":\"F32\",\"shape\":[1,8],\"data_offsets\":[%lld,%lld]}",
+             b, b + 32);
+    edit_tensor(dir, orig, data, n_data, "model.layers.0.self_attn.q_proj.bias", entry);
+    expect_fail(dir, PL_ERR_FORMAT, "model.layers.0.self_attn.q_proj.bias", "[1, 8]",
+                "config needs [8]");
+    write_st(st, json_deep_copy(orig), data, n_data);
+    expect_ok(dir);
+    /* the same files said to be Llama's: a bias Llama does not have */
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s", pl_fixture_path(dir, "config.json"));
+    json_t *qcfg = read_json(cfg);
+    json_t *j = json_deep_copy(qcfg);
+    json_object_set_new(j, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+    json_object_set_new(j, "model_type", json_string("llama"));
+    write_json(cfg, j);
+    expect_fail(dir, PL_ERR_FORMAT, "model.safetensors", "_proj.bias",
+                "not part of a LlamaForCausalLM model");
+    const struct {
+        const char *key, *value;
+        pl_status code;
+        const char *needle;
+    } qwen_cases[] = {
+        {"use_sliding_window", "true", PL_ERR_UNSUPPORTED, "use_sliding_window = true"},
+        {"use_sliding_window", "1", PL_ERR_FORMAT, "\"use_sliding_window\" is not a boolean"},
+        {"attention_bias", "true", PL_OK, NULL}, /* what Qwen2 has anyway */
+        {"eos_token_id", "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]",
+         PL_ERR_FORMAT, "more than 16"},
+        {"eos_token_id", "[2, 40]", PL_ERR_FORMAT, "eos_token_id = 40 is outside the vocabulary"},
+    };
+    for (size_t i = 0; i < sizeof qwen_cases / sizeof qwen_cases[0]; i++) {
+        j = json_deep_copy(qcfg);
+        json_object_set_new(j, qwen_cases[i].key, json_loads(qwen_cases[i].value,
+                                                             JSON_DECODE_ANY, NULL));
+        write_json(cfg, j);
+        if (qwen_cases[i].code == PL_OK) expect_ok(dir);
+        else expect_fail(dir, qwen_cases[i].code, qwen_cases[i].needle, "config.json");
+    }
+    /* generation_config.json: read when present, named in its errors */
+    write_json(cfg, json_deep_copy(qcfg));
+    char gen[600];
+    snprintf(gen, sizeof gen, "%s", pl_fixture_path(dir, "generation_config.json"));
+    cr_assert(pl_fixture_write_file(gen, "{\"eos_token_id\": [2, 39]}", 25));
+    pl_model *m;
+    cr_assert_eq(try_load(dir, &m), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(m->cfg.n_eos, 2);
+    cr_assert_eq(m->cfg.eos_ids[1], 39);
+    pl_model_free(m);
+    const char *const bad_gen[] = {"{\"eos_token_id\": [2, 40]}", "{\"eos_token_id\": \"x\"}",
+                                   "[2]", "{\"eos_token_id\": 2"};
+    for (size_t i = 0; i < sizeof bad_gen / sizeof bad_gen[0]; i++) {
+        cr_assert(pl_fixture_write_file(gen, bad_gen[i], strlen(bad_gen[i])));
+        expect_fail(dir, PL_ERR_FORMAT, "generation_config.json");
+    }
+    json_decref(qcfg);
+    json_decref(orig);
+    free(data);
+    pl_fixture_remove_dir(dir);
+
+    /* Qwen3: q/k norms of head_dim, head_dim given apart from hidden_size */
+    dir = pl_test_tmpdir();
+    make_hf(dir, family_config(PL_ARCH_QWEN3), 1);
+    snprintf(st, sizeof st, "%s", pl_fixture_path(dir, "model.safetensors"));
+    snprintf(cfg, sizeof cfg, "%s", pl_fixture_path(dir, "config.json"));
+    expect_ok(dir);
+    orig = read_st(st, &data, &n_data);
+    edit_tensor(dir, orig, data, n_data, "model.layers.0.self_attn.k_norm.weight", NULL);
+    expect_fail(dir, PL_ERR_NOT_FOUND, "missing tensor model.layers.0.self_attn.k_norm.weight");
+    b = begin_of(orig, "model.layers.1.self_attn.q_norm.weight");
+    snprintf(entry, sizeof entry, "{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[%lld,%lld]}",
+             b, b + 8);
+    edit_tensor(dir, orig, data, n_data, "model.layers.1.self_attn.q_norm.weight", entry);
+    expect_fail(dir, PL_ERR_FORMAT, "model.layers.1.self_attn.q_norm.weight", "shape [2]",
+                "config needs [4]");
+    write_st(st, json_deep_copy(orig), data, n_data);
+    expect_ok(dir);
+    qcfg = read_json(cfg);
+    j = json_deep_copy(qcfg);
+    json_object_del(j, "head_dim"); /* then 8 / 4 = 2: the weights say otherwise */
+    write_json(cfg, j);
+    expect_fail(dir, PL_ERR_FORMAT, "self_attn.q_proj.weight", "config needs [8, 8]");
+    j = json_deep_copy(qcfg);
+    json_object_set_new(j, "attention_bias", json_true());
+    write_json(cfg, j);
+    expect_fail(dir, PL_ERR_UNSUPPORTED, "attention_bias", "Qwen3ForCausalLM");
+    json_decref(qcfg);
+    json_decref(orig);
+    free(data);
+    pl_fixture_remove_dir(dir);
+
+    /* Mistral: the window is an integer, null or absent */
+    dir = pl_test_tmpdir();
+    make_hf(dir, family_config(PL_ARCH_MISTRAL), 1);
+    snprintf(cfg, sizeof cfg, "%s", pl_fixture_path(dir, "config.json"));
+    cr_assert_eq(try_load(dir, &m), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(m->cfg.sliding_window, 2);
+    pl_model_free(m);
+    qcfg = read_json(cfg);
+    const char *const windows[] = {"\"4096\"", "-1", "1e3"};
+    for (size_t i = 0; i < 3; i++) {
+        j = json_deep_copy(qcfg);
+        json_object_set_new(j, "sliding_window", json_loads(windows[i], JSON_DECODE_ANY, NULL));
+        write_json(cfg, j);
+        expect_fail(dir, PL_ERR_FORMAT, "sliding_window", "config.json");
+    }
+    j = json_deep_copy(qcfg);
+    json_object_set_new(j, "sliding_window", json_null());
+    write_json(cfg, j);
+    cr_assert_eq(try_load(dir, &m), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(m->cfg.sliding_window, 0, "null: no window");
+    pl_model_free(m);
+    json_decref(qcfg);
     pl_fixture_remove_dir(dir);
     PL_ASSERT_NO_LEAKS();
 }
@@ -686,8 +865,19 @@ Test(hostile, allocation_failure_at_every_allocation) {
     cr_assert(pl_fixture_write_ak42(m, v1));
     cr_assert(pl_fixture_write_hf(m, hf1, &(pl_fixture_hf_options){.dtype = PL_DTYPE_BF16}));
     cr_assert(pl_fixture_write_hf(m, hf3, &(pl_fixture_hf_options){.n_shards = 3}));
-    const char *paths[] = {bin, v1, hf1, hf3, "dummy:tiny"};
-    pl_dtype dts[] = {PL_DTYPE_F16, PL_DTYPE_AUTO, PL_DTYPE_AUTO, PL_DTYPE_BF16, PL_DTYPE_BF16};
+    /* the other architectures' tensors (biases, q/k norms) and generation_config.json */
+    char q2[600], q3[600];
+    snprintf(q2, sizeof q2, "%s/qwen2", dir);
+    snprintf(q3, sizeof q3, "%s/qwen3", dir);
+    pl_model_config c2 = family_config(PL_ARCH_QWEN2), c3 = family_config(PL_ARCH_QWEN3);
+    c2.eos_ids[1] = 7, c2.n_eos = 2;
+    pl_model *m2 = pl_fixture_model(&c2, 6), *m3 = pl_fixture_model(&c3, 7);
+    cr_assert(pl_fixture_write_hf(m2, q2, &(pl_fixture_hf_options){.dtype = PL_DTYPE_BF16}));
+    cr_assert(pl_fixture_write_hf(m3, q3, NULL));
+    const char *paths[] = {bin, v1, hf1, hf3, "dummy:tiny", q2, q3};
+    pl_dtype dts[] = {PL_DTYPE_F16, PL_DTYPE_AUTO, PL_DTYPE_AUTO, PL_DTYPE_BF16, PL_DTYPE_BF16,
+                      PL_DTYPE_AUTO, PL_DTYPE_F16};
+    const pl_model *refs[] = {m, m, m, m, NULL, m2, m3};
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
         int n_fail = 0;
         for (long n = 0;; n++) {
@@ -697,7 +887,8 @@ Test(hostile, allocation_failure_at_every_allocation) {
             pl_status s = pl_model_load(paths[p], &o, &got);
             pl_alloc_fail_after(-1);
             if (s == PL_OK) {
-                cr_assert(p == 4 || pl_fixture_compare(m, got, 1e-2f, 1e-2f));
+                cr_assert(!refs[p] || pl_fixture_compare(refs[p], got, 1e-2f, 1e-2f), "%s",
+                          paths[p]);
                 pl_model_free(got);
                 break;
             }
@@ -710,6 +901,8 @@ Test(hostile, allocation_failure_at_every_allocation) {
         cr_assert_gt(n_fail, 2, "%s: the sweep reached no allocation", paths[p]);
     }
     pl_model_free(m);
+    pl_model_free(m2);
+    pl_model_free(m3);
     pl_fixture_remove_dir(dir);
     PL_ASSERT_NO_LEAKS();
 }

@@ -17,7 +17,7 @@ static pl_model_config base(int head_dim, float theta) {
     pl_model_config c = {.dim = head_dim * 2, .hidden_dim = 8, .n_layers = 1, .n_heads = 2,
                          .n_kv_heads = 1, .head_dim = head_dim, .vocab_size = 8,
                          .max_seq_len = 8, .norm_eps = 1e-5f, .rope_theta = theta,
-                         .rope_factor = 1.0f, .bos_id = 1, .eos_id = 2};
+                         .rope_factor = 1.0f, .bos_id = 1, .eos_ids = {2}, .n_eos = 1};
     return c;
 }
 

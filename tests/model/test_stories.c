@@ -29,10 +29,12 @@ static float *read_floats(const char *path, size_t at, size_t n) {
 static void expect_floats(const char *path, size_t at, const pl_weight *w, const char *what) {
     size_t n = (size_t)w->rows * w->cols;
     float *want = read_floats(path, at, n);
-    cr_assert_eq(w->dtype, PL_DTYPE_F32);
+    cr_assert_eq(w->type, PL_WTYPE_F32);
     cr_assert_eq(memcmp(want, w->data, n * 4), 0, "%s differs from the file", what);
     free(want);
 }
+
+#define W pl_model_weight
 
 Test(stories260k, header_weights_and_parameter_count) {
     char path[1024];
@@ -50,40 +52,42 @@ Test(stories260k, header_weights_and_parameter_count) {
     cr_assert_eq(c->head_dim, 8);
     cr_assert(c->tied_embeddings);
     cr_assert_eq(c->bos_id, 1);
-    cr_assert_eq(c->eos_id, 2);
-    cr_assert(c->bos_ends_text);
+    cr_assert_eq(c->n_eos, 2, "EOS, and BOS: a story ends with BOS");
+    cr_assert_eq(c->eos_ids[0], 2);
+    cr_assert_eq(c->eos_ids[1], 1);
     cr_assert_eq(c->rope_layout, 0);
     cr_assert_eq(c->rope_theta, 10000.0f);
     cr_assert_eq(c->norm_eps, 1e-5f);
-    cr_assert_null(m->tokenizer_path, "tokenizer.model beside it is Llama's, not tok512");
+    /* tok512.model beside it (llama2.c's tok<vocab>.model), not Llama's tokenizer.model */
+    cr_assert_not_null(m->tokenizer_path);
+    const char *tok = strrchr(m->tokenizer_path, '/');
+    cr_assert_str_eq(tok ? tok + 1 : m->tokenizer_path, "tok512.model");
 
     /* parameters: every distinct tensor once (the classifier is the embedding) */
-    size_t params = (size_t)m->tok_embed.rows * m->tok_embed.cols +
-                    (size_t)m->final_norm.cols;
-    for (int l = 0; l < c->n_layers; l++) {
-        const pl_model_layer *L = &m->layers[l];
-        const pl_weight *w[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                &L->ffn_norm,  &L->w1, &L->w2, &L->w3};
-        for (size_t i = 0; i < 9; i++) params += (size_t)w[i]->rows * w[i]->cols;
+    size_t params = 0;
+    for (size_t s = 0; s < pl_model_n_slots(c); s++) {
+        int layer;
+        if (pl_model_stores_tensor(c, pl_model_slot_role(c, s, &layer)))
+            params += (size_t)m->w[s].rows * m->w[s].cols;
     }
     cr_assert_eq(params, 260032);
-    cr_assert_eq(m->lm_head.data, m->tok_embed.data);
+    cr_assert_eq(W(m, PL_T_OUTPUT, 0)->data, W(m, PL_T_TOKEN_EMBD, 0)->data);
 
     /* offsets (in floats) from the README's tensor table */
     size_t emb = 512 * 64, att = 5 * 64, wq = 5 * 64 * 64, wk = 5 * 32 * 64, ffn = 5 * 64,
            w1 = 5 * 172 * 64;
-    expect_floats(path, 0, &m->tok_embed, "token_embedding");
-    expect_floats(path, emb + 64, &m->layers[1].attn_norm, "rms_att[1]");
-    expect_floats(path, emb + att + 2 * 64 * 64, &m->layers[2].wq, "wq[2]");
-    expect_floats(path, emb + att + wq + 4 * 32 * 64, &m->layers[4].wk, "wk[4]");
-    expect_floats(path, emb + att + wq + wk + 32 * 64, &m->layers[1].wv, "wv[1]");
-    expect_floats(path, emb + att + wq + 2 * wk + 3 * 64 * 64, &m->layers[3].wo, "wo[3]");
-    expect_floats(path, emb + att + 2 * wq + 2 * wk, &m->layers[0].ffn_norm, "rms_ffn[0]");
+    expect_floats(path, 0, W(m, PL_T_TOKEN_EMBD, 0), "token_embedding");
+    expect_floats(path, emb + 64, W(m, PL_T_ATTN_NORM, 1), "rms_att[1]");
+    expect_floats(path, emb + att + 2 * 64 * 64, W(m, PL_T_ATTN_Q, 2), "wq[2]");
+    expect_floats(path, emb + att + wq + 4 * 32 * 64, W(m, PL_T_ATTN_K, 4), "wk[4]");
+    expect_floats(path, emb + att + wq + wk + 32 * 64, W(m, PL_T_ATTN_V, 1), "wv[1]");
+    expect_floats(path, emb + att + wq + 2 * wk + 3 * 64 * 64, W(m, PL_T_ATTN_OUT, 3), "wo[3]");
+    expect_floats(path, emb + att + 2 * wq + 2 * wk, W(m, PL_T_FFN_NORM, 0), "rms_ffn[0]");
     size_t after_ffn = emb + att + 2 * wq + 2 * wk + ffn;
-    expect_floats(path, after_ffn + 172 * 64, &m->layers[1].w1, "w1[1]");
-    expect_floats(path, after_ffn + w1 + 4 * 64 * 172, &m->layers[4].w2, "w2[4]");
-    expect_floats(path, after_ffn + 2 * w1 + 2 * 172 * 64, &m->layers[2].w3, "w3[2]");
-    expect_floats(path, after_ffn + 3 * w1, &m->final_norm, "rms_final");
+    expect_floats(path, after_ffn + 172 * 64, W(m, PL_T_FFN_GATE, 1), "w1[1]");
+    expect_floats(path, after_ffn + w1 + 4 * 64 * 172, W(m, PL_T_FFN_DOWN, 4), "w2[4]");
+    expect_floats(path, after_ffn + 2 * w1 + 2 * 172 * 64, W(m, PL_T_FFN_UP, 2), "w3[2]");
+    expect_floats(path, after_ffn + 3 * w1, W(m, PL_T_OUTPUT_NORM, 0), "rms_final");
 
     /* RoPE: the stored freq_cis tables (512 x 4 each) are cos/sin(pos * inv_freq[j]) */
     float inv[4];
@@ -111,9 +115,9 @@ Test(stories260k, converted_to_half_precision) {
     cr_assert_eq(pl_model_load(path, NULL, &f), PL_OK, "%s", pl_last_error());
     pl_model_load_options o = {PL_DTYPE_BF16, 0};
     cr_assert_eq(pl_model_load(path, &o, &h), PL_OK, "%s", pl_last_error());
-    cr_assert_eq(h->layers[3].w2.dtype, PL_DTYPE_BF16);
-    cr_assert_eq(h->layers[3].ffn_norm.dtype, PL_DTYPE_F32);
-    cr_assert_eq(h->lm_head.data, h->tok_embed.data);
+    cr_assert_eq(W(h, PL_T_FFN_DOWN, 3)->type, PL_WTYPE_BF16);
+    cr_assert_eq(W(h, PL_T_FFN_NORM, 3)->type, PL_WTYPE_F32);
+    cr_assert_eq(W(h, PL_T_OUTPUT, 0)->data, W(h, PL_T_TOKEN_EMBD, 0)->data);
     cr_assert_eq(pl_model_weight_bytes(h) * 2, pl_model_weight_bytes(f));
     pl_model_free(f);
     pl_model_free(h);

@@ -65,7 +65,7 @@ static bool is_end(const pl_engine *e, const pl_sampling_params *p, int32_t t, i
     for (int i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] == t) return true;
     if (p->ignore_eos) return false;
-    return t == e->eos_id || (e->bos_ends_text && t == e->bos_id);
+    return pl_engine_is_eos(e, t);
 }
 
 /* A random workload. Prompts share one of a few prefixes half the time (prefix cache); stop

@@ -172,6 +172,7 @@ bool pl_fixture_write_safetensors_raw(const char *path, const char *header, cons
 
 void pl_fixture_random_config(pl_test_rng *r, pl_model_config *c) {
     memset(c, 0, sizeof *c);
+    c->arch = PL_ARCH_LLAMA;
     c->head_dim = 2 * (1 + (int)pl_test_rng_below(r, 8));
     c->n_kv_heads = 1 + (int)pl_test_rng_below(r, 3);
     c->n_heads = c->n_kv_heads * (1 + (int)pl_test_rng_below(r, 3));
@@ -187,8 +188,50 @@ void pl_fixture_random_config(pl_test_rng *r, pl_model_config *c) {
     c->rope_factor = 1.0f;
     c->tied_embeddings = pl_test_rng_below(r, 2) == 0;
     c->bos_id = 1;
-    c->eos_id = 2;
-    c->bos_ends_text = false;
+    c->eos_ids[0] = 2;
+    c->n_eos = 1;
+}
+
+void pl_fixture_family_config(pl_arch arch, int variant, pl_model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = arch;
+    c->n_layers = 2;
+    c->max_seq_len = 256;
+    c->norm_eps = 1e-5f;
+    c->rope_layout = 1; /* Hugging Face's native layout */
+    c->rope_factor = 1.0f;
+    c->tied_embeddings = variant % 2 == 0;
+    c->bos_id = 1;
+    switch (arch) {
+    case PL_ARCH_LLAMA: /* Llama 3: big theta, llama3 scaling, several EOS ids */
+        c->dim = 48, c->n_heads = 6, c->n_kv_heads = 2, c->head_dim = 8, c->hidden_dim = 75;
+        c->vocab_size = 97;
+        c->rope_theta = 500000.0f;
+        pl_fixture_set_rope_llama3(c, 8.0f, 1.0f, 4.0f, 64);
+        c->eos_ids[0] = 2, c->eos_ids[1] = 5, c->eos_ids[2] = 7, c->n_eos = 3;
+        break;
+    case PL_ARCH_MISTRAL:
+        c->dim = 40, c->n_heads = 5, c->n_kv_heads = 1, c->head_dim = 8, c->hidden_dim = 69;
+        c->vocab_size = 89;
+        c->rope_theta = 1000000.0f;
+        c->sliding_window = 256; /* the whole context; a test narrows it */
+        c->eos_ids[0] = 2, c->n_eos = 1;
+        break;
+    case PL_ARCH_QWEN2:
+        c->dim = 36, c->n_heads = 6, c->n_kv_heads = 2, c->head_dim = 6, c->hidden_dim = 83;
+        c->vocab_size = 101;
+        c->rope_theta = 1000000.0f;
+        c->norm_eps = 1e-6f;
+        c->eos_ids[0] = 2, c->eos_ids[1] = 4, c->n_eos = 2;
+        break;
+    default: /* Qwen3: head_dim apart from dim / n_heads (q is 56 wide, the model 40) */
+        c->dim = 40, c->n_heads = 4, c->n_kv_heads = 2, c->head_dim = 14, c->hidden_dim = 71;
+        c->vocab_size = 103;
+        c->rope_theta = 1000000.0f;
+        c->norm_eps = 1e-6f;
+        c->eos_ids[0] = 2, c->eos_ids[1] = 3, c->n_eos = 2;
+        break;
+    }
 }
 
 void pl_fixture_set_rope_linear(pl_model_config *c, float factor) {
@@ -214,9 +257,11 @@ static void fill(pl_test_rng *r, const pl_weight *w, float center, float scale) 
     for (size_t i = 0; i < n; i++) d[i] = center + scale * pl_test_rng_float(r);
 }
 
+/* Every tensor in model order (embedding, each layer's, final norm, output), so a Llama
+ * model's weights are what they were before biases and q/k norms existed. */
 pl_model *pl_fixture_model(const pl_model_config *cfg, uint64_t seed) {
     pl_model *m = NULL;
-    pl_status s = pl_model_alloc(cfg, PL_DTYPE_F32, "fixture", &m);
+    pl_status s = pl_model_alloc(cfg, PL_WTYPE_F32, "fixture", &m);
     if (s != PL_OK) {
         fail("pl_model_alloc: %s", pl_last_error());
         return NULL;
@@ -224,22 +269,54 @@ pl_model *pl_fixture_model(const pl_model_config *cfg, uint64_t seed) {
     pl_test_rng r;
     pl_test_rng_seed(&r, seed);
     const pl_model_config *c = &m->cfg;
-    float s_dim = 1.0f / sqrtf((float)c->dim);
-    fill(&r, &m->tok_embed, 0.0f, 1.0f);
-    for (int l = 0; l < c->n_layers; l++) {
-        pl_model_layer *L = &m->layers[l];
-        fill(&r, &L->attn_norm, 1.0f, 0.25f);
-        fill(&r, &L->wq, 0.0f, s_dim);
-        fill(&r, &L->wk, 0.0f, s_dim);
-        fill(&r, &L->wv, 0.0f, s_dim);
-        fill(&r, &L->wo, 0.0f, 1.0f / sqrtf((float)(c->n_heads * c->head_dim)));
-        fill(&r, &L->ffn_norm, 1.0f, 0.25f);
-        fill(&r, &L->w1, 0.0f, s_dim);
-        fill(&r, &L->w2, 0.0f, 1.0f / sqrtf((float)c->hidden_dim));
-        fill(&r, &L->w3, 0.0f, s_dim);
+    size_t n = pl_model_n_slots(c);
+    for (size_t i = 0; i < n; i++) {
+        int layer;
+        pl_tensor_role role = pl_model_slot_role(c, i, &layer);
+        const pl_weight *w = &m->w[i];
+        if (!pl_model_stores_tensor(c, role)) continue;
+        switch (role) {
+        case PL_T_TOKEN_EMBD: fill(&r, w, 0.0f, 1.0f); break;
+        case PL_T_ATTN_NORM:
+        case PL_T_FFN_NORM:
+        case PL_T_OUTPUT_NORM:
+        case PL_T_ATTN_Q_NORM:
+        case PL_T_ATTN_K_NORM: fill(&r, w, 1.0f, 0.25f); break;
+        case PL_T_ATTN_Q_BIAS:
+        case PL_T_ATTN_K_BIAS:
+        case PL_T_ATTN_V_BIAS: fill(&r, w, 0.0f, 0.5f); break;
+        case PL_T_OUTPUT: fill(&r, w, 0.0f, 2.0f / sqrtf((float)c->dim)); break;
+        default: fill(&r, w, 0.0f, 1.0f / sqrtf((float)w->cols)); break; /* fan_in */
+        }
     }
-    fill(&r, &m->final_norm, 1.0f, 0.25f);
-    if (!c->tied_embeddings) fill(&r, &m->lm_head, 0.0f, 2.0f * s_dim);
+    return m;
+}
+
+/* Multiplies every copy of role's tensor (all layers) by g. */
+static void scale_role(pl_model *m, pl_tensor_role role, float g) {
+    int n_layers = pl_tensor_role_per_layer(role) ? m->cfg.n_layers : 1;
+    for (int l = 0; l < n_layers; l++) {
+        const pl_weight *w = pl_model_weight(m, role, l);
+        float *d = (float *)w->data;
+        for (size_t i = 0; d && i < (size_t)w->rows * (size_t)w->cols; i++) d[i] *= g;
+    }
+}
+
+pl_model *pl_fixture_family_model(const pl_model_config *cfg, uint64_t seed) {
+    pl_model *m = pl_fixture_model(cfg, seed);
+    if (!m) return NULL;
+    scale_role(m, PL_T_TOKEN_EMBD, 0.3f);
+    scale_role(m, PL_T_ATTN_Q, 4.0f);
+    scale_role(m, PL_T_ATTN_K, 4.0f);
+    scale_role(m, PL_T_ATTN_OUT, 6.0f);
+    scale_role(m, PL_T_FFN_DOWN, 0.3f);
+    const pl_tensor_role biases[] = {PL_T_ATTN_Q_BIAS, PL_T_ATTN_K_BIAS, PL_T_ATTN_V_BIAS};
+    for (int i = 0; i < 3 && pl_model_has_tensor(cfg, biases[i]); i++)
+        scale_role(m, biases[i], 0.2f);
+    if (pl_model_has_tensor(cfg, PL_T_ATTN_Q_NORM)) {
+        scale_role(m, PL_T_ATTN_Q_NORM, 3.0f);
+        scale_role(m, PL_T_ATTN_K_NORM, 3.0f);
+    }
     return m;
 }
 
@@ -265,22 +342,38 @@ void pl_fixture_permute_to_interleaved(float *dst, const float *src, int n_heads
                        (size_t)cols * sizeof(float));
 }
 
-/* w as f32 (malloc'd), with q/k rows permuted from layout `from` to layout `to`. */
+/* The heads whose elements RoPE pairs up in a tensor of role: its rows (q/k projections and
+ * their biases) or, for a q/k norm, its one head-long vector; 0 for every other tensor. */
+static int rope_heads(const pl_model_config *c, pl_tensor_role role) {
+    switch (role) {
+    case PL_T_ATTN_Q:
+    case PL_T_ATTN_Q_BIAS: return c->n_heads;
+    case PL_T_ATTN_K:
+    case PL_T_ATTN_K_BIAS: return c->n_kv_heads;
+    case PL_T_ATTN_Q_NORM:
+    case PL_T_ATTN_K_NORM: return 1;
+    default: return 0;
+    }
+}
+
+/* w as f32 (malloc'd), with the RoPE-paired elements of n_heads heads moved from layout
+ * `from` to layout `to`: rows of a matrix, elements of a vector. */
 static float *to_f32(const pl_weight *w, int n_heads, int head_dim, int from, int to) {
     size_t n = (size_t)w->rows * (size_t)w->cols;
     float *f = malloc((n ? n : 1) * sizeof *f);
     if (!f) return NULL;
-    for (size_t i = 0; i < n; i++) f[i] = pl_load_f32(w->data, w->dtype, i);
+    pl_wtype_traits_of(w->type)->to_f32(w->data, f, n);
     if (n_heads == 0 || from == to) return f;
     float *g = malloc(n * sizeof *g);
     if (!g) {
         free(f);
         return NULL;
     }
+    int cols = w->rows == 1 ? 1 : w->cols; /* a vector's elements are its "rows" */
     if (to == 1)
-        pl_fixture_permute_to_half(g, f, n_heads, head_dim, w->cols);
+        pl_fixture_permute_to_half(g, f, n_heads, head_dim, cols);
     else
-        pl_fixture_permute_to_interleaved(g, f, n_heads, head_dim, w->cols);
+        pl_fixture_permute_to_interleaved(g, f, n_heads, head_dim, cols);
     free(f);
     return g;
 }
@@ -307,47 +400,47 @@ static bool compare_weight(const char *name, const pl_weight *ref, const pl_weig
     return ok;
 }
 
+static bool is_vector(pl_tensor_role r) {
+    switch (r) {
+    case PL_T_ATTN_NORM:
+    case PL_T_FFN_NORM:
+    case PL_T_OUTPUT_NORM:
+    case PL_T_ATTN_Q_NORM:
+    case PL_T_ATTN_K_NORM:
+    case PL_T_ATTN_Q_BIAS:
+    case PL_T_ATTN_K_BIAS:
+    case PL_T_ATTN_V_BIAS: return true;
+    default: return false;
+    }
+}
+
 bool pl_fixture_compare(const pl_model *ref, const pl_model *got, float atol, float rtol) {
     const pl_model_config *c = &ref->cfg, *g = &got->cfg;
-    if (c->dim != g->dim || c->hidden_dim != g->hidden_dim || c->n_layers != g->n_layers ||
-        c->n_heads != g->n_heads || c->n_kv_heads != g->n_kv_heads ||
-        c->head_dim != g->head_dim || c->vocab_size != g->vocab_size ||
-        c->tied_embeddings != g->tied_embeddings)
+    if (c->arch != g->arch || c->dim != g->dim || c->hidden_dim != g->hidden_dim ||
+        c->n_layers != g->n_layers || c->n_heads != g->n_heads ||
+        c->n_kv_heads != g->n_kv_heads || c->head_dim != g->head_dim ||
+        c->vocab_size != g->vocab_size || c->tied_embeddings != g->tied_embeddings)
         return fail("configs differ");
     int rl = c->rope_layout, gl = g->rope_layout;
-    bool ok = compare_weight("tok_embed", &ref->tok_embed, &got->tok_embed, 0, 0, 0, 0, atol,
-                             rtol);
-    char name[64];
-    for (int l = 0; ok && l < c->n_layers; l++) {
-        const pl_model_layer *a = &ref->layers[l], *b = &got->layers[l];
-        const struct {
-            const char *n;
-            const pl_weight *x, *y;
-            int heads;
-            bool norm;
-        } t[] = {{"attn_norm", &a->attn_norm, &b->attn_norm, 0, true},
-                 {"wq", &a->wq, &b->wq, c->n_heads, false},
-                 {"wk", &a->wk, &b->wk, c->n_kv_heads, false},
-                 {"wv", &a->wv, &b->wv, 0, false},
-                 {"wo", &a->wo, &b->wo, 0, false},
-                 {"ffn_norm", &a->ffn_norm, &b->ffn_norm, 0, true},
-                 {"w1", &a->w1, &b->w1, 0, false},
-                 {"w2", &a->w2, &b->w2, 0, false},
-                 {"w3", &a->w3, &b->w3, 0, false}};
-        for (size_t i = 0; ok && i < sizeof t / sizeof t[0]; i++) {
-            snprintf(name, sizeof name, "layers[%d].%s", l, t[i].n);
-            ok = compare_weight(name, t[i].x, t[i].y, t[i].heads, c->head_dim, rl, gl, atol,
-                                rtol);
-            if (ok && t[i].norm && t[i].y->dtype != PL_DTYPE_F32)
-                ok = fail("%s: norms must be f32", name);
+    bool ok = true;
+    size_t n = pl_model_n_slots(c);
+    for (size_t i = 0; ok && i < n; i++) {
+        int layer;
+        pl_tensor_role role = pl_model_slot_role(c, i, &layer);
+        const pl_weight *a = &ref->w[i], *b = &got->w[i];
+        char name[64];
+        snprintf(name, sizeof name, "%s (layer %d)", pl_tensor_spec_of(role)->gguf, layer);
+        if (!a->data) {
+            if (b->data) ok = fail("%s: loaded but the reference has none", name);
+            continue;
         }
+        ok = compare_weight(name, a, b, rope_heads(c, role), c->head_dim, rl, gl, atol, rtol);
+        if (ok && is_vector(role) && b->type != PL_WTYPE_F32)
+            ok = fail("%s: norms and biases must be f32", name);
     }
-    ok = ok && compare_weight("final_norm", &ref->final_norm, &got->final_norm, 0, 0, 0, 0, atol,
-                              rtol);
-    if (ok && got->final_norm.dtype != PL_DTYPE_F32) ok = fail("final_norm: norms must be f32");
-    ok = ok && compare_weight("lm_head", &ref->lm_head, &got->lm_head, 0, 0, 0, 0, atol, rtol);
-    if (ok && got->cfg.tied_embeddings && got->lm_head.data != got->tok_embed.data)
-        ok = fail("tied model: lm_head does not share tok_embed's data");
+    const pl_weight *emb = pl_model_weight(got, PL_T_TOKEN_EMBD, 0);
+    if (ok && got->cfg.tied_embeddings && pl_model_weight(got, PL_T_OUTPUT, 0)->data != emb->data)
+        ok = fail("tied model: the output projection does not share the embedding's data");
     return ok;
 }
 
@@ -361,9 +454,11 @@ static bool little_endian(void) {
     return b == 1 || fail("big-endian host: the writers assume little-endian");
 }
 
-/* Appends w as f32; q/k permuted to interleaved when the model is rotate-half. */
-static void put_f32(buf *b, const pl_model *m, const pl_weight *w, int heads) {
-    float *f = to_f32(w, heads, m->cfg.head_dim, m->cfg.rope_layout, 0);
+/* Appends the tensor of role as f32; q/k permuted to interleaved when the model is
+ * rotate-half. */
+static void put_f32(buf *b, const pl_model *m, pl_tensor_role role, int layer) {
+    const pl_weight *w = pl_model_weight(m, role, layer);
+    float *f = to_f32(w, rope_heads(&m->cfg, role), m->cfg.head_dim, m->cfg.rope_layout, 0);
     if (!f) {
         b->oom = true;
         return;
@@ -372,20 +467,20 @@ static void put_f32(buf *b, const pl_model *m, const pl_weight *w, int heads) {
     free(f);
 }
 
-typedef enum { K_ATT_NORM, K_WQ, K_WK, K_WV, K_WO, K_FFN_NORM, K_W1, K_W2, K_W3 } layer_kind;
+/* llama2.c's per-layer tensors, in its legacy order: rms_att, wq, wk, wv, wo, rms_ffn,
+ * w1 (gate), w2 (down), w3 (up). */
+static const pl_tensor_role k_l2c_layer[] = {PL_T_ATTN_NORM, PL_T_ATTN_Q,   PL_T_ATTN_K,
+                                             PL_T_ATTN_V,    PL_T_ATTN_OUT, PL_T_FFN_NORM,
+                                             PL_T_FFN_GATE,  PL_T_FFN_DOWN, PL_T_FFN_UP};
 
-static void put_layers(buf *b, const pl_model *m, layer_kind k) {
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const pl_model_layer *L = &m->layers[l];
-        const pl_weight *w[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                &L->ffn_norm,  &L->w1, &L->w2, &L->w3};
-        int heads = k == K_WQ ? m->cfg.n_heads : k == K_WK ? m->cfg.n_kv_heads : 0;
-        put_f32(b, m, w[k], heads);
-    }
+static void put_layers(buf *b, const pl_model *m, pl_tensor_role role) {
+    for (int l = 0; l < m->cfg.n_layers; l++) put_f32(b, m, role, l);
 }
 
 static bool llama2c_compatible(const pl_model *m) {
     const pl_model_config *c = &m->cfg;
+    if (c->arch != PL_ARCH_LLAMA)
+        return fail("llama2.c holds only Llama models (arch %d)", (int)c->arch);
     if (c->head_dim * c->n_heads != c->dim)
         return fail("llama2.c needs head_dim = dim / n_heads (%d * %d != %d)", c->head_dim,
                     c->n_heads, c->dim);
@@ -412,9 +507,10 @@ bool pl_fixture_write_llama2c(const pl_model *m, const char *path) {
     const pl_model_config *c = &m->cfg;
     buf b = {0};
     put_dims(&b, c, c->tied_embeddings ? c->vocab_size : -c->vocab_size);
-    put_f32(&b, m, &m->tok_embed, 0);
-    for (layer_kind k = K_ATT_NORM; k <= K_W3; k++) put_layers(&b, m, k);
-    put_f32(&b, m, &m->final_norm, 0);
+    put_f32(&b, m, PL_T_TOKEN_EMBD, 0);
+    for (size_t k = 0; k < sizeof k_l2c_layer / sizeof k_l2c_layer[0]; k++)
+        put_layers(&b, m, k_l2c_layer[k]);
+    put_f32(&b, m, PL_T_OUTPUT_NORM, 0);
     /* freq_cis_real then freq_cis_imag: (seq_len, head_dim / 2) each, as export.py writes */
     int half = c->head_dim / 2;
     for (int part = 0; part < 2; part++)
@@ -424,7 +520,7 @@ bool pl_fixture_write_llama2c(const pl_model *m, const char *path) {
                 float v = (float)(part == 0 ? cos(ang) : sin(ang));
                 put(&b, &v, 4);
             }
-    if (!c->tied_embeddings) put_f32(&b, m, &m->lm_head, 0);
+    if (!c->tied_embeddings) put_f32(&b, m, PL_T_OUTPUT, 0);
     return flush(&b, path);
 }
 
@@ -440,28 +536,37 @@ bool pl_fixture_write_ak42(const pl_model *m, const char *path) {
     put(&b, &shared, 1);
     uint8_t zero[256] = {0};
     put(&b, zero, 256 - b.n);
-    put_layers(&b, m, K_ATT_NORM);
-    put_layers(&b, m, K_FFN_NORM);
-    put_f32(&b, m, &m->final_norm, 0);
-    put_f32(&b, m, &m->tok_embed, 0);
-    for (layer_kind k = K_WQ; k <= K_W3; k++)
-        if (k != K_FFN_NORM) put_layers(&b, m, k);
-    if (!c->tied_embeddings) put_f32(&b, m, &m->lm_head, 0);
+    put_layers(&b, m, PL_T_ATTN_NORM);
+    put_layers(&b, m, PL_T_FFN_NORM);
+    put_f32(&b, m, PL_T_OUTPUT_NORM, 0);
+    put_f32(&b, m, PL_T_TOKEN_EMBD, 0);
+    for (size_t k = 0; k < sizeof k_l2c_layer / sizeof k_l2c_layer[0]; k++)
+        if (k_l2c_layer[k] != PL_T_ATTN_NORM && k_l2c_layer[k] != PL_T_FFN_NORM)
+            put_layers(&b, m, k_l2c_layer[k]);
+    if (!c->tied_embeddings) put_f32(&b, m, PL_T_OUTPUT, 0);
     return flush(&b, path);
 }
 
 // ----------------------------------------------------------------------------
 // Hugging Face writers
 
+/* The families' config.json names, as transformers writes them. */
+static const char *const k_hf_class[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                         "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+static const char *const k_model_type[] = {"llama", "mistral", "qwen2", "qwen3"};
+
 bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool omit_tie_key) {
+    if ((int)c->arch < 0 || (int)c->arch > 3) return fail("arch %d has no writer", (int)c->arch);
     buf b = {0};
-    putf(&b, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n");
+    putf(&b, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n",
+         k_hf_class[c->arch], k_model_type[c->arch]);
     putf(&b, "  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n", c->dim);
     putf(&b, "  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n", c->hidden_dim,
          c->n_layers);
     putf(&b, "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n", c->n_heads,
          c->n_kv_heads);
-    if (c->head_dim * c->n_heads != c->dim) putf(&b, "  \"head_dim\": %d,\n", c->head_dim);
+    if (c->head_dim * c->n_heads != c->dim || c->arch == PL_ARCH_QWEN3)
+        putf(&b, "  \"head_dim\": %d,\n", c->head_dim);
     putf(&b, "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n", c->vocab_size,
          c->max_seq_len);
     putf(&b, "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n", (double)c->norm_eps,
@@ -477,30 +582,54 @@ bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool 
              c->rope_original_max_pos);
     else
         putf(&b, "  \"rope_scaling\": null,\n");
+    switch (c->arch) {
+    case PL_ARCH_MISTRAL:
+        if (c->sliding_window > 0) putf(&b, "  \"sliding_window\": %d,\n", c->sliding_window);
+        else putf(&b, "  \"sliding_window\": null,\n");
+        break;
+    case PL_ARCH_QWEN2: /* as Qwen2.5 ships it: a window stated, and switched off */
+        putf(&b, "  \"use_sliding_window\": false,\n  \"sliding_window\": 32768,\n"
+                 "  \"max_window_layers\": 21,\n");
+        break;
+    case PL_ARCH_QWEN3:
+        putf(&b, "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n"
+                 "  \"sliding_window\": null,\n");
+        break;
+    default: putf(&b, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"); break;
+    }
     if (!omit_tie_key)
         putf(&b, "  \"tie_word_embeddings\": %s,\n", c->tied_embeddings ? "true" : "false");
     if (c->bos_id >= 0) putf(&b, "  \"bos_token_id\": %d,\n", c->bos_id);
     else putf(&b, "  \"bos_token_id\": null,\n");
-    if (c->eos_id >= 0) putf(&b, "  \"eos_token_id\": %d,\n", c->eos_id);
+    /* the first EOS id here, the whole list in generation_config.json (as Llama 3 ships) */
+    if (c->n_eos > 0) putf(&b, "  \"eos_token_id\": %d,\n", c->eos_ids[0]);
     else putf(&b, "  \"eos_token_id\": null,\n");
     putf(&b, "  \"torch_dtype\": \"float32\"\n}\n");
-    return flush(&b, pl_fixture_path(dir, "config.json"));
+    if (!flush(&b, pl_fixture_path(dir, "config.json"))) return false;
+    if (c->n_eos <= 1) { /* none, and none left from an earlier model written here */
+        remove(pl_fixture_path(dir, "generation_config.json"));
+        return true;
+    }
+    putf(&b, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": [", c->bos_id);
+    for (int i = 0; i < c->n_eos; i++) putf(&b, "%s%d", i ? ", " : "", c->eos_ids[i]);
+    putf(&b, "],\n  \"do_sample\": true,\n  \"temperature\": 0.6\n}\n");
+    return flush(&b, pl_fixture_path(dir, "generation_config.json"));
 }
 
 typedef struct hf_tensor {
     char name[80];
     const pl_weight *w;
-    int heads; /* q/k: heads to permute; else 0 */
-    bool norm; /* 1-D */
+    pl_tensor_role role;
+    bool vector; /* 1-D */
 } hf_tensor;
 
 static const char *st_dtype(pl_dtype t) {
     return t == PL_DTYPE_F16 ? "F16" : t == PL_DTYPE_BF16 ? "BF16" : "F32";
 }
 
-/* Tensor data in dtype t, q/k permuted to rotate-half when the model is interleaved. */
+/* Tensor data in dtype t, RoPE pairs moved to rotate-half when the model is interleaved. */
 static void put_hf_data(buf *b, const pl_model *m, const hf_tensor *t, pl_dtype dt) {
-    float *f = to_f32(t->w, t->heads, m->cfg.head_dim, m->cfg.rope_layout, 1);
+    float *f = to_f32(t->w, rope_heads(&m->cfg, t->role), m->cfg.head_dim, m->cfg.rope_layout, 1);
     if (!f) {
         b->oom = true;
         return;
@@ -525,7 +654,7 @@ static bool write_shard(const pl_model *m, const hf_tensor *t, size_t first, siz
     for (size_t i = first; i < last; i++) {
         size_t begin = d.n;
         put_hf_data(&d, m, &t[i], dt);
-        if (t[i].norm)
+        if (t[i].vector)
             putf(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
                  t[i].name, st_dtype(dt), t[i].w->cols, begin, d.n);
         else
@@ -549,6 +678,29 @@ static bool write_shard(const pl_model *m, const hf_tensor *t, size_t first, siz
     return flush(&f, path);
 }
 
+/* A layer's tensors as transformers names them (model.layers.N.<suffix>), in a checkpoint's
+ * usual order. Biases and q/k norms are written when the model has them. */
+static const struct {
+    const char *suffix;
+    pl_tensor_role role;
+} k_hf_layer[] = {
+    {"input_layernorm.weight", PL_T_ATTN_NORM},
+    {"self_attn.q_proj.weight", PL_T_ATTN_Q},
+    {"self_attn.q_proj.bias", PL_T_ATTN_Q_BIAS},
+    {"self_attn.k_proj.weight", PL_T_ATTN_K},
+    {"self_attn.k_proj.bias", PL_T_ATTN_K_BIAS},
+    {"self_attn.v_proj.weight", PL_T_ATTN_V},
+    {"self_attn.v_proj.bias", PL_T_ATTN_V_BIAS},
+    {"self_attn.q_norm.weight", PL_T_ATTN_Q_NORM},
+    {"self_attn.k_norm.weight", PL_T_ATTN_K_NORM},
+    {"self_attn.o_proj.weight", PL_T_ATTN_OUT},
+    {"post_attention_layernorm.weight", PL_T_FFN_NORM},
+    {"mlp.gate_proj.weight", PL_T_FFN_GATE},
+    {"mlp.up_proj.weight", PL_T_FFN_UP},
+    {"mlp.down_proj.weight", PL_T_FFN_DOWN},
+};
+#define N_HF_LAYER (sizeof k_hf_layer / sizeof k_hf_layer[0])
+
 bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf_options *opt) {
     pl_fixture_hf_options o = {0};
     if (opt) o = *opt;
@@ -558,34 +710,29 @@ bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf
     if (!pl_fixture_write_hf_config(c, dir, o.omit_tie_key)) return false;
     pl_dtype dt = o.dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : o.dtype;
 
-    size_t cap = 3 + 9 * (size_t)c->n_layers, n = 0;
+    size_t cap = 3 + N_HF_LAYER * (size_t)c->n_layers, n = 0;
     hf_tensor *t = calloc(cap, sizeof *t);
     if (!t) return fail("out of memory");
     snprintf(t[n].name, sizeof t[n].name, "model.embed_tokens.weight");
-    t[n++].w = &m->tok_embed;
-    for (int l = 0; l < c->n_layers; l++) {
-        const pl_model_layer *L = &m->layers[l];
-        const hf_tensor e[] = {{"input_layernorm", &L->attn_norm, 0, true},
-                               {"self_attn.q_proj", &L->wq, c->n_heads, false},
-                               {"self_attn.k_proj", &L->wk, c->n_kv_heads, false},
-                               {"self_attn.v_proj", &L->wv, 0, false},
-                               {"self_attn.o_proj", &L->wo, 0, false},
-                               {"post_attention_layernorm", &L->ffn_norm, 0, true},
-                               {"mlp.gate_proj", &L->w1, 0, false},
-                               {"mlp.up_proj", &L->w3, 0, false},
-                               {"mlp.down_proj", &L->w2, 0, false}};
-        for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
-            t[n] = e[i];
-            snprintf(t[n++].name, sizeof t[0].name, "model.layers.%d.%.48s.weight", l,
-                     e[i].name);
+    t[n].role = PL_T_TOKEN_EMBD;
+    t[n++].w = pl_model_weight(m, PL_T_TOKEN_EMBD, 0);
+    for (int l = 0; l < c->n_layers; l++)
+        for (size_t i = 0; i < N_HF_LAYER; i++) {
+            const pl_weight *w = pl_model_weight(m, k_hf_layer[i].role, l);
+            if (!w->data) continue;
+            snprintf(t[n].name, sizeof t[0].name, "model.layers.%d.%s", l, k_hf_layer[i].suffix);
+            t[n].w = w;
+            t[n].role = k_hf_layer[i].role;
+            t[n++].vector = is_vector(k_hf_layer[i].role);
         }
-    }
     snprintf(t[n].name, sizeof t[n].name, "model.norm.weight");
-    t[n].w = &m->final_norm;
-    t[n++].norm = true;
+    t[n].w = pl_model_weight(m, PL_T_OUTPUT_NORM, 0);
+    t[n].role = PL_T_OUTPUT_NORM;
+    t[n++].vector = true;
     if (!c->tied_embeddings || o.lm_head_when_tied) {
         snprintf(t[n].name, sizeof t[n].name, "lm_head.weight");
-        t[n++].w = &m->lm_head;
+        t[n].role = PL_T_OUTPUT;
+        t[n++].w = pl_model_weight(m, PL_T_OUTPUT, 0);
     }
 
     bool ok = true;

@@ -36,7 +36,8 @@ static uint64_t dummy_bytes(const char *name, pl_dtype dt) {
     pl_model_config mc;
     cr_assert_eq(pl_model_dummy_config(name, &mc), PL_OK, "%s", pl_last_error());
     uint64_t n = 0;
-    cr_assert_eq(pl_model_config_weight_bytes(&mc, dt, &n), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(pl_model_config_weight_bytes(&mc, pl_wtype_of_dtype(dt), &n), PL_OK, "%s",
+                 pl_last_error());
     return n;
 }
 
@@ -126,7 +127,8 @@ Test(memory_limit, files_over_the_limit_fail_from_their_headers) {
                  {hf, PL_DTYPE_AUTO, PL_DTYPE_BF16}, {hf, PL_DTYPE_F32, PL_DTYPE_F32}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint64_t w = 0;
-        cr_assert_eq(pl_model_config_weight_bytes(&mc, cases[i].stored, &w), PL_OK);
+        cr_assert_eq(pl_model_config_weight_bytes(&mc, pl_wtype_of_dtype(cases[i].stored), &w),
+                     PL_OK);
         char want[32];
         snprintf(want, sizeof want, "%llu", (unsigned long long)w);
         pl_engine_config c = base_config(cases[i].path, (size_t)w - 1);

@@ -1,0 +1,162 @@
+/*
+ * tests/e2e/test_e2e_families.c - random-weight Llama (Llama 3 numerics), Mistral, Qwen2 and
+ * Qwen3 models in Hugging Face format: the engine's greedy tokens on the ref and cpu backends
+ * equal the dense reference's for 200 tokens per prompt, each prompt alone and all batched;
+ * the features under test change the tokens (so the comparison would see them missing); the
+ * EOS set of config.json + generation_config.json ends generation on any of its ids.
+ *
+ * What each family checks (shapes in pl_fixture_family_config):
+ *   Llama  - GQA 6/2, theta 500000 with llama3 RoPE scaling, tied and untied, EOS list.
+ *   Mistral- sliding_window read from config.json, here the whole context (256): the window
+ *            inside the attention kernels is tested by mistral_window_* below.
+ *   Qwen2  - q/k/v biases (add_bias after the grouped q/k/v product), tied and untied.
+ *   Qwen3  - head_dim 14 with dim 40 and 4 heads (q is 56 wide), per-head q/k RMSNorm before
+ *            RoPE (rmsnorm over n_tokens * n_heads rows).
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dense_ref.h"
+#include "families.h"
+#include "model_fixtures.h"
+
+static void check_family(const family_case *fc) {
+    family_run f;
+    family_setup(&f, fc, PL_DTYPE_AUTO, false);
+    const pl_backend_kind backends[] = {PL_BACKEND_REF, PL_BACKEND_CPU};
+    for (int b = 0; b < 2; b++) {
+        family_check_engine(&f, backends[b], true);
+        family_check_engine(&f, backends[b], false);
+    }
+    family_teardown(&f);
+}
+
+static void check_arch(pl_arch arch) {
+    check_family(&(family_case){.arch = arch, .variant = 0, .seed = 11});
+    check_family(&(family_case){.arch = arch, .variant = 1, .seed = 12});
+    /* bf16 safetensors, kept bf16 in memory */
+    check_family(&(family_case){.arch = arch, .variant = 1, .seed = 13, .stored = PL_DTYPE_BF16});
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(families, llama3_matches_the_dense_reference, .timeout = 240) { check_arch(PL_ARCH_LLAMA); }
+Test(families, mistral_matches_the_dense_reference, .timeout = 240) {
+    check_arch(PL_ARCH_MISTRAL);
+}
+Test(families, qwen2_matches_the_dense_reference, .timeout = 240) { check_arch(PL_ARCH_QWEN2); }
+Test(families, qwen3_matches_the_dense_reference, .timeout = 240) { check_arch(PL_ARCH_QWEN3); }
+
+// ----------------------------------------------------------------------------
+// the features change the tokens
+
+/* Greedy tokens of the dense reference on m (n_out after prompt). */
+static void dense_tokens(const pl_model *m, const int32_t *prompt, int n_prompt, int n_out,
+                         int32_t *out) {
+    dense_ref *d = dense_ref_create(m, n_prompt + n_out);
+    cr_assert(d);
+    dense_ref_set_kv_dtype(d, PL_DTYPE_F32);
+    cr_assert_eq(dense_ref_greedy(d, prompt, n_prompt, n_out, out), 0);
+    dense_ref_free(d);
+}
+
+static bool same_tokens(const int32_t *a, const int32_t *b, int n) {
+    return memcmp(a, b, (size_t)n * sizeof *a) == 0;
+}
+
+/* Were biases or q/k norms dropped by the engine, the comparison above would see it: the
+ * dense reference without them (the same weights read as a Llama model) gives other tokens. */
+Test(families, biases_and_qk_norms_change_the_tokens) {
+    const pl_arch archs[] = {PL_ARCH_QWEN2, PL_ARCH_QWEN3};
+    for (int a = 0; a < 2; a++) {
+        family_run f;
+        family_setup(&f, &(family_case){.arch = archs[a], .variant = 0, .seed = 11},
+                     PL_DTYPE_AUTO, false);
+        pl_model plain = *f.model; /* shallow: the dense reference only reads */
+        plain.cfg.arch = PL_ARCH_LLAMA;
+        int32_t *other = malloc(FAMILY_OUT * sizeof *other);
+        dense_tokens(&plain, f.prompts.ids[0], f.prompts.len[0], FAMILY_OUT, other);
+        cr_assert_not(same_tokens(other, f.want.ids[0], FAMILY_OUT),
+                      "%s: the same tokens without its biases / q-k norms",
+                      family_name(&f.fc));
+        free(other);
+        family_teardown(&f);
+    }
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ----------------------------------------------------------------------------
+// end of text
+
+/* Llama 3's list: config.json says 2, generation_config.json [2, 5, 7]. Without ignore_eos
+ * each prompt stops at the first output token of the set (included, finish reason stop), and
+ * at least one stops on an id that only generation_config.json names. */
+Test(families, eos_set_from_generation_config_ends_generation) {
+    family_run f;
+    family_setup(&f, &(family_case){.arch = PL_ARCH_LLAMA, .variant = 0, .seed = 11},
+                 PL_DTYPE_AUTO, false);
+    const pl_model_config *c = &f.model->cfg;
+    cr_assert_eq(c->n_eos, 3);
+    cr_assert(c->eos_ids[0] == 2 && c->eos_ids[1] == 5 && c->eos_ids[2] == 7);
+    pl_engine_config ec;
+    pl_engine_config_default(&ec);
+    ec.model_path = f.dir;
+    ec.backend = PL_BACKEND_CPU;
+    ec.kv_dtype = PL_DTYPE_F32;
+    ec.n_threads = 2;
+    pl_engine *e = e2e_engine(&ec);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = FAMILY_OUT;
+    e2e_outputs got;
+    e2e_run(e, &f.prompts, &sp, false, &got);
+    int stops_on_later_id = 0;
+    for (int i = 0; i < FAMILY_PROMPTS; i++) {
+        int k = 0;
+        while (k < FAMILY_OUT && f.want.ids[i][k] != 2 && f.want.ids[i][k] != 5 &&
+               f.want.ids[i][k] != 7)
+            k++;
+        int want_len = k < FAMILY_OUT ? k + 1 : FAMILY_OUT;
+        cr_assert_eq(got.len[i], want_len, "prompt %d: %d tokens, want %d", i, got.len[i],
+                     want_len);
+        cr_assert(same_tokens(got.ids[i], f.want.ids[i], want_len), "prompt %d", i);
+        cr_assert_eq(got.reason[i], k < FAMILY_OUT ? PL_FINISH_STOP : PL_FINISH_LENGTH);
+        stops_on_later_id += k < FAMILY_OUT && f.want.ids[i][k] != 2;
+    }
+    cr_assert_gt(stops_on_later_id, 0, "no prompt stopped on 5 or 7: the test shows nothing");
+    e2e_outputs_free(&got);
+    pl_engine_destroy(e);
+    family_teardown(&f);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ----------------------------------------------------------------------------
+// Mistral's window shorter than the sequences
+
+/* The window matters: with 24 positions the dense reference's tokens differ from full
+ * attention's, so mistral_window_* compares something the kernels must do. */
+Test(families, mistral_window_changes_the_tokens) {
+    family_run f, full;
+    family_setup(&f, &(family_case){.arch = PL_ARCH_MISTRAL, .variant = 1, .seed = 21,
+                                    .sliding_window = 24},
+                 PL_DTYPE_AUTO, false);
+    family_setup(&full, &(family_case){.arch = PL_ARCH_MISTRAL, .variant = 1, .seed = 21},
+                 PL_DTYPE_AUTO, false);
+    cr_assert_eq(f.model->cfg.sliding_window, 24, "config.json's sliding_window");
+    for (int i = 0; i < FAMILY_PROMPTS; i++)
+        cr_assert_not(same_tokens(f.want.ids[i], full.want.ids[i], FAMILY_OUT),
+                      "prompt %d: a 24-token window gives the tokens of full attention", i);
+    family_teardown(&f);
+    family_teardown(&full);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* A 24-token window over 200+ token sequences, prefill chunks and decode, alone and batched, on
+ * ref and cpu, against the dense reference: the window reaches the attention kernels through
+ * pl_attn_batch.sliding_window. */
+Test(families, mistral_window_shorter_than_the_sequence, .timeout = 240) {
+    check_family(&(family_case){.arch = PL_ARCH_MISTRAL, .variant = 1, .seed = 21,
+                                .sliding_window = 24});
+    PL_ASSERT_NO_LEAKS();
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the loaders and parsers with libFuzzer: scripts/fuzz.sh [SECONDS [TARGET...]]
-#   SECONDS  per target (default 20); TARGET names (default: all six)
+#   SECONDS  per target (default 20); TARGET names (default: all seven)
 #   env FUZZ_BUILD_DIR  build directory (default build-fuzz)
 # Configures a clang build with ASan+UBSan (UB fatal) and -fsanitize=fuzzer-no-link on the
 # library (coverage), builds tests/fuzz, writes the seed corpora (fuzz_seeds; tokenizer seeds
@@ -14,7 +14,7 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_prompts fuzz_config)
+  fuzz_tokenizer_json fuzz_prompts fuzz_config)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -49,6 +49,11 @@ train uni300 --vocab_size=300 --model_type=unigram --bos_id=1 --eos_id=2 \
 train nobos --vocab_size=260 --model_type=bpe --bos_id=-1 --eos_id=-1 \
   --character_coverage=0.99 --user_defined_symbols='<sep>' || exit 1
 cp "$dir"/tests/tokenizer/tok_*.model "$seeds/tokenizer/" 2>/dev/null || true
+# tokenizer.json seeds: the committed Llama-2 style conversions and small ones that between
+# them use every supported component
+mkdir -p "$seeds/tokenizer_json"
+cp tests/fuzz/tokenizer_json/*.json "$seeds/tokenizer_json/"
+for d in tok512_hf tok512_meta; do cp "tests/data/$d/tokenizer.json" "$seeds/tokenizer_json/$d.json"; done
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -62,7 +67,8 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$art"
   case "$t" in
     fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
-    fuzz_tokenizer) sd=tokenizer ;; fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;;
+    fuzz_tokenizer) sd=tokenizer ;; fuzz_tokenizer_json) sd=tokenizer_json ;;
+    fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

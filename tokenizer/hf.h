@@ -27,9 +27,9 @@
  *
  * Semantics follow the Rust `tokenizers` library (what transformers runs), where it and the
  * oracle of the tests (@lenml/tokenizers, a port of transformers.js) differ:
- * - Split regexes run in PCRE2 with Unicode properties and caseless matching by Unicode case
- *   folding (as Oniguruma does), so "(?i:'s)" also matches "'ſ" (U+017F); transformers.js
- *   rewrites it to "'[sS]".
+ * - Split regexes run in PCRE2 with Unicode properties, where \s is Unicode white space
+ *   (U+0085 NEL is, U+FEFF is not), as in Oniguruma; JavaScript's \s is the other way round
+ *   for those two, so "x \u0085y" splits differently under transformers.js.
  * - Digits splits on every numeric character (\p{N}), not only ASCII digits.
  * - Lowercase maps code points one at a time (no final-sigma rule).
  * - The Metaspace decoder drops every replacement character of the first token (when the

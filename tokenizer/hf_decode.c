@@ -109,7 +109,7 @@ static bool has_char_at(const char *s, size_t n, size_t at, const char *ch, int 
 
 /* One stage over the list `in` into `out`. */
 static pl_status stage_list(const pl_hf_dec *d, const tlist *in, tlist *out) {
-    const char *base = in->text.p;
+    const char *base = in->text.p ? in->text.p : ""; /* NULL while every token is empty */
     switch (d->kind) {
     case PL_HF_DEC_REPLACE:
         for (size_t i = 0; i < in->n; i++) {
@@ -246,8 +246,9 @@ pl_status pl_hf_decode(const pl_tokenizer *t, const int32_t *ids, size_t n, unsi
         out = x;
     }
     pl_tok_buf text = {0};
+    const char *base = in->text.p ? in->text.p : "";
     for (size_t i = 0; i < in->n && s == PL_OK; i++)
-        s = put_text(&text, in->text.p + in->v[i].off, in->v[i].len);
+        s = put_text(&text, base + in->v[i].off, in->v[i].len);
     if (s == PL_OK) s = pl_tok_buf_put(&text, "", 1);
     tl_free(&a);
     tl_free(&b);
@@ -266,7 +267,7 @@ enum { EV_BEGIN, EV_DATA, EV_END };
 #define HOLD 72
 
 typedef struct stage {
-    uint32_t index;      /* tokens begun (Metaspace: the first token is index 0) */
+    uint32_t index;      /* tokens begun, this one included (Metaspace: 1 in the first) */
     bool in_token;
     bool begun;          /* joining stages: the one BEGIN went downstream */
     uint8_t hold[HOLD];  /* Replace: a prefix of the pattern; ByteFallback: the token so far */
@@ -298,11 +299,9 @@ static void send(hf_detok *d, int k, int ev, const char *p, size_t n);
 
 static void sink(hf_detok *d, const char *p, size_t n) {
     if (d->failed || n == 0) return;
-    size_t keep = d->buf.n;
     d->buf.n = d->w;
     if (put_text(&d->buf, p, n) != PL_OK) d->failed = true;
     d->w = d->buf.n;
-    if (d->buf.n < keep) d->buf.n = keep;
 }
 
 static void send_data(hf_detok *d, int k, const char *p, size_t n) {
@@ -572,14 +571,17 @@ static void finish(hf_detok *d) {
 static pl_status render_tail(hf_detok *d) {
     stage saved[PL_HF_MAX_STEPS];
     memcpy(saved, d->st, sizeof saved);
-    d->w = d->text_len + 1;
+    d->buf.n = d->text_len;
+    if (pl_tok_buf_reserve(&d->buf, 1) != PL_OK) return pl_fail(PL_ERR_OUT_OF_MEMORY, "detok");
+    d->w = d->text_len + 1; /* after the text's NUL */
     d->buf.n = d->w;
     finish(d);
     memcpy(d->st, saved, sizeof saved);
     d->tail_len = d->w - (d->text_len + 1);
     d->tail_shown = false;
     if (d->failed) return pl_fail(PL_ERR_OUT_OF_MEMORY, "detok: text");
-    return pl_tok_buf_reserve(&d->buf, 2); /* room for pl_detok_text's NUL */
+    d->buf.n = d->w;
+    return pl_tok_buf_reserve(&d->buf, 1); /* room for pl_detok_text's NUL */
 }
 
 pl_status pl_hf_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out) {

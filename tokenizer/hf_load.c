@@ -734,13 +734,9 @@ static pl_status build_added(loader *L) {
 
 // ---- post-processor ---------------------------------------------------------------------------
 
-typedef struct ids_list {
-    int32_t *v;
-    size_t n;
-} ids_list;
-
 static pl_status list_add(loader *L, int32_t **arr, size_t *n, const int32_t *ids, size_t k,
                           bool front) {
+    if (k == 0) return PL_OK;
     if (*n + k > 64) return unsupported(L, "post_processor", "more than 64 special tokens");
     int32_t *p = pl_reallocarray(*arr, *n + k ? *n + k : 1, sizeof *p);
     if (!p) return oom(L, "post-processor");

@@ -116,7 +116,7 @@ pl_status pl_hf_normalize(const pl_hf *h, pl_tok_matcher *m, const char *s, size
     int cur = -1; /* which buffer holds the text; -1: still s */
     for (int i = 0; i < h->n_norm; i++) {
         const pl_hf_norm *nm = &h->norm[i];
-        const char *in = cur < 0 ? s : bufs[cur]->p;
+        const char *in = cur < 0 ? s : bufs[cur]->p ? bufs[cur]->p : ""; /* NULL when empty */
         size_t in_n = cur < 0 ? len : bufs[cur]->n;
         pl_tok_buf *dst = bufs[cur == 0 ? 1 : 0];
         switch (nm->kind) {

@@ -4,7 +4,8 @@
  * chat_template.jinja, where newer exports keep the template.
  *
  * Field shapes accepted (anything else in these fields is PL_ERR_FORMAT naming the file and
- * the field; other fields are ignored):
+ * the field; other fields are ignored, added_tokens_decoder too: it repeats tokenizer.json's
+ * added tokens, which are what counts):
  *   bos_token, eos_token     a string, null, or an object whose "content" is a string
  *   add_bos_token, add_eos_token   true / false
  *   tokenizer_class          a string

@@ -15,8 +15,8 @@
 //     never copied here, and the two above) and each text of the corpus below: the ids with
 //     special-token strings parsed (Hugging Face's default encode) and, where different, with
 //     them as plain text; the decode of those ids (with and without special tokens) where it is
-//     not the text itself; and for 1 MB inputs, the id count, an FNV-1a hash of the ids and
-//     their first and last ids.
+//     not the text itself; and for 1 MB inputs (and the corpus 20 times over), the id count,
+//     an FNV-1a hash of the ids and their first and last ids.
 //
 // "Special tokens as plain text" is obtained from the oracle by removing the added tokens
 // marked special from the tokenizer.json it loads (it has no such switch); non-special added
@@ -24,9 +24,8 @@
 // Decoding uses clean_up_tokenization_spaces: false (pagellm never applies that pass).
 //
 // Texts where this oracle is known to differ from the Rust tokenizers library that pagellm
-// follows (see tokenizer/hf.h) are kept out of the corpus: "'ſ" contractions, U+FEFF / U+0085
-// next to spaces (JavaScript's \s differs from Unicode White_Space), non-ASCII digits for
-// Digits pre-tokenizers.
+// follows (see tokenizer/hf.h) are kept out of the corpus: U+0085 / U+FEFF next to spaces
+// (JavaScript's \s is not Unicode White_Space), a Metaspace decoder's first token.
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -289,7 +288,8 @@ const corpus = [
 ];
 
 // 1 MB inputs: one word without spaces (pseudo-random letters), one character repeated,
-// spaces, digits, newlines.
+// spaces, digits, newlines; and the whole corpus 20 times over, a long text of repeated words
+// in every script (what a word cache sees).
 const MB = 1 << 20;
 const longInputs = [
   { kind: "letters", seed: 12345, bytes: MB },
@@ -297,11 +297,13 @@ const longInputs = [
   { kind: "repeat", unit: " ", bytes: MB },
   { kind: "repeat", unit: "0123456789", bytes: MB },
   { kind: "repeat", unit: "\n", bytes: MB },
+  { kind: "times", unit: corpus.join("\n") + "\n", times: 20 },
 ];
 
 // Letters from a 32-bit LCG (x = x * 1664525 + 1013904223), 'a' + (x >>> 24) % 26; the C test
 // generates the same text.
 function makeLong(g) {
+  if (g.kind === "times") return g.unit.repeat(g.times);
   if (g.kind === "repeat") {
     let s = g.unit.repeat(Math.ceil(g.bytes / g.unit.length));
     return s.slice(0, g.bytes);
@@ -367,7 +369,8 @@ for (const [name, src] of Object.entries(sources)) {
     const ids = parsed.encode(makeLong(g), { add_special_tokens: false });
     out.long.push({ tokenizer: name, gen: g, n_ids: ids.length, fnv64: fnv64(ids),
                     head: ids.slice(0, 8), tail: ids.slice(-8) });
-    console.error(`${name} ${g.kind} ${JSON.stringify(g.unit ?? g.seed)}: ${ids.length} ids, ` +
+    console.error(`${name} ${g.kind} ${JSON.stringify((g.unit ?? "").slice(0, 12) || g.seed)}: ` +
+                  `${ids.length} ids, ` +
                   `${Date.now() - t0} ms`);
   }
 }

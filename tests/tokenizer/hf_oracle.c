@@ -100,7 +100,7 @@ int hf_oracle_check_cases(const char *name, const pl_tokenizer *t) {
 char *hf_oracle_long_text(const char *kind, const char *unit, unsigned seed, size_t bytes) {
     char *s = pl_malloc(bytes + 1);
     cr_assert_not_null(s);
-    if (strcmp(kind, "repeat") == 0) {
+    if (strcmp(kind, "repeat") == 0 || strcmp(kind, "times") == 0) {
         size_t u = strlen(unit);
         for (size_t i = 0; i < bytes; i++) s[i] = unit[i % u];
     } else {
@@ -134,17 +134,21 @@ int hf_oracle_check_long(const char *name, const pl_tokenizer *t) {
         json_t *g = json_object_get(c, "gen");
         const char *kind = json_string_value(json_object_get(g, "kind"));
         json_t *unit = json_object_get(g, "unit");
-        size_t bytes = (size_t)json_integer_value(json_object_get(g, "bytes"));
+        size_t bytes = strcmp(kind, "times") == 0
+                           ? json_string_length(unit) *
+                                 (size_t)json_integer_value(json_object_get(g, "times"))
+                           : (size_t)json_integer_value(json_object_get(g, "bytes"));
         char *text = hf_oracle_long_text(kind, unit ? json_string_value(unit) : "",
                                          (unsigned)json_integer_value(json_object_get(g, "seed")),
                                          bytes);
         int32_t *ids = NULL;
         size_t n = 0;
-        cr_assert_eq(pl_tok_encode(t, text, bytes, 0, &ids, &n), PL_OK, "%s", pl_last_error());
+        cr_assert_eq(pl_tok_encode(t, text, bytes, PL_TOK_PARSE_SPECIAL, &ids, &n), PL_OK, "%s",
+                     pl_last_error());
         size_t want_n = (size_t)json_integer_value(json_object_get(c, "n_ids"));
         char hash[17];
         snprintf(hash, sizeof hash, "%016" PRIx64, fnv64(ids, n));
-        const char *what = unit ? json_string_value(unit) : kind;
+        const char *what = strcmp(kind, "repeat") == 0 ? json_string_value(unit) : kind;
         cr_assert_eq(n, want_n, "%s, 1 MB of \"%s\": %zu ids, the oracle %zu", name, what, n,
                      want_n);
         size_t nh, nt;

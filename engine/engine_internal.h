@@ -31,8 +31,7 @@ typedef struct pl_sample {
     pl_request *req;
     int index;              /* in [0, n) */
     pl_rng rng;
-    pl_detok detok;         /* when a tokenizer is loaded */
-    bool has_detok;
+    pl_detok *detok;        /* when a tokenizer is loaded */
     char *text;             /* output text so far; stop string cut off at finish */
     size_t text_len, text_cap;
     size_t streamed;        /* bytes of text already handed out in deltas */

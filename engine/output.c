@@ -79,9 +79,9 @@ static bool is_stop_id(const pl_engine *e, const pl_request *r, int32_t tok, int
 /* The detokeniser holds back the bytes of an unfinished character; at the end they become
  * part of the text (invalid ones as U+FFFD), unless a stop string already cut the text. */
 static void flush_held_back(pl_sample *s) {
-    if (!s->has_detok || s->text_cut) return;
+    if (!s->detok || s->text_cut) return;
     size_t len;
-    const char *all = pl_detok_text(&s->detok, &len);
+    const char *all = pl_detok_text(s->detok, &len);
     if (all && len > s->text_len && text_append(s, all + s->text_len, len - s->text_len) != PL_OK)
         pl_log(PL_LOG_WARN, "request %llu: final text bytes dropped: %s",
                (unsigned long long)s->req->id, pl_last_error());
@@ -106,10 +106,10 @@ pl_status pl_output_on_token(pl_engine *e, pl_sample *s, int32_t tok) {
 
     bool stop_id = is_stop_id(e, r, tok, n_out);
     size_t old_len = s->text_len;
-    if (s->has_detok && !stop_id) {
+    if (s->detok && !stop_id) {
         const char *piece;
         size_t n;
-        PL_TRY(pl_detok_push(&s->detok, tok, &piece, &n));
+        PL_TRY(pl_detok_push(s->detok, tok, &piece, &n));
         PL_TRY(text_append(s, piece, n));
     }
     pl_finish_reason reason = PL_FINISH_NONE;

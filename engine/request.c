@@ -15,7 +15,7 @@ void pl_request_free(pl_request *r) {
         for (int i = 0; i < r->n_samples; i++) {
             pl_sample *s = &r->samples[i];
             pl_seq_deinit(&s->seq);
-            if (s->has_detok) pl_detok_deinit(&s->detok);
+            pl_detok_free(s->detok);
             pl_free(s->text);
         }
         pl_free(r->samples);
@@ -69,8 +69,11 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         if (!s->text) goto oom;
         s->text_cap = 1;
         if (e->tok) {
-            pl_detok_init(&s->detok, e->tok, true);
-            s->has_detok = true;
+            st = pl_detok_create(e->tok, PL_TOK_AFTER_PROMPT | PL_TOK_SKIP_SPECIAL, &s->detok);
+            if (st != PL_OK) {
+                pl_request_free(r);
+                return st;
+            }
         }
     }
     r->samples[0].seq.n_forks = p->n - 1;

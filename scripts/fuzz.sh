@@ -14,7 +14,7 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_prompts fuzz_config fuzz_template)
+  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_template)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -59,6 +59,11 @@ srcs += [c["template"] for c in json.load(open("tests/data/templates/constructs.
 for i, s in enumerate(srcs):
     open(os.path.join(out, "t%03d" % i), "w", encoding="utf-8").write(s)
 PY
+# tokenizer.json seeds: the committed Llama-2 style conversions and small ones that between
+# them use every supported component
+mkdir -p "$seeds/tokenizer_json"
+cp tests/fuzz/tokenizer_json/*.json "$seeds/tokenizer_json/"
+for d in tok512_hf tok512_meta; do cp "tests/data/$d/tokenizer.json" "$seeds/tokenizer_json/$d.json"; done
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -72,8 +77,8 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$art"
   case "$t" in
     fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
-    fuzz_tokenizer) sd=tokenizer ;; fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;;
-    fuzz_template) sd=template ;;
+    fuzz_tokenizer) sd=tokenizer ;; fuzz_tokenizer_json) sd=tokenizer_json ;;
+    fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_template) sd=template ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

@@ -1,17 +1,24 @@
 /*
- * tokenizer/tokenizer.h - text <-> token ids through SentencePiece, and streaming detokenisation.
+ * tokenizer/tokenizer.h - text <-> token ids, streaming detokenisation, and the token facts
+ * the engine and chat templates need. Knows nothing about models or devices.
  *
- * The SentencePiece C++ library sits behind a small C shim (spm_shim.cc, the project's one C++
- * file); everything else is C. Knows nothing about models or devices.
+ * One interface, two implementations behind it (tok_internal.h holds the table of functions):
+ * - SentencePiece `.model` files, through the C++ library behind a small C shim (spm.c,
+ *   spm_detok.c, spm_shim.cc: the project's one C++ file);
+ * - Hugging Face `tokenizer.json` with a BPE model (byte-level BPE as in Llama 3 and Qwen, or
+ *   Metaspace/byte-fallback BPE as in Llama 2 and Mistral): hf_*.c, with PCRE2 (JIT) for the
+ *   pre-tokenizer regexes and utf8proc for Unicode normalisation. What it supports is listed
+ *   in hf.h; anything else in a tokenizer.json is refused at load with PL_ERR_UNSUPPORTED
+ *   naming the component and its JSON path, never encoded differently.
  *
  * Invariants
- * - Decoded text never contains a NUL byte: a NUL that the library would produce (the byte
- *   piece <0x00>, or a NUL inside a hostile model's piece) becomes U+FFFD, so every decoded
- *   string is a proper C string. pl_tok_decode and pl_detok agree on this.
+ * - Decoded text is valid UTF-8 and never contains a NUL byte: a NUL that a piece or a byte
+ *   token would produce becomes U+FFFD, so every decoded string is a proper C string.
+ *   pl_tok_decode and pl_detok agree on this.
  * - A loaded tokenizer is immutable: any number of threads may encode/decode with it at once.
- * - Models with a denormalizer (denormalizer_spec with a charsmap) are refused with
- *   PL_ERR_UNSUPPORTED: the streaming detokeniser reproduces the library's decode piece by
- *   piece, which a whole-text denormalisation pass would break.
+ * - SentencePiece models with a denormalizer (denormalizer_spec with a charsmap) are refused
+ *   with PL_ERR_UNSUPPORTED: the streaming detokeniser reproduces the decode piece by piece,
+ *   which a whole-text denormalisation pass would break.
  */
 #ifndef PL_TOKENIZER_H
 #define PL_TOKENIZER_H
@@ -27,123 +34,147 @@ extern "C" {
 #endif
 
 typedef struct pl_tokenizer pl_tokenizer;
+typedef struct pl_detok pl_detok;
 
-/* Loads a SentencePiece .model. PL_ERR_IO (cannot open or read; the message names the path),
- * PL_ERR_FORMAT (empty, truncated or not a model; the message names the path),
- * PL_ERR_UNSUPPORTED (a denormalizer), PL_ERR_OUT_OF_MEMORY. On failure *out is untouched
- * and nothing is left to free. */
+/* Loads a tokenizer from path, which is one of:
+ * - a SentencePiece .model file;
+ * - a Hugging Face tokenizer.json file (recognised by its content, a JSON object); its
+ *   tokenizer_config.json (and chat_template.jinja) are read from the same folder when present;
+ * - a directory holding tokenizer.json (preferred) or tokenizer.model, with
+ *   tokenizer_config.json beside it when present.
+ * PL_ERR_IO (cannot open or read, or a directory with neither file; the message names the
+ * path), PL_ERR_FORMAT (empty, truncated, not a model, inconsistent: the message names the
+ * file and, for JSON, the field), PL_ERR_UNSUPPORTED (a component or option this code does
+ * not implement, named with its JSON path), PL_ERR_OUT_OF_MEMORY. On failure *out is
+ * untouched and nothing is left to free. */
 pl_status pl_tok_load(const char *path, pl_tokenizer **out);
 void pl_tok_free(pl_tokenizer *t); /* NULL is a no-op */
 
+/* "sentencepiece" or "bpe". */
+const char *pl_tok_type(const pl_tokenizer *t);
+
+/* ---- token facts ----------------------------------------------------------------------- */
+
+/* Number of ids: the model vocabulary plus added tokens; ids are 0 .. vocab_size - 1. */
 int pl_tok_vocab_size(const pl_tokenizer *t);
-/* The model's <s> / </s> ids (trainer spec bos_piece / eos_piece, when that piece exists
- * and is a control piece); -1 if none. */
+/* BOS / EOS ids: tokenizer_config.json's bos_token / eos_token (a string or an object with
+ * "content") when given, else the post-processor's leading / trailing special token
+ * (tokenizer.json), or the model's <s> / </s> control pieces (SentencePiece); -1 if none. */
 int pl_tok_bos_id(const pl_tokenizer *t);
 int pl_tok_eos_id(const pl_tokenizer *t);
+/* Their strings ("<|begin_of_text|>"); tokenizer-owned, NULL when there is none. */
+const char *pl_tok_bos_text(const pl_tokenizer *t);
+const char *pl_tok_eos_text(const pl_tokenizer *t);
+/* Whether PL_TOK_ADD_SPECIAL puts a BOS first / an EOS last (tokenizer_config.json's
+ * add_bos_token / add_eos_token when given, else what the post-processor does). */
+bool pl_tok_add_bos(const pl_tokenizer *t);
+bool pl_tok_add_eos(const pl_tokenizer *t);
+/* The end-of-generation set: the EOS id plus every added (or control) token whose text is a
+ * known end-of-turn marker: <|eot_id|>, <|eom_id|>, <|im_end|>, <|end_of_text|>,
+ * <|endoftext|>, </s>, <|end|>, <end_of_turn>, <EOT>, _<EOT>, <|return|>, <|call|>,
+ * <end_of_utterance> (llama.cpp's list, which also checks tokens of the merged vocabulary;
+ * here only added/control tokens count, so plain text spelt like a marker never ends a
+ * generation). Sorted, distinct; tokenizer-owned; *out_n may be 0. */
+const int32_t *pl_tok_eog_ids(const pl_tokenizer *t, size_t *out_n);
+bool pl_tok_is_eog(const pl_tokenizer *t, int32_t id);
+/* Special tokens: control pieces (SentencePiece) and added tokens marked "special". They are
+ * what PL_TOK_PARSE_SPECIAL finds in text and what PL_TOK_SKIP_SPECIAL drops. */
+bool pl_tok_is_special(const pl_tokenizer *t, int32_t id);
 
-/* The piece of id ("▁the", "<0x0A>"); tokenizer-owned, valid until pl_tok_free.
- * NULL for an id out of range. */
+/* The piece of id ("▁the", "<0x0A>", "Ġthe", "<|eot_id|>"); tokenizer-owned, valid until
+ * pl_tok_free. NULL for an id out of range. */
 const char *pl_tok_piece(const pl_tokenizer *t, int32_t id);
+/* The id whose piece is exactly token[0..strlen) (added tokens first), or -1. */
+int32_t pl_tok_token_id(const pl_tokenizer *t, const char *token);
+
+/* Chat templates from tokenizer_config.json ("chat_template": a string, which is named
+ * "default", or a list of {"name", "template"}), or chat_template.jinja beside it. name NULL
+ * means "default". Tokenizer-owned text, NULL when there is no such template. */
+const char *pl_tok_chat_template(const pl_tokenizer *t, const char *name);
+size_t pl_tok_chat_template_count(const pl_tokenizer *t);
+const char *pl_tok_chat_template_name(const pl_tokenizer *t, size_t i); /* NULL past the end */
+
+/* ---- encode and decode ----------------------------------------------------------------- */
+
+enum {
+    /* encode: the special tokens of the tokenizer's rule (BOS/EOS: pl_tok_add_bos/eos). It
+     * is 1, so a bool "add_bos" argument keeps its meaning. */
+    PL_TOK_ADD_SPECIAL = 1u << 0,
+    /* encode: special-token strings in the text become their ids, as Hugging Face's default
+     * encode does (which splits every added token out of the text). Without it they are
+     * plain text (added tokens not marked special are still matched, as in Hugging Face). */
+    PL_TOK_PARSE_SPECIAL = 1u << 1,
+    /* decode, detok: special tokens decode to nothing (SentencePiece control pieces never
+     * decode to anything). */
+    PL_TOK_SKIP_SPECIAL = 1u << 2,
+    /* detok: the ids continue a prompt (see pl_detok_create). */
+    PL_TOK_AFTER_PROMPT = 1u << 3,
+};
 
 /* Encodes text[0..len) (len bytes, UTF-8; NUL bytes and invalid UTF-8 are refused with
- * PL_ERR_INVALID_ARGUMENT and a message giving the byte offset), with BOS first when add_bos
- * and the model has a BOS (pl_tok_bos_id >= 0; otherwise nothing is prepended). *out_ids
- * (*out_n entries, possibly 0) is allocated with pl_malloc and owned by the caller (pl_free).
- * Also PL_ERR_OUT_OF_MEMORY, and PL_ERR_FORMAT if the library fails on validated text (a
- * damaged model). On failure the outputs are untouched. */
-pl_status pl_tok_encode(const pl_tokenizer *t, const char *text, size_t len, bool add_bos,
+ * PL_ERR_INVALID_ARGUMENT and a message giving the byte offset) with flags PL_TOK_ADD_SPECIAL
+ * and PL_TOK_PARSE_SPECIAL. *out_ids (*out_n entries, possibly 0) is allocated with pl_malloc
+ * and owned by the caller (pl_free). Also PL_ERR_OUT_OF_MEMORY, and PL_ERR_FORMAT if a damaged
+ * model fails on valid text (a pre-tokenizer regex past its match limit). On failure the
+ * outputs are untouched. Linear in the text for the supported tokenizers: merging uses a heap
+ * over a linked list of symbols, so a 1 MB word costs O(n log n). */
+pl_status pl_tok_encode(const pl_tokenizer *t, const char *text, size_t len, unsigned flags,
                         int32_t **out_ids, size_t *out_n);
 
-/* Decodes ids[0..n) into a NUL-terminated string (pl_malloc; caller frees with pl_free) with
- * SentencePiece's rules: the first "▁" of the text is dropped (per the model's
- * add_dummy_prefix / remove_extra_whitespaces), byte pieces are joined into UTF-8 characters
- * and each byte of an invalid sequence becomes U+FFFD. Ids out of range are
- * PL_ERR_INVALID_ARGUMENT (the message names the index). Control ids (BOS/EOS) decode to
- * nothing; <unk> to the model's unk surface (" \u2047 " by default). */
-pl_status pl_tok_decode(const pl_tokenizer *t, const int32_t *ids, size_t n, char **out_text);
+/* Decodes ids[0..n) into a NUL-terminated string (pl_malloc; caller frees with pl_free);
+ * flags: PL_TOK_SKIP_SPECIAL.
+ * - SentencePiece: the library's rules: the first "▁" of the text is dropped (per the model's
+ *   add_dummy_prefix / remove_extra_whitespaces), byte pieces are joined into UTF-8 characters
+ *   and each byte of an invalid sequence becomes U+FFFD; control ids decode to nothing, <unk>
+ *   to the model's unk surface (" \u2047 " by default).
+ * - tokenizer.json: the decoder chain as Hugging Face's tokenizers library runs it (pieces
+ *   joined with " " when there is none); invalid UTF-8 from byte tokens becomes one U+FFFD
+ *   per maximal invalid subsequence (the Unicode/WHATWG rule of from_utf8_lossy and
+ *   TextDecoder; for ByteFallback runs the Rust library writes one U+FFFD per byte of a run
+ *   holding any invalid byte, which cannot be streamed: see hf.h). transformers' optional
+ *   clean_up_tokenization_spaces pass is not applied.
+ * Ids out of range are PL_ERR_INVALID_ARGUMENT (the message names the index). */
+pl_status pl_tok_decode(const pl_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                        char **out_text);
 
-/* ---- streaming detokenisation -------------------------------------------------------- */
+/* ---- streaming detokenisation ---------------------------------------------------------- */
 
 /* Turns a growing list of output ids into text pieces that concatenate to exactly the full
- * decode, never emitting a broken UTF-8 sequence: byte-fallback pieces are held back until
- * their character is complete (or proven invalid, then U+FFFD per byte as decode does).
- * It is a small state machine over a per-id table built at load, so a push costs O(length of
- * the piece) and never re-decodes earlier ids.
+ * decode, never emitting a broken UTF-8 sequence: bytes of an unfinished character (byte
+ * tokens, or byte-level pieces that split an emoji or a CJK character) are held back until
+ * the character is complete (or proven invalid, then U+FFFD as decode does). A push costs
+ * O(length of the piece): earlier ids are never decoded again.
  *
- * What "the full decode" is:
- * - after_prompt == false: pl_tok_decode(ids pushed so far).
- * - after_prompt == true (engine outputs): the ids continue a prompt, so the output's leading
- *   "▁" is a real space. The pieces concatenate to decode(P + ids) minus decode(P) for any
- *   prompt P whose decode is non-empty and does not end inside an incomplete byte sequence
- *   (true of every prompt made by pl_tok_encode from valid text). This is vLLM's
- *   prefix-offset result, computed without decoding the prompt.
- * End of stream: the last bytes of an unfinished character are still held back (at most 3).
- * pl_detok_text shows them as U+FFFD each, so the final text is pl_detok_text, and its part
- * past the pushed text (text_len) is the tail to emit when a request finishes.
+ * What "the full decode" is (flags: PL_TOK_AFTER_PROMPT, PL_TOK_SKIP_SPECIAL):
+ * - without PL_TOK_AFTER_PROMPT: pl_tok_decode(ids pushed so far, flags).
+ * - with it (engine outputs): the ids continue a prompt, so rules for the start of the text
+ *   (SentencePiece's dropped leading "▁", a Strip or Metaspace decoder's first-token rule)
+ *   do not apply. The pieces concatenate to decode(P + ids) minus decode(P) for any prompt P
+ *   whose decode is non-empty and does not end inside an incomplete byte sequence (true of
+ *   every prompt made by pl_tok_encode from valid text). This is vLLM's prefix-offset
+ *   result, computed without decoding the prompt.
+ * End of stream: what is still held back (the last bytes of an unfinished character; for a
+ * decoder that strips trailing characters, those) is rendered by pl_detok_text as the decode
+ * of everything pushed would render it, so the final text is pl_detok_text, and its part past
+ * the pushed text is the tail to emit when a request finishes.
  *
- * The caller provides the storage (the engine embeds it by value); fields are private. */
-typedef struct pl_detok {
-    const pl_tokenizer *tok;
-    char *text;           /* (text_cap) bytes: text_len bytes emitted so far, NUL-terminated,
-                             and always room for 4 held-back bytes as U+FFFD (13 bytes) */
-    size_t text_len, text_cap;
-    uint8_t pending[4];   /* byte-fallback bytes of a character not complete yet */
-    int n_pending;        /* 0..3 between pushes */
-    bool bos_ws_open;     /* a leading "▁" would still be dropped (library's is_bos_ws) */
-    bool bos_ws_seen;     /* the last non-byte piece had its leading "▁" dropped */
-} pl_detok;
-
-/* after_prompt: true when the ids follow a prompt (engine outputs), so a leading "▁" is a
- * real space. Cannot fail; allocates nothing until the first push. */
-void pl_detok_init(pl_detok *d, const pl_tokenizer *t, bool after_prompt);
-void pl_detok_deinit(pl_detok *d); /* frees what push allocated; the struct may be re-inited */
+ * The state is private to the implementation. PL_ERR_OUT_OF_MEMORY; on failure *out is
+ * untouched. */
+pl_status pl_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out);
+void pl_detok_free(pl_detok *d); /* NULL is a no-op */
 
 /* Appends id and sets *out_new / *out_len to the newly completed text (*out_len bytes,
- * detok-owned, valid until the next push or deinit; may be empty; followed by a NUL until
- * pl_detok_text renders held-back bytes after it). PL_ERR_INVALID_ARGUMENT
- * for an id out of range, PL_ERR_OUT_OF_MEMORY; on failure the state is unchanged and the
- * outputs are untouched. */
+ * detok-owned, valid until the next push or free; may be empty; followed by a NUL until
+ * pl_detok_text renders held-back bytes after it). PL_ERR_INVALID_ARGUMENT for an id out of
+ * range, PL_ERR_OUT_OF_MEMORY; on failure the state is unchanged and the outputs are
+ * untouched. */
 pl_status pl_detok_push(pl_detok *d, int32_t id, const char **out_new, size_t *out_len);
 
-/* All text so far, including bytes still held back (an incomplete sequence at the very end
- * is shown as one U+FFFD per byte, exactly as pl_tok_decode of the same ids); detok-owned,
- * NUL-terminated, valid until the next push or deinit. Does not change what later pushes
- * return, and never allocates (out_len may be NULL). */
+/* All text so far, including what is still held back rendered as the end of the text (an
+ * incomplete sequence at the very end as U+FFFD, exactly as pl_tok_decode of the same ids);
+ * detok-owned, NUL-terminated, valid until the next push or free. Does not change what later
+ * pushes return, and never allocates (out_len may be NULL). */
 const char *pl_detok_text(pl_detok *d, size_t *out_len);
-
-/* ---- internal to tokenizer/ (detok.c reads the table tokenizer.c builds) --------------- */
-
-typedef enum pl_tok_kind {
-    PL_TOK_KIND_NORMAL = 0,  /* normal, user-defined, unused: decodes to its surface */
-    PL_TOK_KIND_CONTROL = 1, /* decodes to nothing */
-    PL_TOK_KIND_UNKNOWN = 2, /* decodes to the unk surface; never loses a leading space */
-    PL_TOK_KIND_BYTE = 3,    /* one raw byte, joined with its neighbours into UTF-8 */
-} pl_tok_kind;
-
-/* How a leading "▁" at the start of the text is dropped (probed from the library at load). */
-typedef enum pl_tok_ws_rule {
-    PL_TOK_WS_KEEP = 0,  /* neither add_dummy_prefix nor remove_extra_whitespaces */
-    PL_TOK_WS_FIRST = 1, /* add_dummy_prefix only: only the first such piece loses it */
-    PL_TOK_WS_ALL = 2,   /* remove_extra_whitespaces: every one while the text is empty */
-} pl_tok_ws_rule;
-
-typedef struct pl_tok_entry {
-    const char *surface; /* (surface_len) bytes, tokenizer-owned: the piece with "▁" -> ' '
-                            and NUL -> U+FFFD (NORMAL), the unk surface (UNKNOWN), "" else */
-    uint32_t surface_len;
-    uint8_t kind;        /* pl_tok_kind */
-    uint8_t byte;        /* the byte of a BYTE piece */
-    bool lead_ws;        /* NORMAL piece starting with "▁": surface[0] is droppable ' ' */
-} pl_tok_entry;
-
-/* The decode entry of id; NULL when out of range. */
-const pl_tok_entry *pl_tok_entry_of(const pl_tokenizer *t, int32_t id);
-pl_tok_ws_rule pl_tok_ws_rule_of(const pl_tokenizer *t);
-
-/* Strict UTF-8 (RFC 3629, which is also what SentencePiece's decoder accepts): the length
- * (1..4) of the sequence at b[0..n) when complete and valid, 0 when b[0..n) is a proper
- * prefix of a valid sequence, -1 when b[0] cannot start one given the bytes present. n >= 1. */
-int pl_tok_utf8_step(const unsigned char *b, size_t n);
 
 #ifdef __cplusplus
 }

@@ -158,7 +158,7 @@ Test(stories, text_is_the_decode_of_the_ids_and_the_story_ends_at_bos, .timeout 
     cr_assert_gt(run.n_ids, 20);
     cr_assert_str_eq(run.streamed, run.text, "the concatenated deltas are the text");
     char *decoded;
-    cr_assert_eq(pl_tok_decode(t, run.ids, run.n_ids, &decoded), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, run.ids, run.n_ids, 0, &decoded), PL_OK);
     cr_assert_str_eq(run.text, decoded, "text %s\nvs decode %s", run.text, decoded);
     cr_assert(strlen(run.text) > 50, "a story: %s", run.text);
     pl_free(decoded);

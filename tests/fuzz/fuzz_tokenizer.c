@@ -29,20 +29,20 @@ static void exercise(pl_tokenizer *t) {
                     abort();
                 }
             char *text = NULL;
-            if (pl_tok_decode(t, ids, n, &text) == PL_OK) pl_free(text);
+            if (pl_tok_decode(t, ids, n, 0, &text) == PL_OK) pl_free(text);
             pl_free(ids);
         }
     }
     /* every id through the streaming detokeniser (bounded: big vocabularies are sampled) */
-    pl_detok d;
-    pl_detok_init(&d, t, true);
+    pl_detok *d = NULL;
+    if (pl_detok_create(t, PL_TOK_AFTER_PROMPT, &d) != PL_OK) return;
     int step = nv > 4096 ? nv / 4096 : 1;
     for (int id = 0; id < nv; id += step) {
         const char *piece;
         size_t n;
-        if (pl_detok_push(&d, id, &piece, &n) != PL_OK) break;
+        if (pl_detok_push(d, id, &piece, &n) != PL_OK) break;
     }
-    pl_detok_deinit(&d);
+    pl_detok_free(d);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -22,7 +22,7 @@
  * names are fixed) at exit. */
 static char g_fuzz_dir[64];
 static const char *const k_fuzz_files[] = {"model.bin", "model.safetensors", "config.json",
-                                           "tok.model", NULL};
+                                           "tok.model", "tokenizer.json", NULL};
 
 static inline void fuzz_cleanup(void) {
     char p[128];

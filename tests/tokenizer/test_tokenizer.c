@@ -19,6 +19,7 @@
 
 #include "test_support.h"
 #include "tok_check.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
 
@@ -70,7 +71,7 @@ static void round_trip(const pl_tokenizer *t, const char *text, const char *what
         cr_assert(ids[i] >= 0 && ids[i] < pl_tok_vocab_size(t));
     }
     char *back = NULL;
-    cr_assert_eq(pl_tok_decode(t, ids, n, &back), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(pl_tok_decode(t, ids, n, 0, &back), PL_OK, "%s", pl_last_error());
     cr_assert_str_eq(back, text, "%s: round trip", what);
     tok_check_stream(t, ids, n, true);
     pl_free(back);
@@ -137,7 +138,7 @@ Test(tokenizer, user_defined_and_control_pieces) {
     }
     cr_assert(seen_sep && seen_cat, "user-defined symbols are encoded as one piece each");
     char *back = NULL;
-    cr_assert_eq(pl_tok_decode(t, ids, n, &back), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, ids, n, 0, &back), PL_OK);
     cr_assert_str_eq(back, text);
     pl_free(back);
     /* <ctl> is a control piece: it decodes to nothing, wherever it is. */
@@ -149,7 +150,7 @@ Test(tokenizer, user_defined_and_control_pieces) {
     with[0] = ctl;
     memcpy(with + 1, ids, n * sizeof *ids);
     with[n + 1] = ctl;
-    cr_assert_eq(pl_tok_decode(t, with, n + 2, &back), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, with, n + 2, 0, &back), PL_OK);
     cr_assert_str_eq(back, text);
     pl_free(back);
     tok_check_stream(t, with, n + 2, true);
@@ -216,11 +217,11 @@ Test(tokenizer, encode_without_bos_and_empty_text) {
     cr_assert_gt(n, 0);
     cr_assert_neq(ids[0], 1);
     char *s = NULL;
-    cr_assert_eq(pl_tok_decode(t, ids, n, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, ids, n, 0, &s), PL_OK);
     cr_assert_str_eq(s, "the lamp");
     pl_free(s);
     pl_free(ids);
-    cr_assert_eq(pl_tok_decode(t, NULL, 0, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, NULL, 0, 0, &s), PL_OK);
     cr_assert_str_eq(s, "");
     pl_free(s);
     pl_tok_free(t);
@@ -233,13 +234,13 @@ Test(tokenizer, no_bos_model) {
     size_t n = 0;
     cr_assert_eq(pl_tok_encode(t, "the lamp", 8, true, &ids, &n), PL_OK);
     char *s = NULL;
-    cr_assert_eq(pl_tok_decode(t, ids, n, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, ids, n, 0, &s), PL_OK);
     cr_assert_str_eq(s, "the lamp", "add_bos without a BOS piece adds nothing");
     pl_free(s);
     pl_free(ids);
     /* Its unk surface is empty (--unk_surface=), so <unk> decodes to nothing. */
     int32_t unk = 0;
-    cr_assert_eq(pl_tok_decode(t, &unk, 1, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, &unk, 1, 0, &s), PL_OK);
     cr_assert_str_eq(s, "");
     pl_free(s);
     pl_tok_free(t);
@@ -258,22 +259,22 @@ Test(tokenizer, control_ids_decode_to_nothing_and_unk_to_its_surface) {
     seq[n + 1] = 2;
     seq[n + 2] = 1;
     char *s = NULL;
-    cr_assert_eq(pl_tok_decode(t, seq, n + 3, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, seq, n + 3, 0, &s), PL_OK);
     cr_assert_str_eq(s, "the cat");
     pl_free(s);
     int32_t only[] = {1, 2, 2, 1};
-    cr_assert_eq(pl_tok_decode(t, only, 4, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, only, 4, 0, &s), PL_OK);
     cr_assert_str_eq(s, "");
     pl_free(s);
     /* spm_train's default unk surface is " \u2047 " (U+2047 DOUBLE QUESTION MARK). */
     int32_t unk = 0;
-    cr_assert_eq(pl_tok_decode(t, &unk, 1, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, &unk, 1, 0, &s), PL_OK);
     cr_assert_str_eq(s, " \xE2\x81\x87 ");
     pl_free(s);
     pl_free(ids);
     pl_tok_free(t);
     t = load("tok_first");
-    cr_assert_eq(pl_tok_decode(t, &unk, 1, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, &unk, 1, 0, &s), PL_OK);
     cr_assert_str_eq(s, "<?>", "--unk_surface=<?>");
     pl_free(s);
     pl_tok_free(t);
@@ -302,7 +303,7 @@ Test(tokenizer, byte_pieces_decode_like_sentencepiece) {
         int32_t ids[6];
         for (int j = 0; j < cases[i].n; j++) ids[j] = k.byte_id[cases[i].bytes[j]];
         char *s = NULL;
-        cr_assert_eq(pl_tok_decode(t, ids, (size_t)cases[i].n, &s), PL_OK);
+        cr_assert_eq(pl_tok_decode(t, ids, (size_t)cases[i].n, 0, &s), PL_OK);
         cr_assert_str_eq(s, cases[i].want, "case %zu", i);
         pl_free(s);
         tok_check_stream(t, ids, (size_t)cases[i].n, true);
@@ -315,19 +316,20 @@ Test(tokenizer, decode_refuses_ids_out_of_range) {
     pl_tokenizer *t = load("tok_bpe");
     int32_t ids[] = {5, 600, 7};
     char *s = (char *)"untouched";
-    cr_assert_eq(pl_tok_decode(t, ids, 3, &s), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_tok_decode(t, ids, 3, 0, &s), PL_ERR_INVALID_ARGUMENT);
     cr_assert_str_eq(s, "untouched");
     cr_assert_not_null(strstr(pl_last_error(), "ids[1]"), "%s", pl_last_error());
     ids[1] = -3;
-    cr_assert_eq(pl_tok_decode(t, ids, 3, &s), PL_ERR_INVALID_ARGUMENT);
-    pl_detok d;
-    pl_detok_init(&d, t, false);
+    cr_assert_eq(pl_tok_decode(t, ids, 3, 0, &s), PL_ERR_INVALID_ARGUMENT);
+    pl_detok *d = NULL;
+    cr_assert_eq(pl_detok_create(t, 0, &d), PL_OK);
     const char *c;
     size_t n;
-    cr_assert_eq(pl_detok_push(&d, 600, &c, &n), PL_ERR_INVALID_ARGUMENT);
-    cr_assert_eq(pl_detok_push(&d, -1, &c, &n), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_detok_push(d, 600, &c, &n), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_detok_push(d, -1, &c, &n), PL_ERR_INVALID_ARGUMENT);
     cr_assert_not_null(strstr(pl_last_error(), "-1"), "%s", pl_last_error());
-    pl_detok_deinit(&d);
+    pl_detok_free(d);
+    d = NULL;
     pl_tok_free(t);
     PL_ASSERT_NO_LEAKS();
 }
@@ -453,24 +455,26 @@ Test(detok, leading_space_rules) {
         if (sp >= 0 && cases[i].first_two_spaces_then_the) {
             int32_t ids[] = {1, sp, sp, the};
             char *s = NULL;
-            cr_assert_eq(pl_tok_decode(t, ids, 4, &s), PL_OK);
+            cr_assert_eq(pl_tok_decode(t, ids, 4, 0, &s), PL_OK);
             cr_assert_str_eq(s, cases[i].first_two_spaces_then_the, "%s", cases[i].model);
             pl_free(s);
             tok_check_stream(t, ids, 4, true);
         }
-        pl_detok d;
-        pl_detok_init(&d, t, true);
+        pl_detok *d = NULL;
+        cr_assert_eq(pl_detok_create(t, PL_TOK_AFTER_PROMPT, &d), PL_OK);
         const char *c;
         size_t n;
-        cr_assert_eq(pl_detok_push(&d, the, &c, &n), PL_OK);
+        cr_assert_eq(pl_detok_push(d, the, &c, &n), PL_OK);
         cr_assert_eq(n, 4);
         cr_assert_eq(memcmp(c, " the", 4), 0, "after a prompt the space is real");
-        pl_detok_deinit(&d);
-        pl_detok_init(&d, t, false);
-        cr_assert_eq(pl_detok_push(&d, the, &c, &n), PL_OK);
+        pl_detok_free(d);
+    d = NULL;
+        cr_assert_eq(pl_detok_create(t, 0, &d), PL_OK);
+        cr_assert_eq(pl_detok_push(d, the, &c, &n), PL_OK);
         bool keep = strcmp(cases[i].model, "tok_keep") == 0;
         cr_assert_eq(n, keep ? 4u : 3u, "%s", cases[i].model);
-        pl_detok_deinit(&d);
+        pl_detok_free(d);
+    d = NULL;
         pl_tok_free(t);
     }
     PL_ASSERT_NO_LEAKS();
@@ -480,19 +484,19 @@ Test(detok, holds_back_byte_pieces_until_the_character_is_complete) {
     pl_tokenizer *t = load("tok_bpe");
     tok_ids k;
     tok_ids_find(t, &k);
-    pl_detok d;
-    pl_detok_init(&d, t, true);
+    pl_detok *d = NULL;
+    cr_assert_eq(pl_detok_create(t, PL_TOK_AFTER_PROMPT, &d), PL_OK);
     const char *c;
     size_t n, len;
-    cr_assert_str_eq(pl_detok_text(&d, &len), "");
+    cr_assert_str_eq(pl_detok_text(d, &len), "");
     cr_assert_eq(len, 0);
     unsigned char check[] = {0xE2, 0x9C, 0x93}; /* ✓ */
     for (int i = 0; i < 3; i++) {
-        cr_assert_eq(pl_detok_push(&d, k.byte_id[check[i]], &c, &n), PL_OK);
+        cr_assert_eq(pl_detok_push(d, k.byte_id[check[i]], &c, &n), PL_OK);
         if (i < 2) {
             cr_assert_eq(n, 0, "byte %d of 3 must be held back", i);
             /* pl_detok_text shows the held-back bytes as U+FFFD each, as decode would. */
-            const char *all = pl_detok_text(&d, &len);
+            const char *all = pl_detok_text(d, &len);
             cr_assert_eq(len, 3u * (unsigned)(i + 1));
             cr_assert_eq(memcmp(all, "\xEF\xBF\xBD\xEF\xBF\xBD", len), 0);
         } else {
@@ -500,22 +504,24 @@ Test(detok, holds_back_byte_pieces_until_the_character_is_complete) {
             cr_assert_eq(memcmp(c, "\xE2\x9C\x93", 3), 0);
         }
     }
-    cr_assert_str_eq(pl_detok_text(&d, NULL), "\xE2\x9C\x93");
+    cr_assert_str_eq(pl_detok_text(d, NULL), "\xE2\x9C\x93");
     /* An incomplete character closed by a normal piece: U+FFFD per byte, then the piece. */
-    cr_assert_eq(pl_detok_push(&d, k.byte_id[0xF0], &c, &n), PL_OK);
+    cr_assert_eq(pl_detok_push(d, k.byte_id[0xF0], &c, &n), PL_OK);
     cr_assert_eq(n, 0);
-    cr_assert_eq(pl_detok_push(&d, k.byte_id[0x9F], &c, &n), PL_OK);
+    cr_assert_eq(pl_detok_push(d, k.byte_id[0x9F], &c, &n), PL_OK);
     cr_assert_eq(n, 0);
     int32_t a = -1;
     for (int32_t id = 0; id < pl_tok_vocab_size(t); id++)
         if (strcmp(pl_tok_piece(t, id), "a") == 0) a = id;
     cr_assert_geq(a, 0);
-    cr_assert_eq(pl_detok_push(&d, a, &c, &n), PL_OK);
+    cr_assert_eq(pl_detok_push(d, a, &c, &n), PL_OK);
     cr_assert_eq(n, 7);
     cr_assert_eq(memcmp(c, "\xEF\xBF\xBD\xEF\xBF\xBD" "a", 7), 0);
     cr_assert_str_eq(c, "\xEF\xBF\xBD\xEF\xBF\xBD" "a", "chunk followed by a NUL");
-    pl_detok_deinit(&d);
-    pl_detok_deinit(&d); /* deinit twice is harmless */
+    pl_detok_free(d);
+    d = NULL;
+    pl_detok_free(d);
+    d = NULL; /* deinit twice is harmless */
     pl_tok_free(t);
     PL_ASSERT_NO_LEAKS();
 }
@@ -532,25 +538,26 @@ Test(detok, long_stream_is_amortised_constant) {
     int32_t *ids = malloc(N * sizeof *ids);
     size_t n = 0;
     while (n < N) n += tok_random_ids(t, &k, &r, ids + n, N - n < 40 ? N - n : 40);
-    pl_detok d;
-    pl_detok_init(&d, t, false);
+    pl_detok *d = NULL;
+    cr_assert_eq(pl_detok_create(t, 0, &d), PL_OK);
     unsigned long before = pl_alloc_count();
     for (size_t i = 0; i < n; i++) {
         const char *c;
         size_t cl;
-        cr_assert_eq(pl_detok_push(&d, ids[i], &c, &cl), PL_OK);
+        cr_assert_eq(pl_detok_push(d, ids[i], &c, &cl), PL_OK);
     }
     unsigned long allocs = pl_alloc_count() - before;
     cr_assert_lt(allocs, 40, "%lu allocations for %zu pushes", allocs, n);
     char *want = NULL;
-    cr_assert_eq(pl_tok_decode(t, ids, n, &want), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, ids, n, 0, &want), PL_OK);
     size_t len;
-    const char *got = pl_detok_text(&d, &len);
+    const char *got = pl_detok_text(d, &len);
     cr_assert_eq(len, strlen(want));
     cr_assert(memcmp(got, want, len) == 0, "100k-id stream differs from decode");
     pl_free(want);
     free(ids);
-    pl_detok_deinit(&d);
+    pl_detok_free(d);
+    d = NULL;
     pl_tok_free(t);
     PL_ASSERT_NO_LEAKS();
 }
@@ -601,7 +608,7 @@ static pl_status load_hostile(int fd, const char *path, const void *data, size_t
     const char *text = "The cat \xF0\x9F\x90\x88 slept. 12";
     if (pl_tok_encode(t, text, strlen(text), true, &ids, &n_ids) == PL_OK) {
         char *back = NULL;
-        cr_assert_eq(pl_tok_decode(t, ids, n_ids, &back), PL_OK, "%s", pl_last_error());
+        cr_assert_eq(pl_tok_decode(t, ids, n_ids, 0, &back), PL_OK, "%s", pl_last_error());
         pl_free(back);
         pl_free(ids);
     }
@@ -695,7 +702,7 @@ Test(tokenizer, every_allocation_failure_is_reported_and_leaks_nothing) {
     char *back = NULL;
     for (long k = 0;; k++) {
         pl_alloc_fail_after(k);
-        pl_status s = pl_tok_decode(t, ids, n, &back);
+        pl_status s = pl_tok_decode(t, ids, n, 0, &back);
         pl_alloc_fail_after(-1);
         if (s == PL_OK) break;
         cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "decode: %s", pl_last_error());
@@ -703,19 +710,19 @@ Test(tokenizer, every_allocation_failure_is_reported_and_leaks_nothing) {
     cr_assert_str_eq(back, text);
     pl_free(back);
     /* A failed push leaves the detok as it was: retrying gives the same stream. */
-    pl_detok d;
-    pl_detok_init(&d, t, false);
+    pl_detok *d = NULL;
+    cr_assert_eq(pl_detok_create(t, 0, &d), PL_OK);
     size_t cap = 256, len = 0;
     char *all = malloc(cap);
     for (size_t i = 0; i < n; i++) {
         const char *c;
         size_t cl;
         pl_alloc_fail_after(0);
-        pl_status s = pl_detok_push(&d, ids[i], &c, &cl);
+        pl_status s = pl_detok_push(d, ids[i], &c, &cl);
         pl_alloc_fail_after(-1);
         if (s != PL_OK) {
             cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY);
-            cr_assert_eq(pl_detok_push(&d, ids[i], &c, &cl), PL_OK);
+            cr_assert_eq(pl_detok_push(d, ids[i], &c, &cl), PL_OK);
         }
         cr_assert_lt(len + cl, cap);
         memcpy(all + len, c, cl);
@@ -724,7 +731,8 @@ Test(tokenizer, every_allocation_failure_is_reported_and_leaks_nothing) {
     cr_assert_eq(len, strlen(text));
     cr_assert_eq(memcmp(all, text, len), 0);
     free(all);
-    pl_detok_deinit(&d);
+    pl_detok_free(d);
+    d = NULL;
     pl_free(ids);
     pl_tok_free(t);
     PL_ASSERT_NO_LEAKS();

@@ -13,6 +13,7 @@
 
 #include "test_support.h"
 #include "tok_check.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
 
@@ -53,7 +54,7 @@ static void round_trip(const pl_tokenizer *t, const char *text) {
                  pl_last_error());
     cr_assert_eq(ids[0], 1);
     char *back = NULL;
-    cr_assert_eq(pl_tok_decode(t, ids, n, &back), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, ids, n, 0, &back), PL_OK);
     cr_assert_str_eq(back, text);
     tok_check_stream(t, ids, n, true);
     pl_free(back);
@@ -110,7 +111,7 @@ Test(llama, layout_and_published_ids) {
     cr_assert_str_eq(pl_tok_piece(t, 3186), "\xE2\x96\x81world");
     cr_assert_str_eq(pl_tok_piece(t, 29871), "\xE2\x96\x81");
     char *s = NULL;
-    cr_assert_eq(pl_tok_decode(t, ids, n, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, ids, n, 0, &s), PL_OK);
     cr_assert_str_eq(s, "Hello world");
     pl_free(s);
     pl_free(ids);
@@ -123,7 +124,7 @@ Test(llama, layout_and_published_ids) {
     /* Llama: add_dummy_prefix on, remove_extra_whitespaces off: only the first "▁" goes. */
     cr_assert_eq(pl_tok_ws_rule_of(t), PL_TOK_WS_FIRST);
     int32_t two[] = {29871, 15043};
-    cr_assert_eq(pl_tok_decode(t, two, 2, &s), PL_OK);
+    cr_assert_eq(pl_tok_decode(t, two, 2, 0, &s), PL_OK);
     cr_assert_str_eq(s, " Hello");
     pl_free(s);
     pl_tok_free(t);

@@ -37,6 +37,11 @@ size_t tok_random_ids(const pl_tokenizer *t, const tok_ids *k, pl_test_rng *r, i
  * seen only through pl_detok_text), equals pl_tok_decode(ids); with every_step,
  * pl_detok_text equals pl_tok_decode of each prefix too. */
 void tok_check_stream(const pl_tokenizer *t, const int32_t *ids, size_t n, bool every_step);
+/* The same with detok/decode flags (PL_TOK_SKIP_SPECIAL, PL_TOK_AFTER_PROMPT: with the latter
+ * the oracle is still decode of the ids alone, which only fits decoders without first-token
+ * rules). */
+void tok_check_stream_flags(const pl_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                            bool every_step);
 
 /* The engine's convention: ids continue the prompt ctx (after_prompt = true), and the chunks
  * concatenate to decode(ctx + ids) minus decode(ctx). */

@@ -1,6 +1,7 @@
 /*
- * tokenizer/detok.c - streaming detokenisation: ids in, complete UTF-8 text out, one id at a
- * time, with exactly the text SentencePiece's decode would give for all ids so far.
+ * tokenizer/spm_detok.c - streaming detokenisation for the SentencePiece implementation: ids
+ * in, complete UTF-8 text out, one id at a time, with exactly the text SentencePiece's decode
+ * would give for all ids so far.
  *
  * The library's decode (sentencepiece_processor.cc, Decode) is a left-to-right pass:
  *   - a run of byte pieces is turned into bytes, then cut into UTF-8 characters; a byte that
@@ -22,35 +23,49 @@
  */
 #include <string.h>
 
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/spm.h"
 #include "util/alloc.h"
 
 #define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
 /* Room pl_detok_text needs beyond text_len: up to 4 held-back bytes as U+FFFD, plus NUL. */
 #define RESERVE (4 * 3 + 1)
 
-void pl_detok_init(pl_detok *d, const pl_tokenizer *t, bool after_prompt) {
-    memset(d, 0, sizeof *d);
-    d->tok = t;
+typedef struct spm_detok {
+    pl_detok base;
+    char *text;           /* (text_cap) bytes: text_len bytes emitted so far, NUL-terminated,
+                             and always room for 4 held-back bytes as U+FFFD (13 bytes) */
+    size_t text_len, text_cap;
+    uint8_t pending[4];   /* byte-fallback bytes of a character not complete yet */
+    int n_pending;        /* 0..3 between pushes */
+    bool bos_ws_open;     /* a leading "▁" would still be dropped (library's is_bos_ws) */
+    bool bos_ws_seen;     /* the last non-byte piece had its leading "▁" dropped */
+} spm_detok;
+
+pl_status pl_tok_spm_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out) {
+    spm_detok *d = pl_calloc(1, sizeof *d);
+    if (!d) return pl_fail(PL_ERR_OUT_OF_MEMORY, "detok: state");
+    d->base.tok = t;
     /* After a prompt, text already exists, so the window for dropping "▁" is closed. */
-    d->bos_ws_open = !after_prompt;
+    d->bos_ws_open = !(flags & PL_TOK_AFTER_PROMPT);
+    *out = &d->base;
+    return PL_OK;
 }
 
-void pl_detok_deinit(pl_detok *d) {
-    if (!d) return;
+void pl_tok_spm_detok_free(pl_detok *base) {
+    spm_detok *d = (spm_detok *)base;
     pl_free(d->text);
-    memset(d, 0, sizeof *d);
+    pl_free(d);
 }
 
 /* Appends n bytes; capacity was reserved by the caller. */
-static void put(pl_detok *d, const char *s, size_t n) {
+static void put(spm_detok *d, const char *s, size_t n) {
     memcpy(d->text + d->text_len, s, n);
     d->text_len += n;
 }
 
 /* Emits one decided byte-run unit: a complete character, or U+FFFD for an invalid byte. NUL
  * (the piece <0x00>) becomes U+FFFD, as pl_tok_decode does, so the text stays a C string. */
-static void put_char(pl_detok *d, const unsigned char *b, int len) {
+static void put_char(spm_detok *d, const unsigned char *b, int len) {
     if (len == 1 && b[0] == 0)
         put(d, REPLACEMENT, 3);
     else
@@ -60,7 +75,7 @@ static void put_char(pl_detok *d, const unsigned char *b, int len) {
 /* Cuts pending into characters as far as the bytes present decide it. With at_end (the run
  * is closed by a non-byte piece) an incomplete prefix is decided too: invalid, as the library
  * finds when the run is too short for the lead byte. */
-static void drain(pl_detok *d, bool at_end) {
+static void drain(spm_detok *d, bool at_end) {
     int start = 0;
     while (start < d->n_pending) {
         const unsigned char *b = d->pending + start;
@@ -80,7 +95,7 @@ static void drain(pl_detok *d, bool at_end) {
 
 /* Makes room for `more` bytes beyond text_len plus RESERVE, growing geometrically so pushes
  * are amortised O(1) in the copy. */
-static pl_status reserve(pl_detok *d, size_t more) {
+static pl_status reserve(spm_detok *d, size_t more) {
     size_t need = d->text_len + more + RESERVE;
     if (need <= d->text_cap) return PL_OK;
     size_t cap = d->text_cap ? d->text_cap : 64;
@@ -92,15 +107,10 @@ static pl_status reserve(pl_detok *d, size_t more) {
     return PL_OK;
 }
 
-pl_status pl_detok_push(pl_detok *d, int32_t id, const char **out_new, size_t *out_len) {
-    if (!d || !d->tok || !out_new || !out_len)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_detok_push: NULL %s",
-                       !d ? "detok" : !d->tok ? "tokenizer (detok not initialised)"
-                                              : !out_new ? "out_new" : "out_len");
-    const pl_tok_entry *e = pl_tok_entry_of(d->tok, id);
-    if (!e)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "detok: id %d is outside the vocabulary [0, %d)",
-                       (int)id, pl_tok_vocab_size(d->tok));
+pl_status pl_tok_spm_detok_push(pl_detok *base, int32_t id, const char **out_new,
+                                size_t *out_len) {
+    spm_detok *d = (spm_detok *)base;
+    const pl_tok_entry *e = pl_tok_entry_of(d->base.tok, id); /* id checked by the caller */
     /* Everything this push can write: the closed run (3 bytes of U+FFFD each at most) and the
      * surface. Reserved first, so a failure leaves the state as it was. */
     PL_TRY(reserve(d, 4 * 3 + e->surface_len));
@@ -116,12 +126,12 @@ pl_status pl_detok_push(pl_detok *d, int32_t id, const char **out_new, size_t *o
         if (e->kind == PL_TOK_KIND_NORMAL) {
             const char *s = e->surface;
             size_t n = e->surface_len;
-            if (d->bos_ws_open && e->lead_ws && pl_tok_ws_rule_of(d->tok) != PL_TOK_WS_KEEP) {
+            if (d->bos_ws_open && e->lead_ws && pl_tok_ws_rule_of(d->base.tok) != PL_TOK_WS_KEEP) {
                 s++;
                 n--;
                 /* Under ALL (remove_extra_whitespaces) the window stays open while the text
                  * is empty; under FIRST one dropped "▁" closes it. */
-                dropped = pl_tok_ws_rule_of(d->tok) == PL_TOK_WS_FIRST;
+                dropped = pl_tok_ws_rule_of(d->base.tok) == PL_TOK_WS_FIRST;
             }
             put(d, s, n);
         } else if (e->kind == PL_TOK_KIND_UNKNOWN) {
@@ -135,7 +145,8 @@ pl_status pl_detok_push(pl_detok *d, int32_t id, const char **out_new, size_t *o
     return PL_OK;
 }
 
-const char *pl_detok_text(pl_detok *d, size_t *out_len) {
+const char *pl_tok_spm_detok_text(pl_detok *base, size_t *out_len) {
+    spm_detok *d = (spm_detok *)base;
     if (!d->text) { /* nothing pushed yet (so nothing held back either) */
         if (out_len) *out_len = 0;
         return "";

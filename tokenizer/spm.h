@@ -1,0 +1,54 @@
+/*
+ * tokenizer/spm.h - the SentencePiece implementation's decode table, shared by spm.c (which
+ * builds it at load) and spm_detok.c (which streams on it). Internal to tokenizer/; tests
+ * include it to check the table.
+ */
+#ifndef PL_TOKENIZER_SPM_H
+#define PL_TOKENIZER_SPM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tokenizer/tok_internal.h"
+
+typedef enum pl_tok_kind {
+    PL_TOK_KIND_NORMAL = 0,  /* normal, user-defined, unused: decodes to its surface */
+    PL_TOK_KIND_CONTROL = 1, /* decodes to nothing */
+    PL_TOK_KIND_UNKNOWN = 2, /* decodes to the unk surface; never loses a leading space */
+    PL_TOK_KIND_BYTE = 3,    /* one raw byte, joined with its neighbours into UTF-8 */
+} pl_tok_kind;
+
+/* How a leading "▁" at the start of the text is dropped (probed from the library at load). */
+typedef enum pl_tok_ws_rule {
+    PL_TOK_WS_KEEP = 0,  /* neither add_dummy_prefix nor remove_extra_whitespaces */
+    PL_TOK_WS_FIRST = 1, /* add_dummy_prefix only: only the first such piece loses it */
+    PL_TOK_WS_ALL = 2,   /* remove_extra_whitespaces: every one while the text is empty */
+} pl_tok_ws_rule;
+
+typedef struct pl_tok_entry {
+    const char *surface; /* (surface_len) bytes, tokenizer-owned: the piece with "▁" -> ' '
+                            and NUL -> U+FFFD (NORMAL), the unk surface (UNKNOWN), "" else */
+    uint32_t surface_len;
+    uint8_t kind;        /* pl_tok_kind */
+    uint8_t byte;        /* the byte of a BYTE piece */
+    bool lead_ws;        /* NORMAL piece starting with "▁": surface[0] is droppable ' ' */
+} pl_tok_entry;
+
+/* The decode entry of id; NULL when out of range or t is not a SentencePiece tokenizer. */
+const pl_tok_entry *pl_tok_entry_of(const pl_tokenizer *t, int32_t id);
+/* KEEP for a tokenizer that is not SentencePiece. */
+pl_tok_ws_rule pl_tok_ws_rule_of(const pl_tokenizer *t);
+
+/* Strict UTF-8 (RFC 3629, which is also what SentencePiece's decoder accepts): the length
+ * (1..4) of the sequence at b[0..n) when complete and valid, 0 when b[0..n) is a proper
+ * prefix of a valid sequence, -1 when b[0] cannot start one given the bytes present. n >= 1. */
+int pl_tok_utf8_step(const unsigned char *b, size_t n);
+
+/* The streaming detokeniser of spm_detok.c (the ops of the SentencePiece implementation). */
+pl_status pl_tok_spm_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out);
+void pl_tok_spm_detok_free(pl_detok *d);
+pl_status pl_tok_spm_detok_push(pl_detok *d, int32_t id, const char **out_new,
+                                size_t *out_len);
+const char *pl_tok_spm_detok_text(pl_detok *d, size_t *out_len);
+
+#endif

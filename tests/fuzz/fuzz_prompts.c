@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_prompts.c - libFuzzer target: the JSONL prompts file parser
- * (cli_prompts_parse from tools/prompts_file.c), then every parsed prompt submitted to an
+ * (cli_prompts_parse from cli/prompts_file.c), then every parsed prompt submitted to an
  * engine (dummy:tiny; with PL_FUZZ_TOKENIZER naming a SentencePiece model of at most 512
  * pieces, text prompts are tokenized too) and aborted before it runs.
  *
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "pagellm.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -765,18 +765,42 @@ static void put(out *o, const char *fmt, ...) {
     if (n > 0) o->len += (size_t)n;
 }
 
+/* Bytes of the valid UTF-8 character at p (no overlongs, surrogates or code points past
+ * U+10FFFF); 0 when it is not one. */
+static int utf8_len(const unsigned char *p) {
+    unsigned c = p[0];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
+    for (int k = 1; k < len; k++) {
+        if ((p[k] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
+        cp = (cp << 6) | (p[k] & 0x3Fu);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+/* A JSON string; bytes that are not UTF-8 (a path may hold any) become U+FFFD. */
 static void put_string(out *o, const char *s) {
     if (!s) {
         put(o, "null");
         return;
     }
     put(o, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int len = utf8_len(p);
+        if (len == 0) {
+            put(o, "\\ufffd");
+            p++;
+            continue;
+        }
         if (*p == '"' || *p == '\\') put(o, "\\%c", *p);
         else if (*p == '\n') put(o, "\\n");
         else if (*p == '\t') put(o, "\\t");
         else if (*p < 0x20) put(o, "\\u%04x", *p);
-        else put(o, "%c", *p);
+        else put(o, "%.*s", len, (const char *)p);
+        p += len;
     }
     put(o, "\"");
 }

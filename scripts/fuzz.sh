@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the loaders and parsers with libFuzzer: scripts/fuzz.sh [SECONDS [TARGET...]]
-#   SECONDS  per target (default 20); TARGET names (default: all six)
+#   SECONDS  per target (default 20); TARGET names (default: all seven)
 #   env FUZZ_BUILD_DIR  build directory (default build-fuzz)
 # Configures a clang build with ASan+UBSan (UB fatal) and -fsanitize=fuzzer-no-link on the
 # library (coverage), builds tests/fuzz, writes the seed corpora (fuzz_seeds; tokenizer seeds
@@ -14,7 +14,7 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_prompts fuzz_config)
+  fuzz_prompts fuzz_config fuzz_fields)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -63,6 +63,7 @@ for t in "${targets[@]}"; do
   case "$t" in
     fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
     fuzz_tokenizer) sd=tokenizer ;; fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;;
+    fuzz_fields) sd=fields ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

@@ -56,9 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < n; i++) {
         if ((p[i].text == NULL) == (p[i].ids == NULL)) fail("prompt with both or neither");
         if (p[i].ids && p[i].n_ids == 0) fail("empty ids");
-        if (p[i].params.n_stop < 0 || p[i].params.n_stop > PL_MAX_STOP_STRINGS)
-            fail("n_stop out of range");
-        for (int k = 0; k < p[i].params.n_stop; k++)
+        if (p[i].params.n_stop > CLI_MAX_STOP) fail("n_stop out of range");
+        for (size_t k = 0; k < p[i].params.n_stop; k++)
             if (!p[i].params.stop[k] || !p[i].params.stop[k][0]) fail("empty stop string");
         pl_request_id id = 0;
         pl_status s = p[i].text

@@ -132,7 +132,8 @@ void pl_engine_free_graveyard(pl_engine *e) {
 void pl_engine_destroy(pl_engine *e) {
     if (!e) return;
     /* finish everything still queued so blocks return to the pool before it goes */
-    for (pl_request *r = e->live_head; r; r = r->next) pl_engine_finish_request(e, r, PL_FINISH_ABORT);
+    for (pl_request *r = e->live_head; r; r = r->next)
+        pl_engine_finish_request(e, r, PL_FINISH_ABORT);
     free_requests(e->live_head, false);
     free_requests(e->graveyard, true);
     pl_intake_deinit(&e->intake);

@@ -287,7 +287,8 @@ static size_t member_end(const pl_field *f) {
         [PL_FIELD_OPT_U64] = sizeof(uint64_t),
     };
     size_t end = f->offset + sizes[f->kind];
-    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS) end = f->aux_offset + sizeof(size_t);
+    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS)
+        end = f->aux_offset + sizeof(size_t);
     if (f->kind == PL_FIELD_OPT_U64) end = f->aux_offset + sizeof(bool);
     return end;
 }
@@ -374,7 +375,8 @@ static bool parse_size(const char *s, size_t *out) {
 }
 
 static bool parse_bool(const char *s, bool *out) {
-    static const char *const yes[] = {"true", "1", "yes", "on"}, *const no[] = {"false", "0", "no", "off"};
+    static const char *const yes[] = {"true", "1", "yes", "on"},
+                             *const no[] = {"false", "0", "no", "off"};
     for (size_t i = 0; i < 4; i++) {
         if (!strcasecmp(s, yes[i])) return (*out = true), true;
         if (!strcasecmp(s, no[i])) return (*out = false), true;

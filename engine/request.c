@@ -103,8 +103,10 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
     r->samples[0].seq.n_forks = p->n - 1;
     /* cached prompt tokens would have no logits to take their logprobs from */
     r->samples[0].seq.skip_prefix_cache = p->prompt_logprobs >= 0;
-    for (int i = 0; i < p->n; i++)
-        if (p->logprobs >= 0) r->samples[i].logprobs.on = true, r->samples[i].logprobs.k = p->logprobs;
+    for (int i = 0; i < p->n && p->logprobs >= 0; i++) {
+        r->samples[i].logprobs.on = true;
+        r->samples[i].logprobs.k = p->logprobs;
+    }
     if (p->prompt_logprobs >= 0) {
         pl_logprob_list *pl = &r->samples[0].prompt_logprobs;
         pl->on = true;

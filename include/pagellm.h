@@ -79,25 +79,25 @@ PL_API const char *pl_version(void); /* "0.1.0"; static storage */
 
 /* Every status, once: X(NAME, value, string). The enum, pl_status_name and pl_status_string
  * are generated from it (libuv's UV_ERRNO_MAP). */
-#define PL_STATUS_MAP(X)                                                                      \
-    X(OK, 0, "success")                                                                       \
-    /* a NULL pointer, out-of-range value or unknown name */                                  \
-    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                           \
-    /* host or device allocation failed */                                                    \
-    X(ERR_OUT_OF_MEMORY, -2, "out of memory")                                                 \
-    /* a file could not be opened, read or mapped */                                          \
-    X(ERR_IO, -3, "input/output error")                                                       \
-    /* a file is malformed, truncated or inconsistent */                                      \
-    X(ERR_FORMAT, -4, "malformed file")                                                       \
-    /* valid, but not supported by this build or backend */                                   \
-    X(ERR_UNSUPPORTED, -5, "not supported")                                                   \
-    /* an unknown request id, file, tensor or field name */                                   \
-    X(ERR_NOT_FOUND, -6, "not found")                                                         \
-    /* prompt + max_tokens exceeds max_model_len, or needs more KV blocks than exist */       \
-    X(ERR_TOO_LONG, -7, "request too long")                                                   \
-    /* the waiting queue is full (REJECT_NEWEST policy) */                                    \
-    X(ERR_QUEUE_FULL, -8, "waiting queue full")                                               \
-    /* the compute backend failed (a CUDA error, ...) */                                      \
+#define PL_STATUS_MAP(X)                                                                       \
+    X(OK, 0, "success")                                                                        \
+    /* a NULL pointer, out-of-range value or unknown name */                                   \
+    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                            \
+    /* host or device allocation failed */                                                     \
+    X(ERR_OUT_OF_MEMORY, -2, "out of memory")                                                  \
+    /* a file could not be opened, read or mapped */                                           \
+    X(ERR_IO, -3, "input/output error")                                                        \
+    /* a file is malformed, truncated or inconsistent */                                       \
+    X(ERR_FORMAT, -4, "malformed file")                                                        \
+    /* valid, but not supported by this build or backend */                                    \
+    X(ERR_UNSUPPORTED, -5, "not supported")                                                    \
+    /* an unknown request id, file, tensor or field name */                                    \
+    X(ERR_NOT_FOUND, -6, "not found")                                                          \
+    /* prompt + max_tokens exceeds max_model_len, or needs more KV blocks than exist */        \
+    X(ERR_TOO_LONG, -7, "request too long")                                                    \
+    /* the waiting queue is full (REJECT_NEWEST policy) */                                     \
+    X(ERR_QUEUE_FULL, -8, "waiting queue full")                                                \
+    /* the compute backend failed (a CUDA error, ...) */                                       \
     X(ERR_BACKEND, -9, "backend failure")
 
 typedef enum pl_status {
@@ -115,12 +115,12 @@ PL_API const char *pl_status_string(pl_status s);
 PL_API const char *pl_last_error(void);
 
 /* Why a request finished: X(NAME, value, name). */
-#define PL_FINISH_REASON_MAP(X)                                                               \
-    X(NONE, 0, "none")             /* not finished */                                         \
-    X(STOP, 1, "stop")             /* EOS, a stop token id or a stop string */                \
-    X(LENGTH, 2, "length")         /* max_tokens generated, or max_model_len reached */       \
-    X(ABORT, 3, "abort")           /* pl_engine_abort */                                      \
-    X(OVERLOADED, 4, "overloaded") /* dropped from a full queue (DROP_OLDEST policy) */       \
+#define PL_FINISH_REASON_MAP(X)                                                                \
+    X(NONE, 0, "none")             /* not finished */                                          \
+    X(STOP, 1, "stop")             /* EOS, a stop token id or a stop string */                 \
+    X(LENGTH, 2, "length")         /* max_tokens generated, or max_model_len reached */        \
+    X(ABORT, 3, "abort")           /* pl_engine_abort */                                       \
+    X(OVERLOADED, 4, "overloaded") /* dropped from a full queue (DROP_OLDEST policy) */        \
     X(ERROR, 5, "error")           /* the backend failed while it ran */
 
 typedef enum pl_finish_reason {
@@ -194,106 +194,106 @@ typedef enum pl_overflow_policy {
 
 /* Engine configuration. The model is required; everything else has a default. Strings are
  * borrowed: pl_engine_create reads them and keeps no pointer. */
-#define PL_ENGINE_CONFIG_FIELDS(X)                                                            \
-    X(STRING, const char *, model_path, NULL, PL_RANGE_NONE, "--model", 'm', "PATH",          \
-      "model (required): a llama2.c .bin file, a Hugging Face directory (config.json + "      \
-      "safetensors), or dummy:NAME for seeded random weights (dummy:tiny, dummy:stories15m, " \
-      "dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b)")                            \
-    X(STRING, const char *, tokenizer_path, NULL, PL_RANGE_NONE, "--tokenizer", 0, "PATH",    \
-      "SentencePiece .model; unset: the one beside the model, else token ids only")           \
-    X(ENUM, pl_dtype, weight_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--dtype", 0, "TYPE",       \
-      "weight storage: auto keeps the file's type; f32, f16 or bf16 convert at load")         \
-    X(ENUM, pl_dtype, kv_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--kv-dtype", 0, "TYPE",        \
-      "KV cache elements: auto is f16 (half the bytes attention reads); f32 makes output "    \
-      "independent of batching")                                                              \
-    X(U64, uint64_t, dummy_seed, 1234, PL_RANGE_NONE, "--weight-seed", 0,       \
-      "N", "seed of the weights of dummy: models")                                         \
-    X(ENUM, pl_backend_kind, backend, PL_BACKEND_CPU, PL_RANGE_NONE, "--backend", 0, "NAME",  \
-      "compute backend: cpu, ref (the slow oracle) or cuda")                                  \
-    X(INT, int, n_threads, 0, PL_RANGE(0, 1024), "--threads", 't', "N",                       \
-      "CPU backend threads; 0 = all cores")                                                   \
-    X(INT, int, cuda_device, 0, PL_RANGE(0, 1024), "--cuda-device", 0, "N",                   \
-      "CUDA device ordinal")                                                                  \
-    X(INT, int, block_size, 16, PL_RANGE(1, 256), "--block-size", 0, "N",                     \
-      "token slots per KV block, a power of two")                                             \
-    X(INT, int, max_num_blocks, 0, PL_RANGE(0, 1073741824), "--max-num-blocks", 0, "N",       \
-      "KV blocks in the pool; 0 = as many as memory_threshold of the memory holds")           \
-    X(DOUBLE, double, memory_threshold, 0.9, PL_RANGE_OC(0, 1), "--memory-threshold", 0, "F", \
-      "fraction of the memory the engine may use for weights, KV cache and workspace")        \
-    X(SIZE, size_t, memory_limit_bytes, 0, PL_RANGE_NONE,                                    \
-      "--memory-limit", 0, "SIZE",                                                            \
-      "memory to size the KV pool from (bytes, or 512M, 4GiB...); 0 = physical memory (CPU) " \
-      "or free device memory. Weights larger than it are refused before loading")             \
-    X(BOOL, bool, enable_prefix_caching, true, PL_RANGE_NONE, "--enable-prefix-caching", 0,   \
-      NULL, "automatic prefix caching: requests sharing a prompt prefix share its KV blocks") \
-    X(INT, int, max_batch_size, 0, PL_RANGE(0, 65536), "--max-batch-size", 0, "N",            \
-      "sequences computed per step; 0 = min(32, max_num_seqs)")                               \
-    X(INT, int, max_num_seqs, 0, PL_RANGE(0, 1048576), "--max-num-seqs", 0, "N",              \
-      "sequences running (holding KV) at once; 0 = max(256, max_batch_size)")                 \
-    X(INT, int, max_total_tokens, 4096, PL_RANGE(1, 16777216), "--max-total-tokens", 0, "N",  \
-      "new tokens per step (the token budget); at least max_batch_size")                      \
-    X(INT, int, max_model_len, 0, PL_RANGE(0, 16777216), "--max-model-len", 'c', "N",         \
-      "prompt + output tokens at most; 0 = the model's context length")                       \
-    X(BOOL, bool, enable_chunked_prefill, true, PL_RANGE_NONE, "--enable-chunked-prefill", 0, \
-      NULL, "cut long prompts into chunks that fit the token budget; off: max_model_len "     \
-      "must be <= max_total_tokens")                                                          \
-    X(INT, int, long_prefill_threshold, 0, PL_RANGE(0, 16777216), "--long-prefill-threshold", \
-      0, "N", "with chunked prefill: tokens one prompt takes per step at most; 0 = no cap")   \
-    X(INT, int, max_skip_head, 4, PL_RANGE(0, 1048576), "--max-skip-head", 0, "N",            \
-      "requests that may pass a waiting request that does not fit before admission stops "    \
-      "at it")                                                                                \
-    X(DOUBLE, double, watermark, 0.01, PL_RANGE_CO(0, 1), "--watermark", 0, "F",              \
-      "fraction of the KV blocks admission keeps free for running sequences")                 \
-    X(INT, int, max_waiting, 4096, PL_RANGE(0, 16777216), "--max-waiting", 0, "N",            \
-      "waiting queue bound; 0 = unbounded")                                                   \
-    X(ENUM, pl_overflow_policy, overflow_policy, PL_OVERFLOW_REJECT_NEWEST, PL_RANGE_NONE,    \
-      "--overflow-policy", 0, "NAME",                                                         \
-      "when max_waiting requests wait: reject-newest refuses the submit, drop-oldest ends "   \
-      "the oldest waiting request as overloaded")                                             \
-    X(BOOL, bool, log_preemptions, false, PL_RANGE_NONE, "--log-preemptions", 0, NULL,        \
+#define PL_ENGINE_CONFIG_FIELDS(X)                                                             \
+    X(STRING, const char *, model_path, NULL, PL_RANGE_NONE, "--model", 'm', "PATH",           \
+      "model (required): a llama2.c .bin file, a Hugging Face directory (config.json + "       \
+      "safetensors), or dummy:NAME for seeded random weights (dummy:tiny, dummy:stories15m, "  \
+      "dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b)")                             \
+    X(STRING, const char *, tokenizer_path, NULL, PL_RANGE_NONE, "--tokenizer", 0, "PATH",     \
+      "SentencePiece .model; unset: the one beside the model, else token ids only")            \
+    X(ENUM, pl_dtype, weight_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--dtype", 0, "TYPE",        \
+      "weight storage: auto keeps the file's type; another type converts at load")             \
+    X(ENUM, pl_dtype, kv_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--kv-dtype", 0, "TYPE",         \
+      "KV cache elements: auto is f16 (half the bytes attention reads); f32 makes greedy "     \
+      "output independent of batching")                                                        \
+    X(U64, uint64_t, dummy_seed, 1234, PL_RANGE_NONE, "--weight-seed", 0,                      \
+      "N", "seed of the weights of dummy: models")                                             \
+    X(ENUM, pl_backend_kind, backend, PL_BACKEND_CPU, PL_RANGE_NONE, "--backend", 0, "NAME",   \
+      "compute backend; ref is the slow, plain oracle and cuda needs a CUDA build")            \
+    X(INT, int, n_threads, 0, PL_RANGE(0, 1024), "--threads", 't', "N",                        \
+      "CPU backend threads; 0 = all cores")                                                    \
+    X(INT, int, cuda_device, 0, PL_RANGE(0, 1024), "--cuda-device", 0, "N",                    \
+      "CUDA device ordinal")                                                                   \
+    X(INT, int, block_size, 16, PL_RANGE(1, 256), "--block-size", 0, "N",                      \
+      "token slots per KV block, a power of two")                                              \
+    X(INT, int, max_num_blocks, 0, PL_RANGE(0, 1073741824), "--max-num-blocks", 0, "N",        \
+      "KV blocks in the pool; 0 = as many as memory_threshold of the memory holds")            \
+    X(DOUBLE, double, memory_threshold, 0.9, PL_RANGE_OC(0, 1), "--memory-threshold", 0, "F",  \
+      "fraction of the memory the engine may use for weights, KV cache and workspace")         \
+    X(SIZE, size_t, memory_limit_bytes, 0, PL_RANGE_NONE,                                      \
+      "--memory-limit", 0, "SIZE",                                                             \
+      "memory to size the KV pool from (bytes, or 512M, 4GiB...); 0 = physical memory (CPU) "  \
+      "or free device memory. Weights larger than it are refused before loading")              \
+    X(BOOL, bool, enable_prefix_caching, true, PL_RANGE_NONE, "--enable-prefix-caching", 0,    \
+      NULL, "automatic prefix caching: requests sharing a prompt prefix share its KV blocks")  \
+    X(INT, int, max_batch_size, 0, PL_RANGE(0, 65536), "--max-batch-size", 0, "N",             \
+      "sequences computed per step; 0 = min(32, max_num_seqs)")                                \
+    X(INT, int, max_num_seqs, 0, PL_RANGE(0, 1048576), "--max-num-seqs", 0, "N",               \
+      "sequences running (holding KV) at once; 0 = max(256, max_batch_size)")                  \
+    X(INT, int, max_total_tokens, 4096, PL_RANGE(1, 16777216), "--max-total-tokens", 0, "N",   \
+      "new tokens per step (the token budget); at least max_batch_size")                       \
+    X(INT, int, max_model_len, 0, PL_RANGE(0, 16777216), "--max-model-len", 'c', "N",          \
+      "prompt + output tokens at most; 0 = the model's context length")                        \
+    X(BOOL, bool, enable_chunked_prefill, true, PL_RANGE_NONE, "--enable-chunked-prefill", 0,  \
+      NULL, "cut long prompts into chunks that fit the token budget; off: max_model_len "      \
+      "must be <= max_total_tokens")                                                           \
+    X(INT, int, long_prefill_threshold, 0, PL_RANGE(0, 16777216), "--long-prefill-threshold",  \
+      0, "N", "with chunked prefill: tokens one prompt takes per step at most; 0 = no cap")    \
+    X(INT, int, max_skip_head, 4, PL_RANGE(0, 1048576), "--max-skip-head", 0, "N",             \
+      "requests that may pass a waiting request that does not fit before admission stops "     \
+      "at it")                                                                                 \
+    X(DOUBLE, double, watermark, 0.01, PL_RANGE_CO(0, 1), "--watermark", 0, "F",               \
+      "fraction of the KV blocks admission keeps free for running sequences")                  \
+    X(INT, int, max_waiting, 4096, PL_RANGE(0, 16777216), "--max-waiting", 0, "N",             \
+      "waiting queue bound; 0 = unbounded")                                                    \
+    X(ENUM, pl_overflow_policy, overflow_policy, PL_OVERFLOW_REJECT_NEWEST, PL_RANGE_NONE,     \
+      "--overflow-policy", 0, "NAME",                                                          \
+      "when max_waiting requests wait: reject-newest refuses the submit, drop-oldest ends "    \
+      "the oldest waiting request as overloaded")                                              \
+    X(BOOL, bool, log_preemptions, false, PL_RANGE_NONE, "--log-preemptions", 0, NULL,         \
       "log every preemption on stderr")
 
 /* The most alternatives logprobs and prompt_logprobs return per position (OpenAI's limit). */
 #define PL_MAX_LOGPROBS 20
 
 /* Sampling parameters of one request. Lists and strings are copied at submit. */
-#define PL_SAMPLING_PARAMS_FIELDS(X)                                                          \
-    X(INT, int, max_tokens, 100, PL_RANGE(1, 16777216), "--max-tokens", 'n', "N",             \
-      "output tokens at most")                                                                \
-    X(INT, int, min_tokens, 0, PL_RANGE(0, 16777216), "--min-tokens", 0, "N",                 \
-      "EOS and stop ids are ignored before this many output tokens (<= max_tokens)")          \
-    X(FLOAT, float, temperature, 1.0f, PL_RANGE(0, 1e6), "--temperature", 0, "T",             \
-      "softmax temperature; 0 = greedy (lowest id on ties)")                                  \
-    X(FLOAT, float, top_p, 1.0f, PL_RANGE_OC(0, 1), "--top-p", 0, "P",                        \
-      "nucleus: keep the most likely tokens holding this much probability; 1 = off")          \
-    X(INT, int, top_k, 0, PL_RANGE(-1, 16777216), "--top-k", 0, "K",                          \
-      "keep the K most likely tokens; 0 or -1 = off")                                         \
-    X(FLOAT, float, min_p, 0.0f, PL_RANGE(0, 1), "--min-p", 0, "P",                           \
-      "drop tokens less likely than min_p times the most likely; 0 = off")                    \
-    X(FLOAT, float, repetition_penalty, 1.0f, PL_RANGE_OC(0, 1e6), "--repetition-penalty", 0, \
-      "F", "divides positive (multiplies negative) logits of tokens in prompt or output; "    \
-      "1 = off")                                                                              \
-    X(FLOAT, float, presence_penalty, 0.0f, PL_RANGE(-2, 2), "--presence-penalty", 0, "F",    \
-      "subtracted from the logits of tokens already in the output; 0 = off")                  \
-    X(FLOAT, float, frequency_penalty, 0.0f, PL_RANGE(-2, 2), "--frequency-penalty", 0, "F",  \
-      "subtracted once per occurrence in the output; 0 = off")                                \
-    X(OPT_U64, uint64_t, seed, 0, PL_RANGE_NONE, "--seed", 's', "N",                        \
-      "random seed: the request's draws then do not depend on the batch; unset = random")     \
-    X(IDS, int32_t, stop_ids, NULL, PL_RANGE(0, 1024), "--stop-id", 0, "ID",                  \
-      "token ids that end the output (the id is kept in the output ids); repeatable")         \
-    X(STRINGS, const char *, stop, NULL, PL_RANGE(0, 64), "--stop", 0, "TEXT",                \
-      "strings that end the output (cut from the text, never streamed); repeatable")          \
-    X(BOOL, bool, ignore_eos, false, PL_RANGE_NONE, "--ignore-eos", 0, NULL,                  \
-      "keep generating past EOS (benchmarks)")                                                \
-    X(INT, int, n, 1, PL_RANGE(1, 64), "--n", 0, "N",                                         \
-      "parallel samples of the prompt, sharing its KV blocks")                                \
-    X(INT, int, priority, 0, PL_RANGE(-1000000, 1000000), "--priority", 0, "N",               \
-      "lower runs first, first come first served within a priority; strict, no aging")        \
-    X(INT, int, logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--logprobs", 0, "K",                         \
-      "per output token, its log-probability and the K most likely tokens' (0 = only its "    \
-      "own); -1 = none. From the model's raw distribution, before penalties and temperature") \
-    X(INT, int, prompt_logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--prompt-logprobs", 0, "K",           \
-      "the same for every prompt token after the first; -1 = none. Such a request does not "  \
+#define PL_SAMPLING_PARAMS_FIELDS(X)                                                           \
+    X(INT, int, max_tokens, 100, PL_RANGE(1, 16777216), "--max-tokens", 'n', "N",              \
+      "output tokens at most")                                                                 \
+    X(INT, int, min_tokens, 0, PL_RANGE(0, 16777216), "--min-tokens", 0, "N",                  \
+      "EOS and stop ids are ignored before this many output tokens (<= max_tokens)")           \
+    X(FLOAT, float, temperature, 1.0f, PL_RANGE(0, 1e6), "--temperature", 0, "T",              \
+      "softmax temperature; 0 = greedy (lowest id on ties)")                                   \
+    X(FLOAT, float, top_p, 1.0f, PL_RANGE_OC(0, 1), "--top-p", 0, "P",                         \
+      "nucleus: keep the most likely tokens holding this much probability; 1 = off")           \
+    X(INT, int, top_k, 0, PL_RANGE(-1, 16777216), "--top-k", 0, "K",                           \
+      "keep the K most likely tokens; 0 or -1 = off")                                          \
+    X(FLOAT, float, min_p, 0.0f, PL_RANGE(0, 1), "--min-p", 0, "P",                            \
+      "drop tokens less likely than min_p times the most likely; 0 = off")                     \
+    X(FLOAT, float, repetition_penalty, 1.0f, PL_RANGE_OC(0, 1e6), "--repetition-penalty", 0,  \
+      "F", "divides positive (multiplies negative) logits of tokens in prompt or output; "     \
+      "1 = off")                                                                               \
+    X(FLOAT, float, presence_penalty, 0.0f, PL_RANGE(-2, 2), "--presence-penalty", 0, "F",     \
+      "subtracted from the logits of tokens already in the output; 0 = off")                   \
+    X(FLOAT, float, frequency_penalty, 0.0f, PL_RANGE(-2, 2), "--frequency-penalty", 0, "F",   \
+      "subtracted once per occurrence in the output; 0 = off")                                 \
+    X(OPT_U64, uint64_t, seed, 0, PL_RANGE_NONE, "--seed", 's', "N",                           \
+      "random seed: the request's draws then do not depend on the batch; unset = random")      \
+    X(IDS, int32_t, stop_ids, NULL, PL_RANGE(0, 1024), "--stop-id", 0, "ID",                   \
+      "token ids that end the output (the id is kept in the output ids); repeatable")          \
+    X(STRINGS, const char *, stop, NULL, PL_RANGE(0, 64), "--stop", 0, "TEXT",                 \
+      "strings that end the output (cut from the text, never streamed); repeatable")           \
+    X(BOOL, bool, ignore_eos, false, PL_RANGE_NONE, "--ignore-eos", 0, NULL,                   \
+      "keep generating past EOS (benchmarks)")                                                 \
+    X(INT, int, n, 1, PL_RANGE(1, 64), "--n", 0, "N",                                          \
+      "parallel samples of the prompt, sharing its KV blocks")                                 \
+    X(INT, int, priority, 0, PL_RANGE(-1000000, 1000000), "--priority", 0, "N",                \
+      "lower runs first, first come first served within a priority; strict, no aging")         \
+    X(INT, int, logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--logprobs", 0, "K",             \
+      "per output token, its log-probability and the K most likely tokens' (0 = only its "     \
+      "own); -1 = none. From the model's raw distribution, before penalties and temperature")  \
+    X(INT, int, prompt_logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--prompt-logprobs", 0, "K", \
+      "the same for every prompt token after the first; -1 = none. Such a request does not "   \
       "read the prefix cache (cached tokens would have no logits)")
 
 /* ------------------------------------------------------------------------------------------
@@ -322,8 +322,8 @@ PL_API void pl_engine_config_deinit(pl_engine_config *cfg);
 /* Checks every field and the rules between fields. Returns PL_OK, or
  * PL_ERR_INVALID_ARGUMENT (cfg NULL, a struct_size no pagellm version had, model_path unset,
  * a field out of range, or fields that contradict each other: the message names the field,
- * its value and what is allowed, e.g. "config.top_p = 0: must be in (0, 1]"). Touches no
- * file. */
+ * its value and what is allowed, e.g. "config.memory_threshold = 0: must be in (0, 1]").
+ * Touches no file. */
 PL_API pl_status pl_engine_config_validate(const pl_engine_config *cfg);
 
 /* Sets the fields whose 0 means "derive from another field" as pl_engine_create will:
@@ -387,7 +387,8 @@ typedef struct pl_field {
     size_t offset;              /* offsetof the member */
     size_t aux_offset;          /* IDS, STRINGS: offsetof n_<name>; OPT_U64: of has_<name> */
     pl_range range;             /* allowed values (lists: element counts) */
-    const char *const *choices; /* ENUM: names indexed by value, NULL-terminated; else NULL */
+    const char *const *choices; /* ENUM: names indexed by value, NULL-terminated, each maybe
+                                   with aliases after '|' ("f32|float32"); else NULL */
     const char *flag;           /* "--block-size" */
     char short_flag;            /* 'm', or 0 */
     const char *value_name;     /* "N", "PATH" (help); NULL for BOOL */

@@ -58,7 +58,9 @@ static double *dense_log_softmax(const pl_model *m, const int32_t *tokens, int n
     return lp;
 }
 
-static bool close_to(double got, double want) { return fabs(got - want) <= 2e-4 + 1e-4 * fabs(want); }
+static bool close_to(double got, double want) {
+    return fabs(got - want) <= 2e-4 + 1e-4 * fabs(want);
+}
 
 /* One position: the entry's token, logprob, rank and top list against the reference row. */
 static void check_entry(const char *what, int pos, const pl_token_logprobs *e, int32_t token,
@@ -124,7 +126,8 @@ static void logprobs_case(const pl_sampling_params *sp, int K, int PK) {
             cr_assert_eq(d->logprobs->token, d->token);
             streamed[n_streamed] = d->token;
             seen[n_streamed] = *d->logprobs;
-            memcpy(seen_top[n_streamed], d->logprobs->top, (size_t)d->logprobs->n_top * sizeof(pl_logprob));
+            memcpy(seen_top[n_streamed], d->logprobs->top,
+                   (size_t)d->logprobs->n_top * sizeof(pl_logprob));
             n_streamed++;
         }
         for (size_t i = 0; i < r.n_finished; i++) {

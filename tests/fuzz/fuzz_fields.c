@@ -34,10 +34,18 @@ typedef struct target {
     pl_status (*set_json)(void *, const char *, const char *);
 } target;
 
-static pl_status cset(void *o, const char *n, const char *v) { return pl_engine_config_set(o, n, v); }
-static pl_status cjson(void *o, const char *n, const char *v) { return pl_engine_config_set_json(o, n, v); }
-static pl_status sset(void *o, const char *n, const char *v) { return pl_sampling_params_set(o, n, v); }
-static pl_status sjson(void *o, const char *n, const char *v) { return pl_sampling_params_set_json(o, n, v); }
+static pl_status cset(void *o, const char *n, const char *v) {
+    return pl_engine_config_set(o, n, v);
+}
+static pl_status cjson(void *o, const char *n, const char *v) {
+    return pl_engine_config_set_json(o, n, v);
+}
+static pl_status sset(void *o, const char *n, const char *v) {
+    return pl_sampling_params_set(o, n, v);
+}
+static pl_status sjson(void *o, const char *n, const char *v) {
+    return pl_sampling_params_set_json(o, n, v);
+}
 
 static void round_trip(const target *t) {
     char json[8192];

@@ -172,7 +172,8 @@ Test(config, every_power_of_two_block_size_is_accepted) {
     for (int bs = 1; bs <= 256; bs *= 2) {
         pl_engine_config c = with_model();
         c.block_size = bs;
-        cr_assert_eq(pl_engine_config_validate(&c), PL_OK, "block_size %d: %s", bs, pl_last_error());
+        cr_assert_eq(pl_engine_config_validate(&c), PL_OK, "block_size %d: %s", bs,
+                     pl_last_error());
     }
 }
 

@@ -271,6 +271,8 @@ def main():
          "--memory-limit"),
         ("memory limit followed by another flag", ["--memory-limit"], "--memory-limit"),
         ("empty prompt ids", ["--prompt-ids", ","], "--prompt-ids"),
+        ("top-p 0 (the range is (0, 1])", ["--top-p", "0"], "(0, 1]"),
+        ("a misspelt enum value", ["--kv-dtype=f8"], "one of auto, f32, f16, bf16"),
     ]
     for name, extra, needle in flag_cases:
         args = ["generate", "--model", "dummy:tiny"] + extra
@@ -282,6 +284,11 @@ def main():
     check("two prompt forms", ["generate", "--model", "dummy:tiny", "--prompt", "a"] + ids, 2,
           ["--prompt"])
     check("unknown command", ["frobnicate"], 2, ["frobnicate"])
+    check("long-prefill-threshold without chunked prefill", ["generate", "--model", "dummy:tiny",
+          "--no-chunked-prefill", "--long-prefill-threshold", "10"] + ids, None,
+          ["long_prefill_threshold", "chunked prefill"])
+    check("max-num-seqs alone lowers the batch", ["generate", "-m", "dummy:tiny", "-n", "2",
+          "--max-num-seqs", "4", "--temperature", "0"] + ids, 0, [])
     check("block size not a power of two", ["generate", "--model", "dummy:tiny",
                                             "--block-size", "24"] + ids, None, ["block"])
     check("max-model-len beyond the model", ["generate", "--model", "dummy:tiny",

@@ -126,8 +126,9 @@ static void logprobs_case(const pl_sampling_params *sp, int K, int PK) {
             cr_assert_eq(d->logprobs->token, d->token);
             streamed[n_streamed] = d->token;
             seen[n_streamed] = *d->logprobs;
-            memcpy(seen_top[n_streamed], d->logprobs->top,
-                   (size_t)d->logprobs->n_top * sizeof(pl_logprob));
+            if (d->logprobs->n_top > 0)
+                memcpy(seen_top[n_streamed], d->logprobs->top,
+                       (size_t)d->logprobs->n_top * sizeof(pl_logprob));
             n_streamed++;
         }
         for (size_t i = 0; i < r.n_finished; i++) {
@@ -137,7 +138,9 @@ static void logprobs_case(const pl_sampling_params *sp, int K, int PK) {
             out_top = malloc((done.n_logprobs * (size_t)K + 1) * sizeof *out_top);
             for (size_t j = 0; j < done.n_logprobs; j++) {
                 out_lp[j] = done.logprobs[j];
-                memcpy(out_top + j * (size_t)K, done.logprobs[j].top, (size_t)K * sizeof *out_top);
+                if (K > 0)
+                    memcpy(out_top + j * (size_t)K, done.logprobs[j].top,
+                           (size_t)K * sizeof *out_top);
                 out_lp[j].top = out_top + j * (size_t)K;
             }
             prompt_lp = malloc((done.n_prompt_logprobs + 1) * sizeof *prompt_lp);

@@ -58,11 +58,11 @@ static pl_status draw(pl_engine *e, pl_sample *s, float *row, size_t *n_out) {
     pl_sampled *d;
     PL_TRY(push_sampled(sb, n_out, &d));
     d->s = s;
-    d->has_logprobs = s->logprobs.on;
+    d->has_logprobs = s->lp && s->lp->output.on;
     if (d->has_logprobs) memcpy(sb->logits_raw, row, (size_t)e->vocab * sizeof *row);
     d->tok = sample_one(e, s, row);
     if (d->has_logprobs)
-        pl_logprobs_compute(sb->logits_raw, e->vocab, d->tok, s->logprobs.k, &d->lp, d->tops);
+        pl_logprobs_compute(sb->logits_raw, e->vocab, d->tok, s->lp->output.k, &d->lp, d->tops);
     return PL_OK;
 }
 
@@ -99,9 +99,9 @@ pl_status pl_draw_tokens(pl_engine *e, const pl_sched_output *so, size_t *n_out)
  * those recorded before a preemption are skipped. rows is the entry's first batch row. */
 static pl_status prompt_rows(pl_engine *e, const pl_sched_entry *en, int first_row) {
     pl_sample *s = en->seq->user;
-    pl_logprob_list *l = &s->prompt_logprobs;
+    pl_logprob_list *l = &s->lp->prompt;
     const pl_seq *q = en->seq;
-    int from = s->n_prompt_logprobs_done > en->start ? s->n_prompt_logprobs_done : en->start;
+    int from = s->lp->n_prompt_done > en->start ? s->lp->n_prompt_done : en->start;
     int to = en->start + en->n_new < q->n_prompt - 1 ? en->start + en->n_new : q->n_prompt - 1;
     int max_rows = e->cfg.max_batch_size, V = e->vocab;
     int32_t rows[512];
@@ -117,7 +117,7 @@ static pl_status prompt_rows(pl_engine *e, const pl_sched_entry *en, int first_r
                                 &lp, tops);
             PL_TRY(pl_logprob_list_push(l, &lp, tops));
         }
-        s->n_prompt_logprobs_done = p0 + n;
+        s->lp->n_prompt_done = p0 + n;
     }
     return PL_OK;
 }
@@ -127,7 +127,7 @@ pl_status pl_draw_prompt_logprobs(pl_engine *e, const pl_sched_output *so) {
     for (int i = 0; i < so->n_seqs; i++) {
         const pl_sched_entry *en = &so->entries[i];
         pl_sample *s = en->seq->user;
-        if (!s->prompt_logprobs.on || s->finished || en->start >= en->seq->n_prompt - 1)
+        if (!s->lp || !s->lp->prompt.on || s->finished || en->start >= en->seq->n_prompt - 1)
             continue;
         PL_TRY(prompt_rows(e, en, qstart[i]));
     }

@@ -43,25 +43,30 @@ typedef struct pl_logprob_list {
     bool on;                    /* requested */
 } pl_logprob_list;
 
+/* What a sample keeps for a request that asked for logprobs (allocated only then). */
+typedef struct pl_sample_logprobs {
+    pl_logprob_list output;     /* output tokens' (params.logprobs >= 0) */
+    pl_logprob_list prompt;     /* sample 0 only (params.prompt_logprobs >= 0) */
+    int n_prompt_done;          /* prompt positions recorded (they are computed again after
+                                   a preemption: recorded once) */
+} pl_sample_logprobs;
+
 typedef struct pl_sample {
     pl_seq seq;             /* the scheduler sequence (tokens: prompt then output) */
     pl_request *req;
     int index;              /* in [0, n) */
     pl_rng rng;
     pl_detok detok;         /* when a tokenizer is loaded */
-    bool has_detok;
+    pl_sample_logprobs *lp; /* NULL unless the request asked for logprobs */
     char *text;             /* output text so far; stop string cut off at finish */
     size_t text_len, text_cap;
     size_t streamed;        /* bytes of text already handed out in deltas */
+    bool has_detok;
     bool text_cut;          /* a stop string ended the text: nothing more is appended */
     bool finished;          /* finish_reason decided */
     bool reported;          /* its completion was in a step result */
     pl_finish_reason reason;
     uint64_t t_first_token_ns, t_finish_ns;
-    pl_logprob_list logprobs;        /* output tokens' (params.logprobs >= 0) */
-    pl_logprob_list prompt_logprobs; /* sample 0 only (params.prompt_logprobs >= 0) */
-    int n_prompt_logprobs_done;      /* prompt positions recorded (they are computed again
-                                        after a preemption: recorded once) */
 } pl_sample;
 
 struct pl_request {

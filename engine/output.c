@@ -105,12 +105,12 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
     pl_request *r = s->req;
     const pl_token_logprobs *lp = NULL;
     if (d->has_logprobs) { /* first: a failure then leaves the token unappended as well */
-        PL_TRY(pl_logprob_list_push(&s->logprobs, &d->lp, d->tops));
-        lp = &s->logprobs.entries[s->logprobs.n - 1];
+        PL_TRY(pl_logprob_list_push(&s->lp->output, &d->lp, d->tops));
+        lp = &s->lp->output.entries[s->lp->output.n - 1];
     }
     pl_status st = pl_sched_append_token(e->sched, &s->seq, tok);
     if (st != PL_OK) {
-        if (d->has_logprobs) s->logprobs.n--;
+        if (d->has_logprobs) s->lp->output.n--;
         return st;
     }
     int n_out = pl_seq_n_generated(&s->seq);
@@ -159,11 +159,15 @@ void pl_output_fill_completion(const pl_sample *s, pl_completion *c) {
         .finish_reason = s->reason,
         .n_cached_prompt_ids = (size_t)q->n_cached_prompt,
         .n_preemptions = q->n_preemptions,
-        .logprobs = s->logprobs.on ? s->logprobs.entries : NULL,
-        .n_logprobs = s->logprobs.n,
-        .prompt_logprobs = s->prompt_logprobs.on ? s->prompt_logprobs.entries : NULL,
-        .n_prompt_logprobs = s->prompt_logprobs.n,
     };
+    if (s->lp && s->lp->output.on) {
+        c->logprobs = s->lp->output.entries;
+        c->n_logprobs = s->lp->output.n;
+    }
+    if (s->lp && s->lp->prompt.on) {
+        c->prompt_logprobs = s->lp->prompt.entries;
+        c->n_prompt_logprobs = s->lp->prompt.n;
+    }
     double sub = (double)r->t_submit_ns;
     if (r->t_first_sched_ns) c->queue_s = ((double)r->t_first_sched_ns - sub) * 1e-9;
     if (s->t_first_token_ns) c->ttft_s = ((double)s->t_first_token_ns - sub) * 1e-9;

@@ -17,8 +17,11 @@ void pl_request_free(pl_request *r) {
             pl_seq_deinit(&s->seq);
             if (s->has_detok) pl_detok_deinit(&s->detok);
             pl_free(s->text);
-            pl_logprob_list_free(&s->logprobs);
-            pl_logprob_list_free(&s->prompt_logprobs);
+            if (s->lp) {
+                pl_logprob_list_free(&s->lp->output);
+                pl_logprob_list_free(&s->lp->prompt);
+                pl_free(s->lp);
+            }
         }
         pl_free(r->samples);
     }
@@ -103,15 +106,16 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
     r->samples[0].seq.n_forks = p->n - 1;
     /* cached prompt tokens would have no logits to take their logprobs from */
     r->samples[0].seq.skip_prefix_cache = p->prompt_logprobs >= 0;
-    for (int i = 0; i < p->n && p->logprobs >= 0; i++) {
-        r->samples[i].logprobs.on = true;
-        r->samples[i].logprobs.k = p->logprobs;
-    }
-    if (p->prompt_logprobs >= 0) {
-        pl_logprob_list *pl = &r->samples[0].prompt_logprobs;
-        pl->on = true;
-        pl->k = p->prompt_logprobs;
-        if (n_ids > 1 && pl_logprob_list_reserve(pl, n_ids - 1) != PL_OK) goto oom;
+    for (int i = 0; i < p->n; i++) {
+        bool prompt = i == 0 && p->prompt_logprobs >= 0;
+        if (p->logprobs < 0 && !prompt) continue;
+        pl_sample_logprobs *lp = r->samples[i].lp = pl_calloc(1, sizeof *lp);
+        if (!lp) goto oom;
+        lp->output = (pl_logprob_list){.on = p->logprobs >= 0, .k = p->logprobs};
+        lp->prompt = (pl_logprob_list){.on = prompt, .k = p->prompt_logprobs};
+        /* every prompt position's entry, reserved now: a step appends without allocating */
+        if (prompt && n_ids > 1 && pl_logprob_list_reserve(&lp->prompt, n_ids - 1) != PL_OK)
+            goto oom;
     }
     r->n_unreported = p->n;
     *out = r;

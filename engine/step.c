@@ -154,10 +154,10 @@ static void take_completion(pl_engine *e, size_t i, pl_completion *dst) {
     dst->text = s->text;
     s->text = NULL;
     s->text_len = s->text_cap = s->streamed = 0;
-    dst->logprobs = s->logprobs.on ? take_logprobs(&s->logprobs, &dst->n_logprobs) : NULL;
-    dst->prompt_logprobs = s->prompt_logprobs.on
-                               ? take_logprobs(&s->prompt_logprobs, &dst->n_prompt_logprobs)
-                               : NULL;
+    if (s->lp && s->lp->output.on)
+        dst->logprobs = take_logprobs(&s->lp->output, &dst->n_logprobs);
+    if (s->lp && s->lp->prompt.on)
+        dst->prompt_logprobs = take_logprobs(&s->lp->prompt, &dst->n_prompt_logprobs);
 }
 
 static void free_logprobs(pl_token_logprobs *l, size_t n) {

@@ -4,7 +4,7 @@
  * Each takes the arguments after its command name (argv[0] is the first flag) and returns the
  * process exit status: 0 success, 1 runtime failure, 2 usage error (the message names the
  * flag). Everything they print goes to stdout (results) or stderr (errors, progress bar).
- * They see only include/pagellm.h and tools/cli.h.
+ * They see only include/pagellm.h and cli/cli.h.
  */
 #ifndef PL_BENCH_BENCH_H
 #define PL_BENCH_BENCH_H

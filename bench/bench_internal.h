@@ -4,7 +4,7 @@
  * JSON/report helpers, the roofline measurements and the profile summary.
  *
  * Invariants
- * - Only the public API (pagellm.h) and the command-line helpers (tools/cli.h) are used.
+ * - Only the public API (pagellm.h) and the command-line helpers (cli/cli.h) are used.
  * - Functions returning int return an exit status (0 ok, 1 runtime failure, 2 usage error)
  *   and have already printed a message naming the flag, file or request on stderr.
  * - Whoever fills a struct that owns memory frees it with the matching *_free.

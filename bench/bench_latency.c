@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "bench/bench_internal.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 #define DEFAULT_MODEL "dummy:stories15m"
 

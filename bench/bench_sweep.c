@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "bench/bench_internal.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 #define DEFAULT_MODEL "dummy:stories15m"
 #define DEFAULT_SCRIPT "scripts/plot_sweep.gp"
@@ -501,7 +501,9 @@ int pl_bench_sweep_main(int argc, char **argv) {
         }
     }
     if (o.do_lengths) {
-        int bs = o.cfg.max_batch_size;
+        pl_engine_config resolved = o.cfg;
+        pl_engine_config_resolve(&resolved);
+        int bs = resolved.max_batch_size;
         size_t np = (size_t)(o.wo.num_prompts > 2 * bs ? o.wo.num_prompts : 2 * bs);
         for (int k = 0; k < o.n_input_lens; k++)
             pts[n++] = (point){.sweep = "input_len", .max_batch_size = bs,

@@ -73,7 +73,10 @@ static const char *backend_name(pl_backend_kind b) {
     return "unknown";
 }
 
-json_t *pl_bench_config_json(const pl_engine_config *cfg) {
+json_t *pl_bench_config_json(const pl_engine_config *given) {
+    pl_engine_config resolved = *given; /* the batch limits as the engine derives them */
+    pl_engine_config_resolve(&resolved);
+    const pl_engine_config *cfg = &resolved;
     json_t *o = json_object();
     json_object_set_new(o, "model", json_string(cfg->model_path ? cfg->model_path : ""));
     json_object_set_new(o, "backend", json_string(backend_name(cfg->backend)));

@@ -21,7 +21,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_internal.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 #define DEFAULT_MODEL "dummy:stories15m"
 #define DEFAULT_TRACE "pagellm-trace.json"

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "bench/bench_internal.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 /* ------------------------------------------------------------------------------------------
  * Options

@@ -18,7 +18,7 @@
  * --output-json and --profile are the other bench commands' (bench_internal.h): the JSON holds
  * the printed counts under the same names, the profile is measured over the whole run.
  *
- * Uses only pagellm.h, the command line's engine flags (tools/cli.h) and the bench helpers.
+ * Uses only pagellm.h, the command line's engine flags (cli/cli.h) and the bench helpers.
  */
 #include "bench/soak.h"
 
@@ -32,7 +32,7 @@
 
 #include "bench/bench_internal.h"
 #include "pagellm.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 /* One request of the workload, and what became of it. */
 typedef struct soak_req {
@@ -41,6 +41,8 @@ typedef struct soak_req {
     char *text;          /* text prompt, when a tokenizer is loaded */
     pl_sampling_params sp;
     char stop_buf[2][16];/* the stop strings sp.stop points at */
+    const char *stop_ptrs[2];
+    int32_t stop_id_buf[3]; /* sp.stop_ids */
     pl_request_id id;    /* 0 until accepted */
     bool abort_accepted;
     int n_reported;
@@ -122,15 +124,17 @@ static bool make_request(soak_req *q, uint64_t *rng, const soak_opts *o, int voc
     sp->seed = next_u64(rng);
     sp->ignore_eos = below(rng, 4) == 0;
     if (below(rng, 3) == 0) {
-        sp->n_stop_ids = 1 + below(rng, 3);
-        for (int i = 0; i < sp->n_stop_ids; i++) sp->stop_ids[i] = 3 + below(rng, vocab - 3);
+        sp->n_stop_ids = (size_t)(1 + below(rng, 3));
+        for (size_t i = 0; i < sp->n_stop_ids; i++) q->stop_id_buf[i] = 3 + below(rng, vocab - 3);
+        sp->stop_ids = q->stop_id_buf;
     }
     if (text && below(rng, 3) == 0) {
-        sp->n_stop = 1 + below(rng, 2);
-        for (int i = 0; i < sp->n_stop; i++) {
+        sp->n_stop = (size_t)(1 + below(rng, 2));
+        for (size_t i = 0; i < sp->n_stop; i++) {
             snprintf(q->stop_buf[i], sizeof q->stop_buf[i], "%s", k_stops[below(rng, N_STOPS)]);
-            sp->stop[i] = q->stop_buf[i];
+            q->stop_ptrs[i] = q->stop_buf[i];
         }
+        sp->stop = q->stop_ptrs;
     }
     if (below(rng, 5) == 0) sp->min_tokens = below(rng, sp->max_tokens + 1);
     return true;

@@ -4,7 +4,7 @@
  * preemptions, peak RSS and memory growth, and checking that every request finished exactly
  * once with a consistent finish reason and that every KV block is free at the end.
  *
- * Sees only include/pagellm.h and tools/cli.h (engine flags). Returns the process exit
+ * Sees only include/pagellm.h and cli/cli.h (engine flags). Returns the process exit
  * status: 0 all checks passed, 1 a check or the engine failed, 2 usage error.
  */
 #ifndef PL_BENCH_SOAK_H

@@ -7,7 +7,7 @@
  * [3, vocab_size) so that the usual special ids (unk, bos, eos) do not appear mid-prompt.
  *
  * Dataset files:
- * - JSONL (the `pagellm generate --prompts` format, read with tools/cli.h): "prompt" (text,
+ * - JSONL (the `pagellm generate --prompts` format, read with cli/cli.h): "prompt" (text,
  *   needs a tokenizer) or "prompt_token_ids", and "max_tokens" as the output length. Other
  *   sampling fields are ignored: every request samples the same way here. Items are taken
  *   in file order.
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "bench/bench_internal.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 /* ------------------------------------------------------------------------------------------
  * Flags

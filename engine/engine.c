@@ -1,9 +1,7 @@
 /*
- * engine/engine.c - the engine: create/destroy, the step loop and run.
- *
- * One step: drain the intake -> schedule -> build the batch -> run the model -> update the
- * scheduler -> sample each sequence that reached the end of its tokens -> output processing
- * (detokenise, stop checks, finish) -> report deltas and completions.
+ * engine/engine.c - creating and destroying an engine: backend, model, tokenizer, the KV pool
+ * sized from memory, scheduler, runner; and the live list of requests the stepping thread
+ * holds. The step itself is in step.c.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -98,31 +96,23 @@ static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_b
     return PL_OK;
 }
 
-static pl_status alloc_step_buffers(pl_engine *e) {
+static pl_status alloc_step_buffers(pl_engine *e, const pl_runner_limits *lim) {
     pl_step_buffers *b = &e->sb;
-    size_t T = (size_t)e->cfg.max_total_tokens, S = (size_t)e->cfg.max_batch_size;
-    b->ids = pl_calloc(T, 4);
-    b->positions = pl_calloc(T, 4);
-    b->slots = pl_calloc(T, 8);
-    b->query_start = pl_calloc(S + 1, 4);
-    b->context_lens = pl_calloc(S, 4);
-    b->block_tables = pl_calloc(S * (size_t)e->max_blocks_per_seq, 4);
-    b->sample_rows = pl_calloc(S, 4);
-    b->sample_entry = pl_calloc(S, 4);
-    b->copy_pairs = pl_calloc(2 * S, 4);
-    b->logits = pl_calloc(S * (size_t)e->vocab, 4);
-    b->logits_tmp = pl_calloc((size_t)e->vocab, 4);
-    if (!b->ids || !b->positions || !b->slots || !b->query_start || !b->context_lens ||
-        !b->block_tables || !b->sample_rows || !b->sample_entry || !b->copy_pairs || !b->logits ||
-        !b->logits_tmp)
+    size_t S = (size_t)lim->max_seqs, V = (size_t)e->vocab;
+    PL_TRY(pl_batch_storage_alloc(&b->batch, lim));
+    b->sample_entry = pl_calloc(S, sizeof *b->sample_entry);
+    b->logits = pl_calloc(S * V, sizeof *b->logits);
+    b->logits_tmp = pl_calloc(V, sizeof *b->logits_tmp);
+    b->logits_raw = pl_calloc(V, sizeof *b->logits_raw);
+    if (!b->sample_entry || !b->logits || !b->logits_tmp || !b->logits_raw)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: step buffers");
     return PL_OK;
 }
 
 static void free_step_buffers(pl_step_buffers *b) {
-    void *p[] = {b->ids, b->positions, b->slots, b->query_start, b->context_lens,
-                 b->block_tables, b->sample_rows, b->sample_entry, b->copy_pairs, b->logits,
-                 b->logits_tmp, b->sampled, b->deltas, b->finished, b->finished_samples};
+    pl_batch_storage_free(&b->batch);
+    void *p[] = {b->sample_entry, b->logits, b->logits_tmp, b->logits_raw, b->sampled,
+                 b->deltas, b->finished, b->finished_samples};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) pl_free(p[i]);
 }
 
@@ -134,11 +124,16 @@ static void free_requests(pl_request *r, bool graveyard) {
     }
 }
 
+void pl_engine_free_graveyard(pl_engine *e) {
+    free_requests(e->graveyard, true);
+    e->graveyard = NULL;
+}
+
 void pl_engine_destroy(pl_engine *e) {
     if (!e) return;
     /* finish everything still queued so blocks return to the pool before it goes */
     for (pl_request *r = e->live_head; r; r = r->next)
-        for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], PL_FINISH_ABORT);
+        pl_engine_finish_request(e, r, PL_FINISH_ABORT);
     free_requests(e->live_head, false);
     free_requests(e->graveyard, true);
     pl_intake_deinit(&e->intake);
@@ -154,8 +149,8 @@ void pl_engine_destroy(pl_engine *e) {
     pl_free(e);
 }
 
-static pl_status load_tokenizer(pl_engine *e) {
-    const char *path = e->cfg.tokenizer_path ? e->cfg.tokenizer_path : e->model->tokenizer_path;
+static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
+    const char *path = tokenizer_path ? tokenizer_path : e->model->tokenizer_path;
     if (!path) return PL_OK; /* token ids only */
     PL_TRY(pl_tok_load(path, &e->tok));
     int tv = pl_tok_vocab_size(e->tok);
@@ -168,7 +163,9 @@ static pl_status load_tokenizer(pl_engine *e) {
     return PL_OK;
 }
 
-static pl_status engine_init(pl_engine *e) {
+/* Builds everything from e->cfg (validated and resolved); the paths come apart, as the
+ * engine keeps none of the caller's strings. */
+static pl_status engine_init(pl_engine *e, const char *model_path, const char *tokenizer_path) {
     pl_engine_config *c = &e->cfg;
     /* The backend first: on a host backend its memory (or memory_limit_bytes) bounds the
      * weights, which the loader checks from the header or config before reading or generating
@@ -179,7 +176,7 @@ static pl_status engine_init(pl_engine *e) {
     size_t avail;
     PL_TRY(available_memory(e, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
-    PL_TRY(pl_model_load_within(c->model_path, &mo, e->be->is_host ? avail : 0, &e->model));
+    PL_TRY(pl_model_load_within(model_path, &mo, e->be->is_host ? avail : 0, &e->model));
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
     e->bos_id = mc->bos_id;
@@ -190,17 +187,15 @@ static pl_status engine_init(pl_engine *e) {
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "config.max_model_len = %d: the model %s supports at most %d",
                        c->max_model_len, e->model->name, mc->max_seq_len);
-    if (!c->enable_chunked_prefill && e->max_model_len > c->max_total_tokens)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.max_total_tokens = %d: must be >= max_model_len (%d) when chunked "
-                       "prefill is off", c->max_total_tokens, e->max_model_len);
+    PL_TRY(pl_engine_config_check_model_len(c, e->max_model_len, c->max_model_len == 0));
     e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;
-    PL_TRY(load_tokenizer(e));
+    PL_TRY(load_tokenizer(e, tokenizer_path));
 
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,
                             .block_size = c->block_size};
     PL_TRY(size_pool(e, &lim, &lim.n_blocks));
+    e->n_blocks = lim.n_blocks;
     PL_TRY(pl_kv_pool_create(c->block_size, lim.n_blocks, c->enable_prefix_caching, &e->pool));
     pl_sched_config sc;
     pl_sched_config_from_engine(c, e->max_model_len, &sc);
@@ -208,7 +203,7 @@ static pl_status engine_init(pl_engine *e) {
     PL_TRY(pl_runner_create(e->model, e->be, &lim, &e->runner));
     pl_runner_set_op_hook(e->runner, pl_profiler_op, &e->prof);
     PL_TRY(pl_sampler_init(&e->sampler, e->vocab));
-    PL_TRY(alloc_step_buffers(e));
+    PL_TRY(alloc_step_buffers(e, &lim));
     pl_log(PL_LOG_INFO, "engine: model %s, backend %s, %d KV blocks of %d tokens, max_model_len %d",
            e->model->name, e->be->ops->name, lim.n_blocks, c->block_size, e->max_model_len);
     return PL_OK;
@@ -216,23 +211,21 @@ static pl_status engine_init(pl_engine *e) {
 
 pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "engine_create: out is NULL");
-    PL_TRY(pl_engine_config_validate(cfg));
+    pl_engine_config c;
+    PL_TRY(pl_engine_config_take(cfg, &c));
     pl_engine *e = pl_calloc(1, sizeof *e);
     if (!e) return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: state");
-    e->cfg = *cfg;
+    e->cfg = c;
     e->cfg.model_path = NULL; /* not kept: the strings are the caller's */
     e->cfg.tokenizer_path = NULL;
+    e->cfg.storage = NULL;
     atomic_init(&e->next_id, 1);
     pl_status s = pl_intake_init(&e->intake);
     if (s != PL_OK) {
         pl_free(e);
         return s;
     }
-    e->cfg.model_path = cfg->model_path;
-    e->cfg.tokenizer_path = cfg->tokenizer_path;
-    s = engine_init(e);
-    e->cfg.model_path = NULL;
-    e->cfg.tokenizer_path = NULL;
+    s = engine_init(e, c.model_path, c.tokenizer_path);
     if (s != PL_OK) {
         pl_engine_destroy(e);
         return s;
@@ -241,9 +234,9 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     return PL_OK;
 }
 
-/* ---- intake drain -------------------------------------------------------------------- */
+/* ---- the live list --------------------------------------------------------------------- */
 
-static void live_append(pl_engine *e, pl_request *r) {
+void pl_engine_live_append(pl_engine *e, pl_request *r) {
     r->prev = e->live_tail;
     r->next = NULL;
     if (e->live_tail) e->live_tail->next = r;
@@ -251,376 +244,13 @@ static void live_append(pl_engine *e, pl_request *r) {
     e->live_tail = r;
 }
 
-static void live_remove(pl_engine *e, pl_request *r) {
+void pl_engine_live_remove(pl_engine *e, pl_request *r) {
     if (r->prev) r->prev->next = r->next;
     else e->live_head = r->next;
     if (r->next) r->next->prev = r->prev;
     else e->live_tail = r->prev;
 }
 
-static void finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason) {
+void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason) {
     for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], reason);
 }
-
-static void drain_intake(pl_engine *e) {
-    pl_intake *in = &e->intake;
-    pthread_mutex_lock(&in->mu);
-    pl_request *r = in->head;
-    in->head = in->tail = NULL;
-    in->n_queued = 0;
-    while (r) {
-        pl_request *next = r->inbox_next;
-        r->inbox_next = NULL;
-        live_append(e, r);
-        pl_seq *dropped = NULL;
-        pl_status s = pl_sched_add(e->sched, &r->samples[0].seq, &dropped);
-        if (s != PL_OK) { /* only if the queue filled behind the submit-time check */
-            pl_log(PL_LOG_WARN, "request %llu not queued: %s", (unsigned long long)r->id,
-                   pl_last_error());
-            finish_request(e, r, PL_FINISH_OVERLOADED);
-        }
-        if (dropped) finish_request(e, ((pl_sample *)dropped->user)->req, PL_FINISH_OVERLOADED);
-        r = next;
-    }
-    for (size_t i = 0; i < in->n_aborts; i++) {
-        pl_request *a = pl_id_map_get(&in->live, in->aborts[i]);
-        if (a) finish_request(e, a, PL_FINISH_ABORT);
-    }
-    in->n_aborts = 0;
-    /* The drained requests now count as waiting: a submit made while this step runs must see
-     * them, or it passes the max_waiting check and the next drain finds the queue full (the
-     * request then ends "overloaded" under REJECT_NEWEST instead of being refused). */
-    pl_sched_counts c;
-    pl_sched_get_counts(e->sched, &c);
-    in->n_waiting_new = c.n_waiting_new;
-    pthread_mutex_unlock(&in->mu);
-}
-
-/* Requests whose every sample was reported leave the live list; they are freed at the start
- * of the next step so this step's result can still point into them. */
-static void retire_reported(pl_engine *e) {
-    pl_intake *in = &e->intake;
-    pthread_mutex_lock(&in->mu);
-    for (pl_request *r = e->live_head, *n; r; r = n) {
-        n = r->next;
-        if (r->n_unreported > 0) continue;
-        live_remove(e, r);
-        pl_id_map_del(&in->live, r->id);
-        r->inbox_next = e->graveyard;
-        e->graveyard = r;
-    }
-    pl_sched_counts c;
-    pl_sched_get_counts(e->sched, &c);
-    in->n_waiting_new = c.n_waiting_new;
-    pthread_mutex_unlock(&in->mu);
-}
-
-/* ---- one step ------------------------------------------------------------------------ */
-
-static void build_batch(pl_engine *e, const pl_sched_output *so, pl_runner_batch *b) {
-    pl_step_buffers *sb = &e->sb;
-    int bs = e->cfg.block_size, mb = e->max_blocks_per_seq, t = 0, n_sample = 0;
-    int max_q = 0, max_ctx = 0;
-    for (int i = 0; i < so->n_seqs; i++) {
-        const pl_sched_entry *en = &so->entries[i];
-        const pl_seq *q = en->seq;
-        sb->query_start[i] = t;
-        for (int j = 0; j < en->n_new; j++, t++) {
-            int pos = en->start + j;
-            sb->ids[t] = q->tokens[pos];
-            sb->positions[t] = pos;
-            sb->slots[t] = pl_kv_slot(&q->kv, bs, pos);
-        }
-        sb->context_lens[i] = en->start + en->n_new;
-        int32_t *row = sb->block_tables + (size_t)i * mb;
-        memcpy(row, q->kv.block_ids, (size_t)q->kv.n_blocks * 4);
-        memset(row + q->kv.n_blocks, 0, (size_t)(mb - q->kv.n_blocks) * 4);
-        if (en->samples) {
-            sb->sample_rows[n_sample] = t - 1;
-            sb->sample_entry[n_sample++] = i;
-        }
-        if (en->n_new > max_q) max_q = en->n_new;
-        if (sb->context_lens[i] > max_ctx) max_ctx = sb->context_lens[i];
-    }
-    sb->query_start[so->n_seqs] = t;
-    for (int i = 0; i < so->n_copies; i++) {
-        sb->copy_pairs[2 * i] = so->copies[i].src;
-        sb->copy_pairs[2 * i + 1] = so->copies[i].dst;
-    }
-    *b = (pl_runner_batch){
-        .n_seqs = so->n_seqs, .n_tokens = t, .token_ids = sb->ids, .positions = sb->positions,
-        .slots = sb->slots, .query_start = sb->query_start, .context_lens = sb->context_lens,
-        .block_tables = sb->block_tables, .max_query_len = max_q, .max_context_len = max_ctx,
-        .sample_rows = sb->sample_rows, .n_sample = n_sample, .copy_pairs = sb->copy_pairs,
-        .n_copies = so->n_copies,
-    };
-}
-
-/* Samples one token for s from logits (vocab, modified in place). */
-static int32_t sample_one(pl_engine *e, pl_sample *s, float *logits) {
-    const pl_sampling_params *p = &s->req->params;
-    const pl_seq *q = &s->seq;
-    int n_out = pl_seq_n_generated(q);
-    if (n_out < p->min_tokens) { /* no end of text before min_tokens */
-        for (int i = 0; i < e->n_eos && !p->ignore_eos; i++) logits[e->eos_ids[i]] = -INFINITY;
-        for (int i = 0; i < p->n_stop_ids; i++) logits[p->stop_ids[i]] = -INFINITY;
-    }
-    return pl_sampler_sample(&e->sampler, logits, p, q->tokens, q->n_prompt, n_out, &s->rng);
-}
-
-/* Forks samples 1..n-1 of a request off sample 0 once its prompt is computed. */
-static void fork_samples(pl_engine *e, pl_request *r) {
-    r->forked = true;
-    for (int i = 1; i < r->n_samples; i++) {
-        pl_sample *c = &r->samples[i];
-        if (c->finished) continue;
-        pl_status s = pl_sched_fork(e->sched, &r->samples[0].seq, &c->seq);
-        if (s != PL_OK) {
-            pl_log(PL_LOG_WARN, "request %llu sample %d: fork failed: %s",
-                   (unsigned long long)r->id, i, pl_last_error());
-            pl_output_finish(e, c, PL_FINISH_ERROR);
-        }
-    }
-}
-
-static pl_status push_sampled(pl_step_buffers *sb, size_t *n, pl_sample *s, int32_t tok) {
-    void *p = sb->sampled;
-    pl_status st = pl_grow_array(&p, &sb->cap_sampled, *n + 1, sizeof(pl_sampled),
-                                 "engine: sampled tokens");
-    sb->sampled = p;
-    PL_TRY(st);
-    sb->sampled[(*n)++] = (pl_sampled){s, tok};
-    return PL_OK;
-}
-
-/* Draws every sampling sequence's token into sb->sampled; nothing is appended yet, so the
- * sample and detokenise phases are timed apart. A request's first draw forks its other
- * samples off sample 0, which draw from copies of the same logits row. */
-static pl_status sample_tokens(pl_engine *e, const pl_sched_output *so, size_t *n_out) {
-    pl_step_buffers *sb = &e->sb;
-    int V = e->vocab, n_sample = 0;
-    *n_out = 0;
-    for (int i = 0; i < so->n_seqs; i++)
-        if (so->entries[i].samples) n_sample++;
-    for (int k = 0; k < n_sample; k++) {
-        pl_sample *s = so->entries[sb->sample_entry[k]].seq->user;
-        if (s->finished) continue; /* aborted meanwhile */
-        float *row = sb->logits + (size_t)k * V;
-        pl_request *r = s->req;
-        if (!r->forked && s->index == 0) {
-            fork_samples(e, r);
-            for (int i = 1; i < r->n_samples; i++) {
-                pl_sample *c = &r->samples[i];
-                if (c->finished) continue;
-                memcpy(sb->logits_tmp, row, (size_t)V * sizeof(float));
-                PL_TRY(push_sampled(sb, n_out, c, sample_one(e, c, sb->logits_tmp)));
-            }
-        }
-        PL_TRY(push_sampled(sb, n_out, s, sample_one(e, s, row)));
-    }
-    return PL_OK;
-}
-
-/* Appends the drawn tokens: detokenise, stop checks, stream deltas. */
-static pl_status append_tokens(pl_engine *e, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        const pl_sampled *d = &e->sb.sampled[i];
-        if (!d->s->finished) PL_TRY(pl_output_on_token(e, d->s, d->tok));
-    }
-    return PL_OK;
-}
-
-static void fail_step(pl_engine *e, const pl_sched_output *so) {
-    for (int i = 0; i < so->n_seqs; i++) {
-        pl_sample *s = so->entries[i].seq->user;
-        finish_request(e, s->req, PL_FINISH_ERROR);
-    }
-}
-
-static void note_first_scheduled(const pl_sched_output *so, uint64_t now) {
-    for (int i = 0; i < so->n_seqs; i++) {
-        pl_request *r = ((pl_sample *)so->entries[i].seq->user)->req;
-        if (!r->t_first_sched_ns) r->t_first_sched_ns = now;
-    }
-}
-
-static void account_step(pl_engine *e, const pl_sched_output *so) {
-    pl_engine_stats *st = &e->stats;
-    st->steps++;
-    st->step_seqs += (uint64_t)so->n_seqs;
-    st->step_tokens += (uint64_t)so->n_tokens;
-    for (int i = 0; i < so->n_seqs; i++) {
-        const pl_sched_entry *en = &so->entries[i];
-        int prompt_end = en->seq->n_prompt;
-        if (en->start < prompt_end) {
-            int end = en->start + en->n_new < prompt_end ? en->start + en->n_new : prompt_end;
-            st->prompt_tokens_computed += (uint64_t)(end - en->start);
-        }
-    }
-    pl_kv_stats kv;
-    pl_kv_get_stats(e->pool, &kv);
-    if (kv.usage > st->kv_usage_peak) st->kv_usage_peak = kv.usage;
-}
-
-pl_status pl_engine_step(pl_engine *e, pl_step_result *out) {
-    if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "step: engine is NULL");
-    pl_profiler *pr = &e->prof;
-    uint64_t t0 = pl_now_ns(), t = t0, u;
-    free_requests(e->graveyard, true);
-    e->graveyard = NULL;
-    e->sb.n_deltas = 0;
-    e->sb.n_finished = 0;
-    drain_intake(e);
-    pl_profiler_phase(pr, PL_PHASE_DRAIN, t, u = pl_now_ns());
-
-    pl_sched_output so;
-    pl_status st = pl_sched_schedule(e->sched, &so);
-    pl_profiler_phase(pr, PL_PHASE_SCHEDULE, u, t = pl_now_ns());
-    if (st != PL_OK && so.n_seqs == 0) goto done; /* out of host memory: nothing runnable */
-    st = PL_OK;
-    if (so.n_seqs > 0) {
-        note_first_scheduled(&so, t0);
-        pl_runner_batch b;
-        build_batch(e, &so, &b);
-        pl_profiler_phase(pr, PL_PHASE_BATCH, t, u = pl_now_ns());
-        st = pl_runner_run(e->runner, &b, e->sb.logits);
-        pl_profiler_phase(pr, PL_PHASE_FORWARD, u, t = pl_now_ns());
-        if (st != PL_OK) {
-            pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());
-            fail_step(e, &so);
-        } else {
-            size_t n_sampled = 0;
-            pl_status us = pl_sched_update(e->sched, &so);
-            if (us == PL_OK) us = sample_tokens(e, &so, &n_sampled);
-            pl_profiler_phase(pr, PL_PHASE_SAMPLE, t, u = pl_now_ns());
-            if (us == PL_OK) us = append_tokens(e, n_sampled);
-            pl_profiler_phase(pr, PL_PHASE_DETOKENIZE, u, t = pl_now_ns());
-            if (us != PL_OK) {
-                st = us;
-                fail_step(e, &so);
-            }
-        }
-        account_step(e, &so);
-    }
-done:;
-    pl_status cs = pl_output_collect(e);
-    if (st == PL_OK) st = cs;
-    retire_reported(e);
-    uint64_t t_end = pl_now_ns();
-    pl_profiler_phase(pr, PL_PHASE_OUTPUT, t, t_end);
-    if (pr->trace) {
-        pl_kv_stats kv;
-        pl_kv_get_stats(e->pool, &kv);
-        pl_profiler_counters(pr, t_end, so.n_seqs, so.n_tokens, kv.usage);
-    }
-    pr->steps++;
-    pr->step_ns += t_end - t0;
-    e->stats.elapsed_ns += t_end - t0;
-    if (out) {
-        *out = (pl_step_result){
-            .deltas = e->sb.deltas, .n_deltas = e->sb.n_deltas, .finished = e->sb.finished,
-            .n_finished = e->sb.n_finished, .n_scheduled_seqs = so.n_seqs,
-            .n_scheduled_tokens = so.n_tokens, .n_preempted = so.n_preempted,
-        };
-    }
-    return st;
-}
-
-bool pl_engine_has_pending_work(const pl_engine *e) {
-    if (!e) return false;
-    pl_engine *m = (pl_engine *)e; /* the lock is state, not value */
-    pthread_mutex_lock(&m->intake.mu);
-    bool queued = m->intake.n_queued > 0 || m->intake.n_aborts > 0;
-    pthread_mutex_unlock(&m->intake.mu);
-    return queued || e->live_head != NULL;
-}
-
-/* ---- run ----------------------------------------------------------------------------- */
-
-/* Moves the buffers of the step's i-th finished sample into a caller-owned completion: no
- * allocation, so a completion the step reported cannot be lost on its way out. output_ids
- * points into the prompt_ids block (pl_completions_free frees that one). */
-static void take_completion(pl_engine *e, size_t i, pl_completion *dst) {
-    pl_sample *s = e->sb.finished_samples[i];
-    *dst = e->sb.finished[i];
-    dst->prompt_ids = pl_seq_take_tokens(&s->seq);
-    dst->output_ids = dst->prompt_ids + dst->n_prompt_ids;
-    dst->text = s->text;
-    s->text = NULL;
-    s->text_len = s->text_cap = s->streamed = 0;
-}
-
-void pl_completions_free(pl_completion *c, size_t n) {
-    if (!c) return;
-    for (size_t i = 0; i < n; i++) {
-        pl_free(c[i].prompt_ids); /* output_ids lies in the same block */
-        pl_free(c[i].text);
-    }
-    pl_free(c);
-}
-
-static int by_id_then_index(const void *a, const void *b) {
-    const pl_completion *x = a, *y = b;
-    if (x->id != y->id) return x->id < y->id ? -1 : 1;
-    return x->index - y->index;
-}
-
-/* Samples of the requests the stepping thread holds: at most this many finish in the next
- * step, unless it drains new ones from the intake. */
-static size_t live_samples(const pl_engine *e) {
-    size_t n = 0;
-    for (const pl_request *r = e->live_head; r; r = r->next) n += (size_t)r->n_samples;
-    return n;
-}
-
-static pl_status grow_completions(pl_completion **all, size_t *cap, size_t want) {
-    void *p = *all;
-    pl_status st = pl_grow_array(&p, cap, want, sizeof(pl_completion), "run: completions");
-    *all = p;
-    return st;
-}
-
-/* Room is made before each step for every sample that may finish in it: a step reports its
- * completions once, so growing after it could lose them. What finished before a failure is
- * handed back with it. */
-pl_status pl_engine_run(pl_engine *e, pl_completion **out_completions, size_t *out_n) {
-    if (!e || !out_completions || !out_n)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "run: NULL argument");
-    pl_completion *all = NULL;
-    size_t n = 0, cap = 0;
-    pl_status st = PL_OK;
-    while (st == PL_OK && pl_engine_has_pending_work(e)) {
-        st = grow_completions(&all, &cap, n + live_samples(e));
-        if (st != PL_OK) break;
-        pl_step_result r;
-        pl_status s = pl_engine_step(e, &r);
-        for (size_t i = 0; i < r.n_finished && st == PL_OK; i++) {
-            st = grow_completions(&all, &cap, n + 1); /* only for requests drained this step */
-            if (st == PL_OK) take_completion(e, i, &all[n++]);
-        }
-        /* a failed forward pass finished its requests with reason error; keep going */
-        if (s != PL_OK && s != PL_ERR_BACKEND && st == PL_OK) st = s;
-    }
-    if (n > 1) qsort(all, n, sizeof *all, by_id_then_index);
-    *out_completions = all;
-    *out_n = n;
-    return st;
-}
-
-/* ---- queries ------------------------------------------------------------------------- */
-
-pl_status pl_engine_capacity(const pl_engine *e, size_t prompt_len, size_t max_tokens,
-                             size_t *out_requests) {
-    if (!e || !out_requests) return pl_fail(PL_ERR_INVALID_ARGUMENT, "capacity: NULL argument");
-    return pl_sched_capacity(e->sched, prompt_len, max_tokens, out_requests);
-}
-
-pl_status pl_engine_tokenize(const pl_engine *e, const char *text, int32_t **out_ids,
-                             size_t *out_n) {
-    if (!e || !text || !out_ids || !out_n)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "tokenize: NULL argument");
-    if (!e->tok) return pl_fail(PL_ERR_INVALID_ARGUMENT, "tokenize: no tokenizer is loaded");
-    return pl_tok_encode(e->tok, text, strlen(text), e->bos_id >= 0, out_ids, out_n);
-}
-
-void pl_free_ids(int32_t *ids) { pl_free(ids); }

@@ -5,9 +5,16 @@
  * queued at submit; samples 1..n-1 are forked from it (sharing its prompt's KV blocks) in the
  * step where its prompt finishes computing, and from then on each runs on its own.
  *
+ * Files: engine.c (create, destroy, KV pool sizing), intake.c (submit, abort, the drain into
+ * the scheduler, wait/wake), step.c (one step and run), batch.c (the scheduler's output as
+ * a runner batch), draw.c (sampling each sequence, forking samples), logprobs.c, output.c
+ * (detokenise, stop checks, completions), queries.c (capacity, tokenize, model facts),
+ * config.c and sampling_params.c (the field tables), fields.c (their machinery).
+ *
  * Lifetimes: the stepping thread owns everything except the intake, which submitting threads
- * reach under intake.mu. A request lives from submit until the step after the one that
- * reported its last sample finished (so the step result's pointers stay valid until then).
+ * reach under intake.mu (only intake.c touches its fields). A request lives from submit until
+ * the step after the one that reported its last sample finished (so the step result's
+ * pointers stay valid until then).
  */
 #ifndef PL_ENGINE_INTERNAL_H
 #define PL_ENGINE_INTERNAL_H
@@ -26,12 +33,31 @@
 
 typedef struct pl_request pl_request;
 
+/* Log-probabilities recorded for a run of token positions (engine/logprobs.c). entries[i].top
+ * points into tops (k per entry); both grow together. */
+typedef struct pl_logprob_list {
+    pl_token_logprobs *entries; /* (n) */
+    pl_logprob *tops;           /* (n * k) */
+    size_t n, cap;
+    int k;                      /* alternatives per position */
+    bool on;                    /* requested */
+} pl_logprob_list;
+
+/* What a sample keeps for a request that asked for logprobs (allocated only then). */
+typedef struct pl_sample_logprobs {
+    pl_logprob_list output;     /* output tokens' (params.logprobs >= 0) */
+    pl_logprob_list prompt;     /* sample 0 only (params.prompt_logprobs >= 0) */
+    int n_prompt_done;          /* prompt positions recorded (they are computed again after
+                                   a preemption: recorded once) */
+} pl_sample_logprobs;
+
 typedef struct pl_sample {
     pl_seq seq;             /* the scheduler sequence (tokens: prompt then output) */
     pl_request *req;
     int index;              /* in [0, n) */
     pl_rng rng;
     pl_detok *detok;        /* when a tokenizer is loaded */
+    pl_sample_logprobs *lp; /* NULL unless the request asked for logprobs */
     char *text;             /* output text so far; stop string cut off at finish */
     size_t text_len, text_cap;
     size_t streamed;        /* bytes of text already handed out in deltas */
@@ -44,8 +70,9 @@ typedef struct pl_sample {
 
 struct pl_request {
     pl_request_id id;
-    pl_sampling_params params;   /* params.stop points at stop_copies */
-    char *stop_copies[PL_MAX_STOP_STRINGS];
+    pl_sampling_params params;   /* the library's full copy; stop and stop_ids point into
+                                    stop_copy */
+    void *stop_copy;             /* one block: stop ids, stop pointers, stop bytes */
     size_t max_stop_len;
     uint64_t t_submit_ns, t_first_sched_ns;
     int n_samples;
@@ -53,7 +80,7 @@ struct pl_request {
     bool forked;                 /* samples 1.. were forked (or n == 1) */
     int n_unreported;
     pl_request *prev, *next;     /* engine's live list, in submit order */
-    pl_request *inbox_next;      /* intake queue */
+    pl_request *inbox_next;      /* intake queue; the graveyard once reported */
 };
 
 /* id -> request map (open addressing, tombstones); ids are never 0. */
@@ -68,9 +95,12 @@ pl_request *pl_id_map_get(const pl_id_map *m, uint64_t id);
 void pl_id_map_del(pl_id_map *m, uint64_t id);
 void pl_id_map_free(pl_id_map *m);
 
-/* Requests and aborts arriving from any thread, drained by the stepping thread. */
+/* Requests and aborts arriving from any thread, drained by the stepping thread. Private to
+ * engine/intake.c: everything else goes through the pl_intake_* functions. */
 typedef struct pl_intake {
     pthread_mutex_t mu;
+    pthread_cond_t arrived;      /* signalled on submit, abort and wake */
+    bool woken;                  /* pl_engine_wake since the last wait returned */
     pl_request *head, *tail;     /* submitted, not yet given to the scheduler */
     size_t n_queued;
     uint64_t *aborts;            /* ids to abort at the next drain */
@@ -91,7 +121,8 @@ void pl_hist_add(pl_hist *h, double seconds);
 double pl_hist_quantile(const pl_hist *h, double q);
 
 typedef struct pl_engine_stats {
-    uint64_t requests_finished, prompt_tokens, prompt_tokens_computed, output_tokens, steps;
+    uint64_t requests_finished, samples_finished;
+    uint64_t prompt_tokens, prompt_tokens_computed, output_tokens, steps;
     uint64_t step_seqs, step_tokens;
     uint64_t elapsed_ns;
     double kv_usage_peak;
@@ -102,16 +133,18 @@ typedef struct pl_engine_stats {
 typedef struct pl_sampled {
     pl_sample *s;
     int32_t tok;
+    bool has_logprobs;
+    pl_token_logprobs lp;               /* lp.top is set when it is appended */
+    pl_logprob tops[PL_MAX_LOGPROBS];   /* (lp.n_top) */
 } pl_sampled;
 
 /* Per-step buffers, sized at create for the largest step. */
 typedef struct pl_step_buffers {
-    int32_t *ids, *positions, *query_start, *context_lens, *block_tables, *sample_rows;
+    pl_batch_storage batch;      /* the runner batch's arrays */
     int32_t *sample_entry;       /* (max_seqs) entry index of each sample row */
-    int32_t *copy_pairs;
-    int64_t *slots;
     float *logits;               /* (max_seqs, vocab) */
     float *logits_tmp;           /* (vocab) a row copy for forked samples */
+    float *logits_raw;           /* (vocab) the unmodified row, for logprobs */
     pl_sampled *sampled;         /* this step's drawn tokens; grows, kept across steps */
     size_t cap_sampled;
     pl_stream_delta *deltas;
@@ -122,7 +155,7 @@ typedef struct pl_step_buffers {
 } pl_step_buffers;
 
 struct pl_engine {
-    pl_engine_config cfg;
+    pl_engine_config cfg;        /* resolved (derived fields filled); paths NULL: not kept */
     pl_model *model;
     pl_tokenizer *tok;
     pl_backend *be;
@@ -132,6 +165,7 @@ struct pl_engine {
     pl_sampler sampler;
     int max_model_len;
     int max_blocks_per_seq;
+    int n_blocks;
     int vocab;
     int bos_id;                       /* -1: none */
     int eos_ids[PL_MODEL_MAX_EOS];    /* (n_eos) the ids that end a text (the model's set, or
@@ -142,7 +176,6 @@ struct pl_engine {
     pl_intake intake;
     pl_request *live_head, *live_tail; /* stepping thread's list, submit order */
     pl_request *graveyard;             /* reported last step: freed at the next step */
-    int n_unreported_samples;          /* finished, waiting for the next step result */
     pl_step_buffers sb;
     pl_engine_stats stats;
     pl_profiler prof;
@@ -155,8 +188,59 @@ static inline bool pl_engine_is_eos(const pl_engine *e, int32_t tok) {
     return false;
 }
 
+/* engine/config.c, engine/sampling_params.c */
+/* The caller's config as the library's full struct, validated and resolved. */
+pl_status pl_engine_config_take(const pl_engine_config *cfg, pl_engine_config *out);
+/* Chunked prefill off: the longest request must fit one step. from_model: max_model_len is
+ * the model's (the message then says so). */
+pl_status pl_engine_config_check_model_len(const pl_engine_config *c, int max_model_len,
+                                           bool from_model);
+/* The caller's params as the library's full struct, checked (stop ids against vocab);
+ * lists still point at the caller's memory and storage is NULL. */
+pl_status pl_sampling_params_take(const pl_sampling_params *p, int vocab,
+                                  pl_sampling_params *out);
+
+/* engine/engine.c: the live list (submit order) of the requests the stepping thread holds */
+void pl_engine_live_append(pl_engine *e, pl_request *r);
+void pl_engine_live_remove(pl_engine *e, pl_request *r);
+void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason);
+/* Frees the requests reported by the previous step. */
+void pl_engine_free_graveyard(pl_engine *e);
+
+/* engine/intake.c */
+pl_status pl_intake_init(pl_intake *in);
+void pl_intake_deinit(pl_intake *in);
+/* Moves submitted requests into the live list and the scheduler, and applies aborts. */
+void pl_intake_drain(pl_engine *e);
+/* Requests whose every sample was reported leave the live list for the graveyard. */
+void pl_intake_retire_reported(pl_engine *e);
+/* Submits or aborts not drained yet. */
+bool pl_intake_has_queued(pl_intake *in);
+
+/* engine/batch.c */
+void pl_batch_build(pl_engine *e, const pl_sched_output *so, pl_runner_batch *b);
+
+/* engine/draw.c: draws every sampling sequence's token into sb.sampled (nothing appended
+ * yet); records logprobs. */
+pl_status pl_draw_tokens(pl_engine *e, const pl_sched_output *so, size_t *n_out);
+/* Prompt logprobs of this step's prefill rows (after the draw: reuses sb.logits). */
+pl_status pl_draw_prompt_logprobs(pl_engine *e, const pl_sched_output *so);
+
+/* engine/logprobs.c */
+/* Log-softmax facts of raw (vocab) at token: logprob, rank and the k most likely into
+ * *out (out->top untouched; tops gets k entries). */
+void pl_logprobs_compute(const float *raw, int vocab, int32_t token, int k,
+                         pl_token_logprobs *out, pl_logprob *tops);
+pl_status pl_logprob_list_reserve(pl_logprob_list *l, size_t n);
+/* Appends e with its k tops (copied); entries' top pointers stay valid (re-pointed when the
+ * tops array moves). */
+pl_status pl_logprob_list_push(pl_logprob_list *l, const pl_token_logprobs *e,
+                               const pl_logprob *tops);
+void pl_logprob_list_free(pl_logprob_list *l);
+
 /* engine/output.c */
-pl_status pl_output_on_token(pl_engine *e, pl_sample *s, int32_t tok);
+/* Appends d's token to its sample (and its logprobs); detokenises, checks stops, streams. */
+pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d);
 void pl_output_finish(pl_engine *e, pl_sample *s, pl_finish_reason reason);
 pl_status pl_output_collect(pl_engine *e);
 void pl_output_fill_completion(const pl_sample *s, pl_completion *c);
@@ -165,9 +249,5 @@ void pl_output_fill_completion(const pl_sample *s, pl_completion *c);
 pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
                             const pl_sampling_params *p, pl_request **out);
 void pl_request_free(pl_request *r);
-
-/* engine/intake.c */
-pl_status pl_intake_init(pl_intake *in);
-void pl_intake_deinit(pl_intake *in);
 
 #endif

@@ -1,21 +1,40 @@
 /*
- * engine/intake.c - submit and abort, callable from any thread while another steps.
+ * engine/intake.c - submit and abort, callable from any thread while another steps; the drain
+ * of what arrived into the scheduler; the stepping thread's wait for work.
  *
  * Submitting threads do everything that needs no engine state (validation, tokenization,
  * building the request) outside the lock, then take intake.mu only to check the queue bound,
- * register the id and append to the intake queue. The stepping thread drains the queue into
- * the scheduler at the start of each step, so the scheduler itself stays single-threaded.
+ * register the id and append to the intake queue, and signal `arrived`. The stepping thread
+ * drains the queue into the scheduler at the start of each step, so the scheduler itself
+ * stays single-threaded; between steps it may sleep on `arrived` (pl_engine_wait). Only this
+ * file touches the intake's fields.
  */
+#include <errno.h>
+#include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "util/alloc.h"
+#include "util/log.h"
 #include "util/timer.h"
 
 pl_status pl_intake_init(pl_intake *in) {
     memset(in, 0, sizeof *in);
     if (pthread_mutex_init(&in->mu, NULL) != 0)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: cannot create the intake mutex");
+    /* timeouts count on the monotonic clock: a wall-clock jump must not stretch a wait */
+    pthread_condattr_t ca;
+    bool ok = pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&in->arrived, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!ok) {
+        pthread_mutex_destroy(&in->mu);
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: cannot create the intake condition");
+    }
     return PL_OK;
 }
 
@@ -26,6 +45,7 @@ void pl_intake_deinit(pl_intake *in) {
     }
     pl_free(in->aborts);
     pl_id_map_free(&in->live);
+    pthread_cond_destroy(&in->arrived);
     pthread_mutex_destroy(&in->mu);
 }
 
@@ -74,6 +94,7 @@ static pl_status enqueue(pl_engine *e, pl_request *r, pl_request_id *out_id) {
     else in->head = r;
     in->tail = r;
     in->n_queued++;
+    pthread_cond_signal(&in->arrived);
     pthread_mutex_unlock(&in->mu);
     if (out_id) *out_id = r->id;
     return PL_OK;
@@ -81,18 +102,18 @@ static pl_status enqueue(pl_engine *e, pl_request *r, pl_request_id *out_id) {
 
 static pl_status submit_ids(pl_engine *e, const int32_t *ids, size_t n_ids,
                             const pl_sampling_params *params, pl_request_id *out_id) {
-    pl_sampling_params def;
-    if (!params) {
-        pl_sampling_params_default(&def);
-        params = &def;
+    pl_sampling_params p;
+    if (params) {
+        PL_TRY(pl_sampling_params_take(params, e->vocab, &p));
+    } else {
+        pl_sampling_params_default(&p);
     }
-    PL_TRY(pl_sampling_params_validate(params, e->vocab));
-    PL_TRY(pl_sched_check_admissible(e->sched, n_ids, (size_t)params->max_tokens));
-    if ((size_t)params->n > (size_t)e->cfg.max_num_seqs)
+    PL_TRY(pl_sched_check_admissible(e->sched, n_ids, (size_t)p.max_tokens));
+    if (p.n > e->cfg.max_num_seqs)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling.n = %d: more than max_num_seqs (%d)",
-                       params->n, e->cfg.max_num_seqs);
+                       p.n, e->cfg.max_num_seqs);
     pl_request *r;
-    PL_TRY(pl_request_create(e, ids, n_ids, params, &r));
+    PL_TRY(pl_request_create(e, ids, n_ids, &p, &r));
     pl_status s = enqueue(e, r, out_id);
     if (s != PL_OK) pl_request_free(r);
     return s;
@@ -150,8 +171,117 @@ pl_status pl_engine_abort(pl_engine *e, pl_request_id id) {
             if (!g) s = pl_fail(PL_ERR_OUT_OF_MEMORY, "abort: queue");
             else in->aborts = g, in->cap_aborts = cap;
         }
-        if (s == PL_OK) in->aborts[in->n_aborts++] = id;
+        if (s == PL_OK) {
+            in->aborts[in->n_aborts++] = id;
+            pthread_cond_signal(&in->arrived);
+        }
     }
     pthread_mutex_unlock(&in->mu);
     return s;
+}
+
+/* ---- the stepping thread's side ------------------------------------------------------ */
+
+void pl_intake_drain(pl_engine *e) {
+    pl_intake *in = &e->intake;
+    pthread_mutex_lock(&in->mu);
+    pl_request *r = in->head;
+    in->head = in->tail = NULL;
+    in->n_queued = 0;
+    while (r) {
+        pl_request *next = r->inbox_next;
+        r->inbox_next = NULL;
+        pl_engine_live_append(e, r);
+        pl_seq *dropped = NULL;
+        pl_status s = pl_sched_add(e->sched, &r->samples[0].seq, &dropped);
+        if (s != PL_OK) { /* only if the queue filled behind the submit-time check */
+            pl_log(PL_LOG_WARN, "request %llu not queued: %s", (unsigned long long)r->id,
+                   pl_last_error());
+            pl_engine_finish_request(e, r, PL_FINISH_OVERLOADED);
+        }
+        if (dropped)
+            pl_engine_finish_request(e, ((pl_sample *)dropped->user)->req, PL_FINISH_OVERLOADED);
+        r = next;
+    }
+    for (size_t i = 0; i < in->n_aborts; i++) {
+        pl_request *a = pl_id_map_get(&in->live, in->aborts[i]);
+        if (a) pl_engine_finish_request(e, a, PL_FINISH_ABORT);
+    }
+    in->n_aborts = 0;
+    /* The drained requests now count as waiting: a submit made while this step runs must see
+     * them, or it passes the max_waiting check and the next drain finds the queue full (the
+     * request then ends "overloaded" under REJECT_NEWEST instead of being refused). */
+    pl_sched_counts c;
+    pl_sched_get_counts(e->sched, &c);
+    in->n_waiting_new = c.n_waiting_new;
+    pthread_mutex_unlock(&in->mu);
+}
+
+/* They are freed at the start of the next step, so this step's result can still point into
+ * them. */
+void pl_intake_retire_reported(pl_engine *e) {
+    pl_intake *in = &e->intake;
+    pthread_mutex_lock(&in->mu);
+    for (pl_request *r = e->live_head, *n; r; r = n) {
+        n = r->next;
+        if (r->n_unreported > 0) continue;
+        pl_engine_live_remove(e, r);
+        pl_id_map_del(&in->live, r->id);
+        r->inbox_next = e->graveyard;
+        e->graveyard = r;
+    }
+    pl_sched_counts c;
+    pl_sched_get_counts(e->sched, &c);
+    in->n_waiting_new = c.n_waiting_new;
+    pthread_mutex_unlock(&in->mu);
+}
+
+bool pl_intake_has_queued(pl_intake *in) {
+    pthread_mutex_lock(&in->mu);
+    bool queued = in->n_queued > 0 || in->n_aborts > 0;
+    pthread_mutex_unlock(&in->mu);
+    return queued;
+}
+
+bool pl_engine_has_pending_work(const pl_engine *e) {
+    if (!e) return false;
+    pl_engine *m = (pl_engine *)e; /* the lock is state, not value */
+    return pl_intake_has_queued(&m->intake) || e->live_head != NULL;
+}
+
+pl_status pl_engine_wait(pl_engine *e, double timeout_s, bool *out_has_work) {
+    if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "wait: engine is NULL");
+    if (isnan(timeout_s)) return pl_fail(PL_ERR_INVALID_ARGUMENT, "wait: timeout is NaN");
+    pl_intake *in = &e->intake;
+    struct timespec deadline;
+    bool forever = timeout_s < 0 || timeout_s > 1e9;
+    if (!forever) {
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        double whole = floor(timeout_s);
+        deadline.tv_sec += (time_t)whole;
+        deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
+        if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&in->mu);
+    /* the live list is the stepping thread's, and this is the stepping thread */
+    bool work = e->live_head != NULL || in->n_queued > 0 || in->n_aborts > 0;
+    while (!work && !in->woken && timeout_s != 0) {
+        int rc = forever ? pthread_cond_wait(&in->arrived, &in->mu)
+                         : pthread_cond_timedwait(&in->arrived, &in->mu, &deadline);
+        work = in->n_queued > 0 || in->n_aborts > 0;
+        if (rc == ETIMEDOUT) break;
+    }
+    in->woken = false;
+    pthread_mutex_unlock(&in->mu);
+    if (out_has_work) *out_has_work = work;
+    return PL_OK;
+}
+
+void pl_engine_wake(pl_engine *e) {
+    if (!e) return;
+    pl_intake *in = &e->intake;
+    pthread_mutex_lock(&in->mu);
+    in->woken = true;
+    pthread_cond_broadcast(&in->arrived);
+    pthread_mutex_unlock(&in->mu);
 }

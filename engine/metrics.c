@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/fields.h"
 
 #define HIST_BASE 1e-6
 #define HIST_GROWTH 1.01
@@ -33,12 +34,10 @@ double pl_hist_quantile(const pl_hist *h, double q) {
     return HIST_BASE * pow(HIST_GROWTH, PL_HIST_BINS);
 }
 
-void pl_engine_metrics(const pl_engine *e, pl_metrics *out) {
-    if (!out) return;
-    memset(out, 0, sizeof *out);
-    if (!e) return;
+static void fill(const pl_engine *e, pl_metrics *out) {
     const pl_engine_stats *s = &e->stats;
     out->requests_finished = s->requests_finished;
+    out->samples_finished = s->samples_finished;
     out->prompt_tokens = s->prompt_tokens;
     out->prompt_tokens_computed = s->prompt_tokens_computed;
     out->output_tokens = s->output_tokens;
@@ -79,4 +78,11 @@ void pl_engine_metrics(const pl_engine *e, pl_metrics *out) {
     out->block_size = e->cfg.block_size;
     out->max_model_len = e->max_model_len;
     out->vocab_size = e->vocab;
+}
+
+void pl_engine_metrics_sized(const pl_engine *e, pl_metrics *dst, size_t dst_size) {
+    if (!dst) return;
+    pl_metrics m = {.struct_size = sizeof m};
+    if (e) fill(e, &m);
+    pl_fields_fill_out(dst, dst_size, &m, sizeof m);
 }

@@ -30,7 +30,8 @@ static pl_status text_append(pl_sample *s, const char *p, size_t n) {
     return PL_OK;
 }
 
-static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok) {
+static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok,
+                            const pl_token_logprobs *lp) {
     pl_step_buffers *b = &e->sb;
     size_t safe = s->text_len;
     if (!s->finished && s->req->max_stop_len > 1) {
@@ -46,7 +47,7 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok) {
     PL_TRY(st);
     b->deltas[b->n_deltas++] = (pl_stream_delta){
         .id = s->req->id, .index = s->index, .token = tok,
-        .text = s->text + s->streamed, .text_len = safe - s->streamed,
+        .text = s->text + s->streamed, .text_len = safe - s->streamed, .logprobs = lp,
     };
     s->streamed = safe;
     return PL_OK;
@@ -55,7 +56,7 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok) {
 /* Earliest stop string in text starting at or after `from`; -1 if none. */
 static long find_stop(const pl_request *r, const char *text, size_t len, size_t from) {
     long best = -1;
-    for (int i = 0; i < r->params.n_stop; i++) {
+    for (size_t i = 0; i < r->params.n_stop; i++) {
         const char *st = r->params.stop[i];
         size_t sl = strlen(st);
         for (size_t p = from; p + sl <= len; p++)
@@ -70,7 +71,7 @@ static long find_stop(const pl_request *r, const char *text, size_t len, size_t 
 static bool is_stop_id(const pl_engine *e, const pl_request *r, int32_t tok, int n_out) {
     const pl_sampling_params *p = &r->params;
     if (n_out <= p->min_tokens) return false; /* the sampler masked them; belt and braces */
-    for (int i = 0; i < p->n_stop_ids; i++)
+    for (size_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] == tok) return true;
     if (p->ignore_eos) return false;
     return pl_engine_is_eos(e, tok);
@@ -98,9 +99,20 @@ void pl_output_finish(pl_engine *e, pl_sample *s, pl_finish_reason reason) {
     s->t_finish_ns = pl_now_ns();
 }
 
-pl_status pl_output_on_token(pl_engine *e, pl_sample *s, int32_t tok) {
+pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
+    pl_sample *s = d->s;
+    int32_t tok = d->tok;
     pl_request *r = s->req;
-    PL_TRY(pl_sched_append_token(e->sched, &s->seq, tok));
+    const pl_token_logprobs *lp = NULL;
+    if (d->has_logprobs) { /* first: a failure then leaves the token unappended as well */
+        PL_TRY(pl_logprob_list_push(&s->lp->output, &d->lp, d->tops));
+        lp = &s->lp->output.entries[s->lp->output.n - 1];
+    }
+    pl_status st = pl_sched_append_token(e->sched, &s->seq, tok);
+    if (st != PL_OK) {
+        if (d->has_logprobs) s->lp->output.n--;
+        return st;
+    }
     int n_out = pl_seq_n_generated(&s->seq);
     if (n_out == 1) s->t_first_token_ns = pl_now_ns();
 
@@ -130,7 +142,7 @@ pl_status pl_output_on_token(pl_engine *e, pl_sample *s, int32_t tok) {
         (n_out >= r->params.max_tokens || s->seq.n_tokens >= e->max_model_len))
         reason = PL_FINISH_LENGTH;
     if (reason != PL_FINISH_NONE) pl_output_finish(e, s, reason);
-    return push_delta(e, s, tok);
+    return push_delta(e, s, tok, lp);
 }
 
 void pl_output_fill_completion(const pl_sample *s, pl_completion *c) {
@@ -148,6 +160,14 @@ void pl_output_fill_completion(const pl_sample *s, pl_completion *c) {
         .n_cached_prompt_ids = (size_t)q->n_cached_prompt,
         .n_preemptions = q->n_preemptions,
     };
+    if (s->lp && s->lp->output.on) {
+        c->logprobs = s->lp->output.entries;
+        c->n_logprobs = s->lp->output.n;
+    }
+    if (s->lp && s->lp->prompt.on) {
+        c->prompt_logprobs = s->lp->prompt.entries;
+        c->n_prompt_logprobs = s->lp->prompt.n;
+    }
     double sub = (double)r->t_submit_ns;
     if (r->t_first_sched_ns) c->queue_s = ((double)r->t_first_sched_ns - sub) * 1e-9;
     if (s->t_first_token_ns) c->ttft_s = ((double)s->t_first_token_ns - sub) * 1e-9;
@@ -175,8 +195,7 @@ pl_status pl_output_collect(pl_engine *e) {
             if (s->streamed < s->text_len && s->reason != PL_FINISH_ABORT &&
                 s->reason != PL_FINISH_OVERLOADED) {
                 /* flush what the stop-string hold-back kept (no token: the last delta had it) */
-                PL_TRY(push_delta(e, s, s->seq.n_tokens > s->seq.n_prompt
-                                            ? s->seq.tokens[s->seq.n_tokens - 1] : -1));
+                PL_TRY(push_delta(e, s, -1, NULL));
             }
             b->finished_samples[b->n_finished] = s;
             pl_output_fill_completion(s, &b->finished[b->n_finished++]);
@@ -185,7 +204,8 @@ pl_status pl_output_collect(pl_engine *e) {
 
             pl_engine_stats *st = &e->stats;
             int n_out = s->seq.n_tokens - s->seq.n_prompt;
-            st->requests_finished++;
+            st->samples_finished++;
+            if (r->n_unreported == 0) st->requests_finished++; /* its last sample */
             if (s->index == 0) st->prompt_tokens += (uint64_t)s->seq.n_prompt; /* once per request */
             st->output_tokens += (uint64_t)n_out;
             const pl_completion *c = &b->finished[b->n_finished - 1];

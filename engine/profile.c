@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/fields.h"
 #include "util/timer.h"
 
 static const char *const phase_names[PL_PHASE_COUNT] = {
@@ -109,31 +110,33 @@ void pl_engine_reset_profile(pl_engine *e) {
     pl_runner_reset_profile(e->runner);
 }
 
-void pl_engine_get_profile(const pl_engine *e, pl_profile *out) {
-    if (!out) return;
-    memset(out, 0, sizeof *out);
-    if (!e) return;
-    const pl_profiler *pr = &e->prof;
-    for (int p = 0; p < PL_PHASE_COUNT; p++)
-        out->phases[out->n_phases++] = (pl_profile_entry){
-            .name = phase_names[p], .seconds = (double)pr->phase_ns[p] * 1e-9,
-            .calls = pr->phase_calls[p]};
-    pl_runner_profile rp;
-    pl_runner_get_profile(e->runner, &rp);
-    for (int k = 0; k < PL_OP_COUNT; k++) {
-        pl_profile_entry *o = &out->ops[out->n_ops++];
-        *o = (pl_profile_entry){.name = pl_op_kind_name((pl_op_kind)k),
-                                .seconds = (double)rp.ns[k] * 1e-9, .calls = rp.calls[k]};
-        if (k == PL_OP_MATMUL) {
-            o->bytes = rp.matmul_bytes;
-            o->flops = rp.matmul_flops;
-        } else if (k == PL_OP_ATTENTION) {
-            o->bytes = rp.attn_bytes;
-            o->flops = rp.attn_flops;
+void pl_engine_get_profile_sized(const pl_engine *e, pl_profile *dst, size_t dst_size) {
+    if (!dst) return;
+    pl_profile p = {.struct_size = sizeof p}, *out = &p;
+    if (e) {
+        const pl_profiler *pr = &e->prof;
+        for (int i = 0; i < PL_PHASE_COUNT; i++)
+            out->phases[out->n_phases++] = (pl_profile_entry){
+                .name = phase_names[i], .seconds = (double)pr->phase_ns[i] * 1e-9,
+                .calls = pr->phase_calls[i]};
+        pl_runner_profile rp;
+        pl_runner_get_profile(e->runner, &rp);
+        for (int k = 0; k < PL_OP_COUNT; k++) {
+            pl_profile_entry *o = &out->ops[out->n_ops++];
+            *o = (pl_profile_entry){.name = pl_op_kind_name((pl_op_kind)k),
+                                    .seconds = (double)rp.ns[k] * 1e-9, .calls = rp.calls[k]};
+            if (k == PL_OP_MATMUL) {
+                o->bytes = rp.matmul_bytes;
+                o->flops = rp.matmul_flops;
+            } else if (k == PL_OP_ATTENTION) {
+                o->bytes = rp.attn_bytes;
+                o->flops = rp.attn_flops;
+            }
         }
+        out->steps = pr->steps;
+        out->step_seconds = (double)pr->step_ns * 1e-9;
     }
-    out->steps = pr->steps;
-    out->step_seconds = (double)pr->step_ns * 1e-9;
+    pl_fields_fill_out(dst, dst_size, &p, sizeof p);
 }
 
 size_t pl_engine_weight_bytes(const pl_engine *e) { return e ? pl_model_weight_bytes(e->model) : 0; }

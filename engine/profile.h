@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "engine/runner.h"
+#include "util/timer.h"
 
 typedef enum pl_phase {
     PL_PHASE_DRAIN, PL_PHASE_SCHEDULE, PL_PHASE_BATCH, PL_PHASE_FORWARD, PL_PHASE_SAMPLE,
@@ -35,6 +36,13 @@ const char *pl_phase_name(pl_phase p);
 
 /* Adds [t0, t1) to phase p (and writes its trace event). */
 void pl_profiler_phase(pl_profiler *pr, pl_phase p, uint64_t t0, uint64_t t1);
+/* Runs the statements (the rest of the arguments) as phase p of the step, timed. */
+#define PL_PHASE(pr, p, ...)                                                                  \
+    do {                                                                                      \
+        uint64_t pl_phase_t0_ = pl_now_ns();                                                  \
+        __VA_ARGS__;                                                                          \
+        pl_profiler_phase((pr), (p), pl_phase_t0_, pl_now_ns());                              \
+    } while (0)
 /* The runner's per-op hook (ctx is the profiler). */
 void pl_profiler_op(void *ctx, pl_op_kind k, uint64_t t0, uint64_t t1);
 /* Counter events after a step. */

@@ -2,7 +2,7 @@
  * engine/request.c - building and freeing a request record (submit-side, any thread).
  *
  * Everything the caller passed is copied: token ids (into each sample's sequence), sampling
- * parameters, stop strings. A failed create frees what it made.
+ * parameters, stop ids and strings (one block). A failed create frees what it made.
  */
 #include <string.h>
 
@@ -17,10 +17,15 @@ void pl_request_free(pl_request *r) {
             pl_seq_deinit(&s->seq);
             pl_detok_free(s->detok);
             pl_free(s->text);
+            if (s->lp) {
+                pl_logprob_list_free(&s->lp->output);
+                pl_logprob_list_free(&s->lp->prompt);
+                pl_free(s->lp);
+            }
         }
         pl_free(r->samples);
     }
-    for (int i = 0; i < PL_MAX_STOP_STRINGS; i++) pl_free(r->stop_copies[i]);
+    pl_free(r->stop_copy);
     pl_free(r);
 }
 
@@ -32,19 +37,44 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 33);
 }
 
+/* Copies p's stop ids and strings into one block that r->params points into. */
+static pl_status copy_stops(pl_request *r, const pl_sampling_params *p) {
+    size_t bytes = p->n_stop_ids * sizeof(int32_t) + p->n_stop * sizeof(char *);
+    for (size_t i = 0; i < p->n_stop; i++) bytes += strlen(p->stop[i]) + 1;
+    r->params.stop_ids = NULL;
+    r->params.stop = NULL;
+    if (bytes == 0) return PL_OK;
+    /* pointers first: their alignment is the strictest */
+    char *block = pl_malloc(bytes);
+    if (!block) return pl_fail(PL_ERR_OUT_OF_MEMORY, "submit: stop ids and strings");
+    r->stop_copy = block;
+    const char **stops = (const char **)block;
+    int32_t *ids = (int32_t *)(block + p->n_stop * sizeof(char *));
+    char *text = (char *)(ids + p->n_stop_ids);
+    if (p->n_stop_ids) memcpy(ids, p->stop_ids, p->n_stop_ids * sizeof *ids);
+    for (size_t i = 0; i < p->n_stop; i++) {
+        size_t len = strlen(p->stop[i]);
+        memcpy(text, p->stop[i], len + 1);
+        stops[i] = text;
+        text += len + 1;
+        if (len > r->max_stop_len) r->max_stop_len = len;
+    }
+    r->params.stop_ids = p->n_stop_ids ? ids : NULL;
+    r->params.stop = p->n_stop ? stops : NULL;
+    return PL_OK;
+}
+
+/* p is the library's full, checked copy (pl_sampling_params_take). */
 pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
                             const pl_sampling_params *p, pl_request **out) {
     pl_request *r = pl_calloc(1, sizeof *r);
     if (!r) return pl_fail(PL_ERR_OUT_OF_MEMORY, "submit: request record");
     r->params = *p;
-    for (int i = 0; i < p->n_stop; i++) {
-        r->stop_copies[i] = pl_strdup(p->stop[i]);
-        if (!r->stop_copies[i]) goto oom;
-        r->params.stop[i] = r->stop_copies[i];
-        size_t len = strlen(p->stop[i]);
-        if (len > r->max_stop_len) r->max_stop_len = len;
+    r->params.storage = NULL;
+    if (copy_stops(r, p) != PL_OK) {
+        pl_free(r);
+        return PL_ERR_OUT_OF_MEMORY;
     }
-    for (int i = p->n_stop; i < PL_MAX_STOP_STRINGS; i++) r->params.stop[i] = NULL;
     r->n_samples = p->n;
     r->samples = pl_calloc((size_t)p->n, sizeof(pl_sample));
     if (!r->samples) goto oom;
@@ -77,6 +107,19 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         }
     }
     r->samples[0].seq.n_forks = p->n - 1;
+    /* cached prompt tokens would have no logits to take their logprobs from */
+    r->samples[0].seq.skip_prefix_cache = p->prompt_logprobs >= 0;
+    for (int i = 0; i < p->n; i++) {
+        bool prompt = i == 0 && p->prompt_logprobs >= 0;
+        if (p->logprobs < 0 && !prompt) continue;
+        pl_sample_logprobs *lp = r->samples[i].lp = pl_calloc(1, sizeof *lp);
+        if (!lp) goto oom;
+        lp->output = (pl_logprob_list){.on = p->logprobs >= 0, .k = p->logprobs};
+        lp->prompt = (pl_logprob_list){.on = prompt, .k = p->prompt_logprobs};
+        /* every prompt position's entry, reserved now: a step appends without allocating */
+        if (prompt && n_ids > 1 && pl_logprob_list_reserve(&lp->prompt, n_ids - 1) != PL_OK)
+            goto oom;
+    }
     r->n_unreported = p->n;
     *out = r;
     return PL_OK;

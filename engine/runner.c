@@ -86,10 +86,38 @@ static size_t workspace_floats(const pl_model_config *c, const pl_runner_limits 
            S * ((size_t)c->dim + (size_t)c->vocab_size);
 }
 
+size_t pl_runner_batch_bytes(const pl_runner_limits *lim) {
+    size_t T = (size_t)lim->max_tokens, S = (size_t)lim->max_seqs,
+           B = (size_t)lim->max_blocks_per_seq, bytes = 0;
+#define BYTES(name, type, dev, cap, used) bytes += (cap) * sizeof(type);
+    PL_BATCH_ARRAYS(BYTES)
+#undef BYTES
+    return bytes;
+}
+
 size_t pl_runner_workspace_bytes(const pl_model_config *cfg, const pl_runner_limits *lim) {
-    size_t meta = (size_t)lim->max_tokens * (2 * 4 + 8) + (size_t)lim->max_seqs * (4 * 4 + 8) +
-                  (size_t)lim->max_seqs * (size_t)lim->max_blocks_per_seq * 4;
-    return workspace_floats(cfg, lim) * sizeof(float) + meta;
+    return workspace_floats(cfg, lim) * sizeof(float) + pl_runner_batch_bytes(lim);
+}
+
+pl_status pl_batch_storage_alloc(pl_batch_storage *st, const pl_runner_limits *lim) {
+    size_t T = (size_t)lim->max_tokens, S = (size_t)lim->max_seqs,
+           B = (size_t)lim->max_blocks_per_seq;
+    memset(st, 0, sizeof *st);
+#define ALLOC(name, type, dev, cap, used)                                                     \
+    if (!(st->name = pl_calloc((cap), sizeof(type)))) goto oom;
+    PL_BATCH_ARRAYS(ALLOC)
+#undef ALLOC
+    return PL_OK;
+oom:
+    pl_batch_storage_free(st);
+    return pl_fail(PL_ERR_OUT_OF_MEMORY, "engine: batch buffers for %zu tokens, %zu sequences",
+                   T, S);
+}
+
+void pl_batch_storage_free(pl_batch_storage *st) {
+#define FREE(name, type, dev, cap, used) pl_free(st->name), st->name = NULL;
+    PL_BATCH_ARRAYS(FREE)
+#undef FREE
 }
 
 /* ---- create / destroy ---------------------------------------------------------------- */
@@ -191,6 +219,7 @@ static pl_status upload_model(pl_runner *r) {
 static pl_status alloc_workspace(pl_runner *r) {
     const pl_model_config *c = &r->m->cfg;
     size_t T = (size_t)r->lim.max_tokens, S = (size_t)r->lim.max_seqs, F = sizeof(float);
+    size_t B = (size_t)r->lim.max_blocks_per_seq;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     struct { void **p; size_t n; const char *what; } plan[] = {
         {(void **)&r->x, T * c->dim * F, "residual stream"},
@@ -204,14 +233,9 @@ static pl_status alloc_workspace(pl_runner *r) {
         {(void **)&r->hb2, T * c->hidden_dim * F, "ffn up"},
         {(void **)&r->xs, S * c->dim * F, "sampled rows"},
         {(void **)&r->logits, S * c->vocab_size * F, "logits"},
-        {(void **)&r->d_ids, T * 4, "token ids"},
-        {(void **)&r->d_pos, T * 4, "positions"},
-        {(void **)&r->d_slots, T * 8, "slot mapping"},
-        {(void **)&r->d_qstart, (S + 1) * 4, "query starts"},
-        {(void **)&r->d_ctx, S * 4, "context lengths"},
-        {(void **)&r->d_tables, S * (size_t)r->lim.max_blocks_per_seq * 4, "block tables"},
-        {(void **)&r->d_rows, S * 4, "sample rows"},
-        {(void **)&r->d_pairs, 2 * S * 4 + 8, "copy pairs"},
+#define DEVICE(name, type, dev, cap, used) {(void **)&r->dev, (cap) * sizeof(type), #name},
+        PL_BATCH_ARRAYS(DEVICE)
+#undef DEVICE
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         PL_TRY(balloc(r, plan[i].n, plan[i].what, plan[i].p));
@@ -298,18 +322,11 @@ static pl_status matmul(pl_runner *r, float *out, const float *x, const dev_weig
 
 static pl_status upload_batch(pl_runner *r, const pl_runner_batch *b) {
     pl_backend *be = r->be;
-    size_t T = (size_t)b->n_tokens, S = (size_t)b->n_seqs;
-    PL_TRY(be->ops->upload(be, r->d_ids, b->token_ids, T * 4));
-    PL_TRY(be->ops->upload(be, r->d_pos, b->positions, T * 4));
-    PL_TRY(be->ops->upload(be, r->d_slots, b->slots, T * 8));
-    PL_TRY(be->ops->upload(be, r->d_qstart, b->query_start, (S + 1) * 4));
-    PL_TRY(be->ops->upload(be, r->d_ctx, b->context_lens, S * 4));
-    PL_TRY(be->ops->upload(be, r->d_tables, b->block_tables,
-                           S * (size_t)r->lim.max_blocks_per_seq * 4));
-    if (b->n_sample > 0)
-        PL_TRY(be->ops->upload(be, r->d_rows, b->sample_rows, (size_t)b->n_sample * 4));
-    if (b->n_copies > 0)
-        PL_TRY(be->ops->upload(be, r->d_pairs, b->copy_pairs, (size_t)b->n_copies * 8));
+    int B = r->lim.max_blocks_per_seq;
+#define UPLOAD(name, type, dev, cap, used)                                                    \
+    if ((used) > 0) PL_TRY(be->ops->upload(be, r->dev, b->name, (size_t)(used) * sizeof(type)));
+    PL_BATCH_ARRAYS(UPLOAD)
+#undef UPLOAD
     return PL_OK;
 }
 
@@ -323,6 +340,17 @@ static pl_status check_batch(const pl_runner *r, const pl_runner_batch *b) {
                        b->n_tokens, b->n_seqs, b->n_sample, b->n_copies, r->lim.max_tokens,
                        r->lim.max_seqs);
     return PL_OK;
+}
+
+/* The final hidden state (r->xb) of rows d_rows (backend memory, n) through lm_head into
+ * out_logits (n, vocab) on the host. */
+static pl_status logits_of_rows(pl_runner *r, const int32_t *d_rows, int n, float *out_logits) {
+    pl_backend *be = r->be;
+    const pl_model_config *c = &r->m->cfg;
+    OP(PL_OP_LOGITS, be->ops->gather_rows(be, r->xs, r->xb, d_rows, n, c->dim));
+    PL_TRY(matmul(r, r->logits, r->xs, dw(r, PL_T_OUTPUT, 0), n, c->dim, c->vocab_size));
+    PL_TRY(be->ops->download(be, out_logits, r->logits, (size_t)n * c->vocab_size * sizeof(float)));
+    return be->ops->sync(be);
 }
 
 pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logits) {
@@ -399,10 +427,13 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
         }
     }
     if (b->n_sample == 0) return be->ops->sync(be);
+    return logits_of_rows(r, r->d_rows, b->n_sample, out_logits);
+}
 
-    int S = b->n_sample;
-    OP(PL_OP_LOGITS, be->ops->gather_rows(be, r->xs, r->xb, r->d_rows, S, D));
-    PL_TRY(matmul(r, r->logits, r->xs, dw(r, PL_T_OUTPUT, 0), S, D, c->vocab_size));
-    PL_TRY(be->ops->download(be, out_logits, r->logits, (size_t)S * c->vocab_size * sizeof(float)));
-    return be->ops->sync(be);
+pl_status pl_runner_logits(pl_runner *r, const int32_t *rows, int n_rows, float *out_logits) {
+    if (n_rows < 1 || n_rows > r->lim.max_seqs)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "runner: %d logit rows (1 .. %d allowed)", n_rows,
+                       r->lim.max_seqs);
+    PL_TRY(r->be->ops->upload(r->be, r->d_rows, rows, (size_t)n_rows * sizeof *rows));
+    return logits_of_rows(r, r->d_rows, n_rows, out_logits);
 }

@@ -22,23 +22,40 @@ typedef enum pl_op_kind {
 
 const char *pl_op_kind_name(pl_op_kind k);
 
+/* The arrays of one step's batch, described once: X(name, element type, the runner's device
+ * copy, elements at capacity, elements a batch b uses). Capacity is in T = max_tokens,
+ * S = max_seqs, B = max_blocks_per_seq of the runner's limits. The engine's host buffers
+ * (pl_batch_storage), the runner's device buffers and their upload, and the workspace size
+ * (pl_runner_batch_bytes) are all generated from this list. */
+#define PL_BATCH_ARRAYS(X)                                                                    \
+    X(token_ids, int32_t, d_ids, T, b->n_tokens)            /* token id of each row */        \
+    X(positions, int32_t, d_pos, T, b->n_tokens)            /* its position in its seq */     \
+    X(slots, int64_t, d_slots, T, b->n_tokens)              /* KV slot it is written to */    \
+    X(query_start, int32_t, d_qstart, S + 1, b->n_seqs + 1) /* first row of each seq */       \
+    X(context_lens, int32_t, d_ctx, S, b->n_seqs)           /* tokens each seq attends to */  \
+    X(block_tables, int32_t, d_tables, S * B, b->n_seqs * B) /* (seq, block) -> block id */   \
+    X(sample_rows, int32_t, d_rows, S, b->n_sample)         /* rows whose logits are wanted */\
+    X(copy_pairs, int32_t, d_pairs, 2 * S, 2 * b->n_copies) /* (src, dst) copy-on-write */
+
 /* One step's inputs, host memory, built by the engine from the scheduler's output. */
 typedef struct pl_runner_batch {
     int n_seqs;
     int n_tokens;
-    const int32_t *token_ids;    /* (n_tokens) */
-    const int32_t *positions;    /* (n_tokens) */
-    const int64_t *slots;        /* (n_tokens) KV slot of each token */
-    const int32_t *query_start;  /* (n_seqs + 1) */
-    const int32_t *context_lens; /* (n_seqs) */
-    const int32_t *block_tables; /* (n_seqs, max_blocks_per_seq) */
     int max_query_len;
     int max_context_len;
-    const int32_t *sample_rows;  /* (n_sample) token rows whose logits are wanted */
     int n_sample;
-    const int32_t *copy_pairs;   /* (n_copies, 2) copy-on-write block copies to do first */
     int n_copies;
+#define PL_BATCH_MEMBER_(name, type, dev, cap, used) const type *name;
+    PL_BATCH_ARRAYS(PL_BATCH_MEMBER_)
+#undef PL_BATCH_MEMBER_
 } pl_runner_batch;
+
+/* Host storage for the arrays of the largest batch (the engine builds batches in it). */
+typedef struct pl_batch_storage {
+#define PL_BATCH_MEMBER_(name, type, dev, cap, used) type *name;
+    PL_BATCH_ARRAYS(PL_BATCH_MEMBER_)
+#undef PL_BATCH_MEMBER_
+} pl_batch_storage;
 
 typedef struct pl_runner_limits {
     int max_tokens;         /* tokens per step */
@@ -54,6 +71,11 @@ typedef struct pl_runner pl_runner;
 size_t pl_runner_kv_block_bytes(const pl_model_config *cfg, int block_size, pl_dtype kv_dtype);
 /* Bytes of per-step workspace for these limits (what create allocates besides weights/KV). */
 size_t pl_runner_workspace_bytes(const pl_model_config *cfg, const pl_runner_limits *lim);
+/* Bytes of the batch arrays at capacity (part of the workspace). */
+size_t pl_runner_batch_bytes(const pl_runner_limits *lim);
+/* Allocates (zeroed host memory) / frees the batch arrays at capacity. */
+pl_status pl_batch_storage_alloc(pl_batch_storage *st, const pl_runner_limits *lim);
+void pl_batch_storage_free(pl_batch_storage *st);
 
 /* Uploads m's weights (zero-copy on host backends: m must outlive the runner), allocates the
  * KV cache and workspace. PL_ERR_OUT_OF_MEMORY names what did not fit. */
@@ -63,6 +85,9 @@ void pl_runner_destroy(pl_runner *r);
 
 /* Runs the forward pass for b and writes logits (n_sample, vocab) into host memory. */
 pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logits);
+/* After pl_runner_run: logits (n_rows, vocab) of any rows of that batch (n_rows <= max_seqs)
+ * into host memory (prompt logprobs). Valid until the next pl_runner_run. */
+pl_status pl_runner_logits(pl_runner *r, const int32_t *rows, int n_rows, float *out_logits);
 
 /* Per-op time accounting (off by default; on, each op is followed by a backend sync). */
 void pl_runner_set_profiling(pl_runner *r, bool on);

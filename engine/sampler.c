@@ -1,5 +1,7 @@
 /*
- * engine/sampler.c - penalties, greedy, temperature, top-k, top-p, min-p and the draw.
+ * engine/sampler.c - penalties, greedy, temperature, top-k, top-p, min-p and the draw, each a
+ * named step of pl_sampler_sample (the fast paths: greedy; no filter, one pass in id order;
+ * a confident top id that holds the nucleus alone).
  *
  * Greedy takes the first maximum (lowest id on ties) so results are reproducible across
  * backends whose logits agree. For top-p without top-k the candidates are first cut to those
@@ -23,16 +25,6 @@
 
 #include "util/alloc.h"
 #include "util/status.h"
-
-void pl_sampling_params_default(pl_sampling_params *p) {
-    if (!p) return;
-    memset(p, 0, sizeof *p);
-    p->max_tokens = 100;
-    p->temperature = 1.0f;
-    p->top_p = 0.9f;
-    p->repetition_penalty = 1.0f;
-    p->n = 1;
-}
 
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -61,8 +53,9 @@ pl_status pl_sampler_init(pl_sampler *s, int vocab) {
     s->probs = pl_calloc((size_t)vocab, sizeof(float));
     s->idx = pl_calloc((size_t)vocab, sizeof(int32_t));
     s->counts = pl_calloc((size_t)vocab, sizeof(int32_t));
+    s->scratch = pl_calloc((size_t)vocab, sizeof(int32_t));
     s->seen = pl_calloc((size_t)vocab, 1);
-    if (!s->probs || !s->idx || !s->counts || !s->seen) {
+    if (!s->probs || !s->idx || !s->counts || !s->scratch || !s->seen) {
         pl_sampler_deinit(s);
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "sampler: cannot allocate scratch for %d ids", vocab);
     }
@@ -73,43 +66,9 @@ void pl_sampler_deinit(pl_sampler *s) {
     pl_free(s->probs);
     pl_free(s->idx);
     pl_free(s->counts);
+    pl_free(s->scratch);
     pl_free(s->seen);
     memset(s, 0, sizeof *s);
-}
-
-static pl_status bad(const char *field, double v, const char *range) {
-    return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling.%s = %g: must be %s", field, v, range);
-}
-
-pl_status pl_sampling_params_validate(const pl_sampling_params *p, int vocab) {
-    if (p->max_tokens < 1) return bad("max_tokens", p->max_tokens, ">= 1");
-    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
-        return bad("min_tokens", p->min_tokens, "in [0, max_tokens]");
-    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
-        return bad("temperature", p->temperature, "finite and >= 0");
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return bad("top_p", p->top_p, "in (0, 1]");
-    if (p->top_k < 0) return bad("top_k", p->top_k, ">= 0 (0 = off)");
-    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return bad("min_p", p->min_p, "in [0, 1]");
-    if (!(p->repetition_penalty > 0.0f) || !isfinite(p->repetition_penalty))
-        return bad("repetition_penalty", p->repetition_penalty, "finite and > 0");
-    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
-        return bad("presence_penalty", p->presence_penalty, "in [-2, 2]");
-    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
-        return bad("frequency_penalty", p->frequency_penalty, "in [-2, 2]");
-    if (p->n_stop_ids < 0 || p->n_stop_ids > PL_MAX_STOP_IDS)
-        return bad("n_stop_ids", p->n_stop_ids, "in [0, " "16" "]");
-    for (int i = 0; i < p->n_stop_ids; i++)
-        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= vocab)
-            return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                           "sampling.stop_ids[%d] = %d: outside the vocabulary [0, %d)", i,
-                           (int)p->stop_ids[i], vocab);
-    if (p->n_stop < 0 || p->n_stop > PL_MAX_STOP_STRINGS)
-        return bad("n_stop", p->n_stop, "in [0, 8]");
-    for (int i = 0; i < p->n_stop; i++)
-        if (!p->stop[i] || !p->stop[i][0])
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling.stop[%d] is NULL or empty", i);
-    if (p->n < 1 || p->n > 64) return bad("n", p->n, "in [1, 64]");
-    return PL_OK;
 }
 
 static void apply_penalties(pl_sampler *s, float *logits, const pl_sampling_params *p,
@@ -399,84 +358,117 @@ static int top_k_ids(const float *probs, int V, int k, int32_t *idx) {
     return k;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The filters. Each works on the candidates: ids into s->probs, which hold softmax numerators
+// e = exp((l - max) / T) (the maximum's is exactly 1), with z their sum over the vocabulary.
+// Probabilities are e / z, but no filter needs them normalised: each compares numerators with
+// each other or with a fraction of a sum, so thresholds are scaled by z instead (saving a pass
+// over the vocabulary).
+
+typedef struct cands {
+    int32_t *idx;  /* (n) candidate ids: s->idx */
+    int n;
+    double mass;   /* sum of e over what the nucleus is measured against */
+    bool sorted;   /* idx is in descending e (ties by id); else in id order */
+} cands;
+
+/* top-k: the k most likely, by a heap, then sorted; their mass is the nucleus' whole. */
+static void filter_top_k(pl_sampler *s, int k, cands *c) {
+    const float *e = s->probs;
+    c->n = top_k_ids(e, s->vocab, k, c->idx);
+    c->mass = 0;
+    for (int i = 0; i < c->n; i++) c->mass += e[c->idx[i]];
+    if (c->n > 1) qsort_r(c->idx, (size_t)c->n, sizeof(int32_t), cmp_prob_desc, s->probs);
+    c->sorted = true;
+}
+
+/* top-p where the top id alone (e = 1: the first id of the candidates' order) holds the
+ * nucleus' mass: the common case of a confident model (and of the dummy models), found
+ * without a pass over the candidates. min-p keeps the top id. */
+static bool filter_confident_top(pl_sampler *s, float top_p, double z, cands *c) {
+    if (!(top_p < 1.0f && (double)top_p * z <= 1.0)) return false;
+    const float *e = s->probs;
+    int top = 0;
+    while (top < s->vocab - 1 && e[top] != 1.0f) top++;
+    c->idx[0] = top;
+    c->n = 1;
+    c->mass = z;
+    c->sorted = true;
+    return true;
+}
+
+/* Without top-k: min-p is relative to the top probability (e = 1), which no other filter
+ * removes, so it prunes first; and tokens below (1 - top_p) / (V - 1) of the mass are never
+ * in the nucleus (llama2.c's argument), so they go too. Leaves the survivors in id order. */
+static void filter_floor(pl_sampler *s, const pl_sampling_params *p, double z, cands *c) {
+    float cut = p->min_p;
+    int V = s->vocab;
+    if (p->top_p < 1.0f && V > 1) {
+        float nucleus_cut = (float)((1.0 - p->top_p) / (double)(V - 1) * z);
+        if (nucleus_cut > cut) cut = nucleus_cut;
+    }
+    c->n = select_at_least(s->probs, V, cut, c->idx);
+    c->mass = z;
+    c->sorted = false;
+}
+
+/* The nucleus: the most likely candidates until their sum reaches top_p of the mass. Only
+ * the prefix it needs is sorted (nucleus_prefix). */
+static void filter_top_p(pl_sampler *s, float top_p, cands *c) {
+    const float *e = s->probs;
+    double target = top_p * c->mass;
+    if (!c->sorted && c->n > 1) {
+        c->n = nucleus_prefix(e, c->idx, s->scratch, c->n, target);
+        c->sorted = true;
+    }
+    double acc = 0;
+    for (int i = 0; i < c->n; i++) {
+        acc += e[c->idx[i]];
+        if (acc >= target) {
+            c->n = i + 1;
+            return;
+        }
+    }
+}
+
+/* min-p after top-k (without top-k, filter_floor already applied it). */
+static void filter_min_p(pl_sampler *s, float min_p, cands *c) {
+    const float *e = s->probs;
+    int kept = 0;
+    for (int i = 0; i < c->n; i++)
+        if (e[c->idx[i]] >= min_p) c->idx[kept++] = c->idx[i];
+    c->n = kept;
+}
+
+/* One draw among the candidates, in proportion to e. */
+static int32_t draw_candidates(const pl_sampler *s, const cands *c, pl_rng *rng) {
+    const float *e = s->probs;
+    double total = 0;
+    for (int i = 0; i < c->n; i++) total += e[c->idx[i]];
+    double r = pl_rng_uniform(rng) * total, acc = 0;
+    for (int i = 0; i < c->n; i++) {
+        acc += e[c->idx[i]];
+        if (r < acc) return c->idx[i];
+    }
+    return c->idx[c->n - 1];
+}
+
 int32_t pl_sampler_sample(pl_sampler *s, float *logits, const pl_sampling_params *p,
-                  const int32_t *tokens, int n_prompt, int n_output, pl_rng *rng) {
+                          const int32_t *tokens, int n_prompt, int n_output, pl_rng *rng) {
     int V = s->vocab;
     apply_penalties(s, logits, p, tokens, n_prompt, n_output);
     if (p->temperature == 0.0f) return argmax(logits, V);
 
-    /* Softmax numerators of logits / T: e = exp((l - max) / T), z = sum of e. Probabilities
-     * are e / z, but nothing below needs them normalised: every filter compares them with
-     * each other or with a fraction of a sum, so the thresholds are scaled by z instead
-     * (saving a pass over the vocabulary). The maximum's e is exactly 1. */
     float mx = max_of(logits, V);
     double z = exp_pass(s->probs, logits, V, mx, 1.0f / p->temperature);
-    const float *e = s->probs;
-    if (p->top_k == 0 && p->top_p >= 1.0f && p->min_p == 0.0f)
-        return draw_in_id_order(e, V, pl_rng_uniform(rng) * z);
+    if (p->top_k == 0 && p->top_p >= 1.0f && p->min_p == 0.0f) /* no filter: one pass */
+        return draw_in_id_order(s->probs, V, pl_rng_uniform(rng) * z);
 
-    /* Candidates. min-p is relative to the top probability (e = 1), which no other filter
-     * removes, so it can prune first; with no top-k, tokens below (1 - top_p) / (V - 1) of
-     * the mass are never in the nucleus and are pruned too, so only the survivors are
-     * sorted. */
-    float floor_e = p->min_p;
-    int n;
-    double mass;
-    if (p->top_k > 0) {
-        n = top_k_ids(e, V, p->top_k, s->idx);
-        mass = 0;
-        for (int i = 0; i < n; i++) mass += e[s->idx[i]];
-    } else if (p->top_p < 1.0f && (double)p->top_p * z <= 1.0) {
-        /* The top id alone (e = 1: the first id of the candidates' order) holds the
-         * nucleus' mass: the common case of a confident model (and of the dummy models),
-         * found without a pass over the candidates. min-p keeps the top id. */
-        int top = 0;
-        while (top < V - 1 && e[top] != 1.0f) top++;
-        s->idx[0] = top;
-        n = 1;
-        mass = z;
-    } else {
-        float cut = floor_e;
-        if (p->top_p < 1.0f && V > 1) {
-            float c = (float)((1.0 - p->top_p) / (double)(V - 1) * z);
-            if (c > cut) cut = c;
-        }
-        n = select_at_least(e, V, cut, s->idx);
-        mass = z;
-    }
-    if (p->top_k > 0 && n > 1) {
-        qsort_r(s->idx, (size_t)n, sizeof(int32_t), cmp_prob_desc, s->probs);
-    } else if (p->top_p < 1.0f && n > 1) {
-        /* candidates are in id order here; counts is all zero between calls (penalties
-         * clear what they set), so it serves as the sort's scratch and is cleared again */
-        int m = nucleus_prefix(e, s->idx, s->counts, n, p->top_p * mass);
-        memset(s->counts, 0, (size_t)(m > 0 ? m : 1) * sizeof *s->counts);
-        n = m;
-    }
-    if (p->top_p < 1.0f) { /* the nucleus of the (top-k) distribution */
-        double target = p->top_p * mass, acc = 0;
-        int keep = n;
-        for (int i = 0; i < n; i++) {
-            acc += e[s->idx[i]];
-            if (acc >= target) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-    }
-    int kept = 0; /* min-p (a no-op when it already pruned the candidates above) */
-    double total = 0;
-    for (int i = 0; i < n; i++)
-        if (e[s->idx[i]] >= floor_e || p->top_k == 0) {
-            s->idx[kept++] = s->idx[i];
-            total += e[s->idx[i]];
-        }
-    if (kept == 0) return argmax(logits, V);
-    double r = pl_rng_uniform(rng) * total, acc = 0;
-    for (int i = 0; i < kept; i++) {
-        acc += e[s->idx[i]];
-        if (r < acc) return s->idx[i];
-    }
-    return s->idx[kept - 1];
+    cands c = {.idx = s->idx};
+    if (p->top_k > 0) filter_top_k(s, p->top_k, &c);
+    else if (!filter_confident_top(s, p->top_p, z, &c)) filter_floor(s, p, z, &c);
+    if (p->top_p < 1.0f) filter_top_p(s, p->top_p, &c);
+    if (p->top_k > 0 && p->min_p > 0.0f) filter_min_p(s, p->min_p, &c);
+    if (c.n == 0) return argmax(logits, V);
+    return draw_candidates(s, &c, rng);
 }

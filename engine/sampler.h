@@ -27,15 +27,13 @@ typedef struct pl_sampler {
     int vocab;
     float *probs;    /* (vocab) */
     int32_t *idx;    /* (vocab) candidate ids */
-    int32_t *counts; /* (vocab) output-token counts for penalties */
+    int32_t *counts; /* (vocab) output-token counts for penalties; all zero between calls */
+    int32_t *scratch;/* (vocab) the nucleus sort's second buffer */
     uint8_t *seen;   /* (vocab) token appears in prompt or output */
 } pl_sampler;
 
 pl_status pl_sampler_init(pl_sampler *s, int vocab);
 void pl_sampler_deinit(pl_sampler *s);
-
-/* Checks every field of p against vocab; PL_ERR_INVALID_ARGUMENT naming the field. */
-pl_status pl_sampling_params_validate(const pl_sampling_params *p, int vocab);
 
 /* Samples from logits (vocab floats; modified in place by penalties and temperature).
  * tokens (n_prompt + n_output): the sequence so far, for penalties. */

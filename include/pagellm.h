@@ -7,7 +7,7 @@
  *
  *     pl_engine_config cfg;
  *     pl_engine_config_default(&cfg);
- *     cfg.model_path = "stories260K.bin";
+ *     cfg.model_path = "stories260K.bin";       // required: there is no default model
  *     cfg.tokenizer_path = "tok512.model";
  *     pl_engine *e;
  *     if (pl_engine_create(&cfg, &e) != PL_OK) { fprintf(stderr, "%s\n", pl_last_error()); return 1; }
@@ -30,11 +30,25 @@
  * - Inputs are copied: the caller may free or reuse them as soon as the call returns.
  * - Every returned pointer states its lifetime ("engine-owned, valid until ...").
  *
+ * Binary compatibility (docs/api.md says why this scheme)
+ * - Every struct the caller allocates starts with `size_t struct_size`: the struct's size as
+ *   the caller's program was compiled. Structs the caller fills (pl_engine_config,
+ *   pl_sampling_params) get it from their *_default function, which is inline here so it
+ *   records the caller's sizeof; the library refuses a size it does not know (0: the struct
+ *   was never defaulted; another size: not a layout any pagellm version had). A program built
+ *   against an older pagellm.h passes its shorter struct and gets the defaults of the fields
+ *   it does not know. Structs the library fills (pl_metrics, pl_model_info, pl_profile,
+ *   pl_step_result) are written through inline wrappers that pass sizeof: the library writes
+ *   at most that many bytes and sets struct_size to the bytes it wrote.
+ * - Arrays the library allocates (pl_completion, pl_stream_delta, pl_token_logprobs) keep
+ *   their layout until PL_VERSION_MAJOR changes.
+ *
  * Threads
  * - One engine is stepped by one thread at a time (pl_engine_step, pl_engine_run,
- *   pl_engine_destroy, pl_engine_metrics, pl_engine_has_pending_work, the profiling calls). pl_engine_submit_request,
- *   pl_engine_submit_tokens and pl_engine_abort may be called from any thread,
- *   concurrently with each other and with the stepping thread.
+ *   pl_engine_wait, pl_engine_destroy, pl_engine_metrics, pl_engine_has_pending_work, the
+ *   profiling calls). pl_engine_submit_request, pl_engine_submit_tokens, pl_engine_abort,
+ *   pl_engine_wake and the read-only queries (tokenize, detokenize, capacity, model info) may
+ *   be called from any thread, concurrently with each other and with the stepping thread.
  * - pl_last_error() is per thread; there is no other global state.
  */
 #ifndef PAGELLM_H
@@ -63,17 +77,33 @@ PL_API const char *pl_version(void); /* "0.1.0"; static storage */
  * Status codes and errors
  * ---------------------------------------------------------------------------------------- */
 
+/* Every status, once: X(NAME, value, string). The enum, pl_status_name and pl_status_string
+ * are generated from it (libuv's UV_ERRNO_MAP). */
+#define PL_STATUS_MAP(X)                                                                       \
+    X(OK, 0, "success")                                                                        \
+    /* a NULL pointer, out-of-range value or unknown name */                                   \
+    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                            \
+    /* host or device allocation failed */                                                     \
+    X(ERR_OUT_OF_MEMORY, -2, "out of memory")                                                  \
+    /* a file could not be opened, read or mapped */                                           \
+    X(ERR_IO, -3, "input/output error")                                                        \
+    /* a file is malformed, truncated or inconsistent */                                       \
+    X(ERR_FORMAT, -4, "malformed file")                                                        \
+    /* valid, but not supported by this build or backend */                                    \
+    X(ERR_UNSUPPORTED, -5, "not supported")                                                    \
+    /* an unknown request id, file, tensor or field name */                                    \
+    X(ERR_NOT_FOUND, -6, "not found")                                                          \
+    /* prompt + max_tokens exceeds max_model_len, or needs more KV blocks than exist */        \
+    X(ERR_TOO_LONG, -7, "request too long")                                                    \
+    /* the waiting queue is full (REJECT_NEWEST policy) */                                     \
+    X(ERR_QUEUE_FULL, -8, "waiting queue full")                                                \
+    /* the compute backend failed (a CUDA error, ...) */                                       \
+    X(ERR_BACKEND, -9, "backend failure")
+
 typedef enum pl_status {
-    PL_OK = 0,
-    PL_ERR_INVALID_ARGUMENT = -1, /* a NULL pointer, out-of-range value or unknown name */
-    PL_ERR_OUT_OF_MEMORY = -2,    /* host or device allocation failed */
-    PL_ERR_IO = -3,               /* a file could not be opened, read or mapped */
-    PL_ERR_FORMAT = -4,           /* a file is malformed, truncated or inconsistent */
-    PL_ERR_UNSUPPORTED = -5,      /* valid, but not supported by this build or backend */
-    PL_ERR_NOT_FOUND = -6,        /* an unknown request id, file or tensor name */
-    PL_ERR_TOO_LONG = -7,         /* prompt + max_tokens exceeds max_model_len */
-    PL_ERR_QUEUE_FULL = -8,       /* the waiting queue is full (REJECT_NEWEST policy) */
-    PL_ERR_BACKEND = -9,          /* the compute backend failed (a CUDA error, ...) */
+#define PL_STATUS_ENUM_(name, value, text) PL_##name = value,
+    PL_STATUS_MAP(PL_STATUS_ENUM_)
+#undef PL_STATUS_ENUM_
 } pl_status;
 
 /* "PL_ERR_IO". Static storage; an unknown code gives "PL_ERR_UNKNOWN". */
@@ -84,127 +114,319 @@ PL_API const char *pl_status_string(pl_status s);
  * "" when none. Thread-owned, valid until this thread's next pagellm call. */
 PL_API const char *pl_last_error(void);
 
-/* Why a request finished. */
+/* Why a request finished: X(NAME, value, name). */
+#define PL_FINISH_REASON_MAP(X)                                                                \
+    X(NONE, 0, "none")             /* not finished */                                          \
+    X(STOP, 1, "stop")             /* EOS, a stop token id or a stop string */                 \
+    X(LENGTH, 2, "length")         /* max_tokens generated, or max_model_len reached */        \
+    X(ABORT, 3, "abort")           /* pl_engine_abort */                                       \
+    X(OVERLOADED, 4, "overloaded") /* dropped from a full queue (DROP_OLDEST policy) */        \
+    X(ERROR, 5, "error")           /* the backend failed while it ran */
+
 typedef enum pl_finish_reason {
-    PL_FINISH_NONE = 0,       /* not finished */
-    PL_FINISH_STOP = 1,       /* EOS, a stop token id or a stop string */
-    PL_FINISH_LENGTH = 2,     /* max_tokens generated, or max_model_len reached */
-    PL_FINISH_ABORT = 3,      /* pl_engine_abort */
-    PL_FINISH_OVERLOADED = 4, /* dropped from a full waiting queue (DROP_OLDEST policy) */
-    PL_FINISH_ERROR = 5,      /* the backend failed while it ran */
+#define PL_FINISH_ENUM_(name, value, text) PL_FINISH_##name = value,
+    PL_FINISH_REASON_MAP(PL_FINISH_ENUM_)
+#undef PL_FINISH_ENUM_
 } pl_finish_reason;
 
 /* "stop", "length", "abort", "overloaded", "error", "none". Static storage. */
 PL_API const char *pl_finish_reason_name(pl_finish_reason r);
 
 /* ------------------------------------------------------------------------------------------
- * Engine configuration
+ * Enumerations used by the configuration
  * ---------------------------------------------------------------------------------------- */
 
 typedef enum pl_backend_kind {
-    PL_BACKEND_CPU = 0,  /* the fast CPU backend: threads, SIMD, BLAS */
-    PL_BACKEND_REF = 1,  /* the naive reference backend: the oracle; slow */
-    PL_BACKEND_CUDA = 2, /* NVIDIA GPU: own kernels + cuBLAS; PL_ERR_UNSUPPORTED without CUDA */
+    PL_BACKEND_CPU = 0,  /* "cpu": the fast CPU backend: threads, SIMD, BLAS */
+    PL_BACKEND_REF = 1,  /* "ref": the naive reference backend: the oracle; slow */
+    PL_BACKEND_CUDA = 2, /* "cuda": NVIDIA GPU: own kernels + cuBLAS; PL_ERR_UNSUPPORTED
+                            without CUDA */
 } pl_backend_kind;
 
 /* Storage type of weights (and of the KV cache on backends that support it). */
 typedef enum pl_dtype {
-    PL_DTYPE_AUTO = 0, /* as stored in the file (weights) or the backend's choice (KV cache) */
-    PL_DTYPE_F32 = 1,
-    PL_DTYPE_F16 = 2,
-    PL_DTYPE_BF16 = 3,
+    PL_DTYPE_AUTO = 0, /* "auto": as stored in the file (weights) or the backend's choice
+                          (KV cache) */
+    PL_DTYPE_F32 = 1,  /* "f32" */
+    PL_DTYPE_F16 = 2,  /* "f16" */
+    PL_DTYPE_BF16 = 3, /* "bf16" */
 } pl_dtype;
 
 /* What submit does when max_waiting requests are already waiting. */
 typedef enum pl_overflow_policy {
-    PL_OVERFLOW_REJECT_NEWEST = 0, /* submit fails with PL_ERR_QUEUE_FULL */
-    PL_OVERFLOW_DROP_OLDEST = 1,   /* the oldest waiting request finishes as "overloaded" */
+    PL_OVERFLOW_REJECT_NEWEST = 0, /* "reject-newest": submit fails with PL_ERR_QUEUE_FULL */
+    PL_OVERFLOW_DROP_OLDEST = 1,   /* "drop-oldest": the oldest waiting request finishes as
+                                      "overloaded" */
 } pl_overflow_policy;
 
+/* ------------------------------------------------------------------------------------------
+ * Field tables
+ *
+ * Each field of pl_engine_config and pl_sampling_params is declared once, in the tables
+ * below; the structs, the defaults, the range checks (and their messages), the descriptors
+ * (pl_engine_config_fields), the setters by name from text or JSON and the command line's
+ * flags and help are all generated from them. A row is
+ *
+ *     X(KIND, C type, name, default, range, flag, short flag, value name, help)
+ *
+ * KIND     BOOL, INT, U64, SIZE (bytes; text may say 512M, 4GiB), DOUBLE, FLOAT, STRING,
+ *          ENUM (text and JSON use the names in quotes in the enum's comments), IDS (a list
+ *          of token ids: pointer + n_<name>), STRINGS (a list of strings: pointer +
+ *          n_<name>), OPT_U64 (a number that may be absent: has_<name> says).
+ * range    PL_RANGE(lo, hi) is [lo, hi]; PL_RANGE_OC is (lo, hi], PL_RANGE_CO is [lo, hi);
+ *          PL_RANGE_NONE for names, strings and booleans. For lists, the number of elements.
+ * flag     the command line's long flag ("--block-size"); for BOOL it sets true, and
+ *          "--no-" + the flag without "--" or "--enable-" sets false.
+ * ---------------------------------------------------------------------------------------- */
+
+#define PL_FIELD_DECL_BOOL(ctype, name) bool name;
+#define PL_FIELD_DECL_INT(ctype, name) int name;
+#define PL_FIELD_DECL_U64(ctype, name) uint64_t name;
+#define PL_FIELD_DECL_SIZE(ctype, name) size_t name;
+#define PL_FIELD_DECL_DOUBLE(ctype, name) double name;
+#define PL_FIELD_DECL_FLOAT(ctype, name) float name;
+#define PL_FIELD_DECL_STRING(ctype, name) const char *name;
+#define PL_FIELD_DECL_ENUM(ctype, name) ctype name;
+#define PL_FIELD_DECL_IDS(ctype, name) const int32_t *name; size_t n_##name;
+#define PL_FIELD_DECL_STRINGS(ctype, name) const char *const *name; size_t n_##name;
+#define PL_FIELD_DECL_OPT_U64(ctype, name) uint64_t name; bool has_##name;
+#define PL_FIELD_DECL_(kind, ctype, name, ...) PL_FIELD_DECL_##kind(ctype, name)
+
+/* Engine configuration. The model is required; everything else has a default. Strings are
+ * borrowed: pl_engine_create reads them and keeps no pointer. */
+#define PL_ENGINE_CONFIG_FIELDS(X)                                                             \
+    X(STRING, const char *, model_path, NULL, PL_RANGE_NONE, "--model", 'm', "PATH",           \
+      "model (required): a llama2.c .bin file, a Hugging Face directory (config.json + "       \
+      "safetensors: Llama, Mistral, Qwen2, Qwen3), or dummy:NAME for seeded random weights (dummy:tiny, dummy:stories15m, "  \
+      "dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b)")                             \
+    X(STRING, const char *, tokenizer_path, NULL, PL_RANGE_NONE, "--tokenizer", 0, "PATH",     \
+      "tokenizer: a tokenizer.json (tokenizer_config.json read beside it), a directory "     \
+      "holding one, or a SentencePiece .model; unset: the one beside the model (a Hugging "    \
+      "Face directory's tokenizer.json, else tokenizer.model; beside a llama2.c file "         \
+      "tok<vocab>.model, else tokenizer.model), else token ids only")            \
+    X(ENUM, pl_dtype, weight_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--dtype", 0, "TYPE",        \
+      "weight storage: auto keeps the file's type; another type converts at load")             \
+    X(ENUM, pl_dtype, kv_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--kv-dtype", 0, "TYPE",         \
+      "KV cache elements: auto is f16 (half the bytes attention reads); f32 makes greedy "     \
+      "output independent of batching")                                                        \
+    X(U64, uint64_t, dummy_seed, 1234, PL_RANGE_NONE, "--weight-seed", 0,                      \
+      "N", "seed of the weights of dummy: models")                                             \
+    X(ENUM, pl_backend_kind, backend, PL_BACKEND_CPU, PL_RANGE_NONE, "--backend", 0, "NAME",   \
+      "compute backend; ref is the slow, plain oracle and cuda needs a CUDA build")            \
+    X(INT, int, n_threads, 0, PL_RANGE(0, 1024), "--threads", 't', "N",                        \
+      "CPU backend threads; 0 = all cores")                                                    \
+    X(INT, int, cuda_device, 0, PL_RANGE(0, 1024), "--cuda-device", 0, "N",                    \
+      "CUDA device ordinal")                                                                   \
+    X(INT, int, block_size, 16, PL_RANGE(1, 256), "--block-size", 0, "N",                      \
+      "token slots per KV block, a power of two")                                              \
+    X(INT, int, max_num_blocks, 0, PL_RANGE(0, 1073741824), "--max-num-blocks", 0, "N",        \
+      "KV blocks in the pool; 0 = as many as memory_threshold of the memory holds")            \
+    X(DOUBLE, double, memory_threshold, 0.9, PL_RANGE_OC(0, 1), "--memory-threshold", 0, "F",  \
+      "fraction of the memory the engine may use for weights, KV cache and workspace")         \
+    X(SIZE, size_t, memory_limit_bytes, 0, PL_RANGE_NONE,                                      \
+      "--memory-limit", 0, "SIZE",                                                             \
+      "memory to size the KV pool from (bytes, or 512M, 4GiB...); 0 = physical memory (CPU) "  \
+      "or free device memory. Weights larger than it are refused before loading")              \
+    X(BOOL, bool, enable_prefix_caching, true, PL_RANGE_NONE, "--enable-prefix-caching", 0,    \
+      NULL, "automatic prefix caching: requests sharing a prompt prefix share its KV blocks")  \
+    X(INT, int, max_batch_size, 0, PL_RANGE(0, 65536), "--max-batch-size", 0, "N",             \
+      "sequences computed per step; 0 = min(32, max_num_seqs)")                                \
+    X(INT, int, max_num_seqs, 0, PL_RANGE(0, 1048576), "--max-num-seqs", 0, "N",               \
+      "sequences running (holding KV) at once; 0 = max(256, max_batch_size)")                  \
+    X(INT, int, max_total_tokens, 4096, PL_RANGE(1, 16777216), "--max-total-tokens", 0, "N",   \
+      "new tokens per step (the token budget); at least max_batch_size")                       \
+    X(INT, int, max_model_len, 0, PL_RANGE(0, 16777216), "--max-model-len", 'c', "N",          \
+      "prompt + output tokens at most; 0 = the model's context length")                        \
+    X(BOOL, bool, enable_chunked_prefill, true, PL_RANGE_NONE, "--enable-chunked-prefill", 0,  \
+      NULL, "cut long prompts into chunks that fit the token budget; off: max_model_len "      \
+      "must be <= max_total_tokens")                                                           \
+    X(INT, int, long_prefill_threshold, 0, PL_RANGE(0, 16777216), "--long-prefill-threshold",  \
+      0, "N", "with chunked prefill: tokens one prompt takes per step at most; 0 = no cap")    \
+    X(INT, int, max_skip_head, 4, PL_RANGE(0, 1048576), "--max-skip-head", 0, "N",             \
+      "requests that may pass a waiting request that does not fit before admission stops "     \
+      "at it")                                                                                 \
+    X(DOUBLE, double, watermark, 0.01, PL_RANGE_CO(0, 1), "--watermark", 0, "F",               \
+      "fraction of the KV blocks admission keeps free for running sequences")                  \
+    X(INT, int, max_waiting, 4096, PL_RANGE(0, 16777216), "--max-waiting", 0, "N",             \
+      "waiting queue bound; 0 = unbounded")                                                    \
+    X(ENUM, pl_overflow_policy, overflow_policy, PL_OVERFLOW_REJECT_NEWEST, PL_RANGE_NONE,     \
+      "--overflow-policy", 0, "NAME",                                                          \
+      "when max_waiting requests wait: reject-newest refuses the submit, drop-oldest ends "    \
+      "the oldest waiting request as overloaded")                                              \
+    X(BOOL, bool, log_preemptions, false, PL_RANGE_NONE, "--log-preemptions", 0, NULL,         \
+      "log every preemption on stderr")
+
+/* The most alternatives logprobs and prompt_logprobs return per position (OpenAI's limit). */
+#define PL_MAX_LOGPROBS 20
+
+/* Sampling parameters of one request. Lists and strings are copied at submit. */
+#define PL_SAMPLING_PARAMS_FIELDS(X)                                                           \
+    X(INT, int, max_tokens, 100, PL_RANGE(1, 16777216), "--max-tokens", 'n', "N",              \
+      "output tokens at most")                                                                 \
+    X(INT, int, min_tokens, 0, PL_RANGE(0, 16777216), "--min-tokens", 0, "N",                  \
+      "EOS and stop ids are ignored before this many output tokens (<= max_tokens)")           \
+    X(FLOAT, float, temperature, 1.0f, PL_RANGE(0, 1e6), "--temperature", 0, "T",              \
+      "softmax temperature; 0 = greedy (lowest id on ties)")                                   \
+    X(FLOAT, float, top_p, 1.0f, PL_RANGE_OC(0, 1), "--top-p", 0, "P",                         \
+      "nucleus: keep the most likely tokens holding this much probability; 1 = off")           \
+    X(INT, int, top_k, 0, PL_RANGE(-1, 16777216), "--top-k", 0, "K",                           \
+      "keep the K most likely tokens; 0 or -1 = off")                                          \
+    X(FLOAT, float, min_p, 0.0f, PL_RANGE(0, 1), "--min-p", 0, "P",                            \
+      "drop tokens less likely than min_p times the most likely; 0 = off")                     \
+    X(FLOAT, float, repetition_penalty, 1.0f, PL_RANGE_OC(0, 1e6), "--repetition-penalty", 0,  \
+      "F", "divides positive (multiplies negative) logits of tokens in prompt or output; "     \
+      "1 = off")                                                                               \
+    X(FLOAT, float, presence_penalty, 0.0f, PL_RANGE(-2, 2), "--presence-penalty", 0, "F",     \
+      "subtracted from the logits of tokens already in the output; 0 = off")                   \
+    X(FLOAT, float, frequency_penalty, 0.0f, PL_RANGE(-2, 2), "--frequency-penalty", 0, "F",   \
+      "subtracted once per occurrence in the output; 0 = off")                                 \
+    X(OPT_U64, uint64_t, seed, 0, PL_RANGE_NONE, "--seed", 's', "N",                           \
+      "random seed: the request's draws then do not depend on the batch; unset = random")      \
+    X(IDS, int32_t, stop_ids, NULL, PL_RANGE(0, 1024), "--stop-id", 0, "ID",                   \
+      "token ids that end the output (the id is kept in the output ids); repeatable")          \
+    X(STRINGS, const char *, stop, NULL, PL_RANGE(0, 64), "--stop", 0, "TEXT",                 \
+      "strings that end the output (cut from the text, never streamed); repeatable")           \
+    X(BOOL, bool, ignore_eos, false, PL_RANGE_NONE, "--ignore-eos", 0, NULL,                   \
+      "keep generating past EOS (benchmarks)")                                                 \
+    X(INT, int, n, 1, PL_RANGE(1, 64), "--n", 0, "N",                                          \
+      "parallel samples of the prompt, sharing its KV blocks")                                 \
+    X(INT, int, priority, 0, PL_RANGE(-1000000, 1000000), "--priority", 0, "N",                \
+      "lower runs first, first come first served within a priority; strict, no aging")         \
+    X(INT, int, logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--logprobs", 0, "K",             \
+      "per output token, its log-probability and the K most likely tokens' (0 = only its "     \
+      "own); -1 = none. From the model's raw distribution, before penalties and temperature")  \
+    X(INT, int, prompt_logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--prompt-logprobs", 0, "K", \
+      "the same for every prompt token after the first; -1 = none. Such a request does not "   \
+      "read the prefix cache (cached tokens would have no logits)")
+
+/* ------------------------------------------------------------------------------------------
+ * Engine configuration
+ * ---------------------------------------------------------------------------------------- */
+
 typedef struct pl_engine_config {
-    /* Model: a llama2.c .bin, a Hugging Face directory, a .gguf, or "dummy:NAME"
-     * (random weights from seed; see pagellm --help for the names). Borrowed during create. */
-    const char *model_path;
-    /* SentencePiece .model; NULL = look beside the model (a Hugging Face directory's
-     * tokenizer.json, else tokenizer.model; beside a llama2.c file tok<vocab_size>.model, else
-     * tokenizer.model), else run on token ids only. */
-    const char *tokenizer_path;
-    pl_dtype weight_dtype;     /* AUTO keeps the stored type; F32/F16/BF16 convert at load */
-    pl_dtype kv_dtype;         /* AUTO: f16 (half the bytes attention reads; f32 on request) */
-    uint64_t dummy_seed;       /* weight seed for dummy: models */
-
-    pl_backend_kind backend;
-    int n_threads;             /* CPU backend threads; 0 = all cores */
-    int cuda_device;           /* CUDA device ordinal */
-
-    /* KV cache */
-    int block_size;            /* token slots per KV block: a power of two in [1, 256]; 16 */
-    int max_num_blocks;        /* 0 = derive from memory_threshold */
-    double memory_threshold;   /* fraction of (free) memory the engine may use, in (0, 1]; 0.9 */
-    size_t memory_limit_bytes; /* memory to size the KV pool from; 0 = physical memory (CPU)
-                                  or free device memory. Weights larger than it are refused
-                                  before loading; with max_num_blocks set, weights + pool +
-                                  workspace must fit it */
-    bool enable_prefix_caching;/* automatic prefix caching; true */
-
-    /* Scheduling */
-    int max_batch_size;        /* sequences per step; 32 */
-    int max_num_seqs;          /* sequences running (holding KV) at once; 256 */
-    int max_total_tokens;      /* new tokens per step (the token budget); 4096 */
-    int max_model_len;         /* prompt + output limit; 0 = the model's */
-    bool enable_chunked_prefill;   /* cut long prompts into chunks; true */
-    int long_prefill_threshold;    /* with chunked prefill: max tokens one prompt takes per
-                                      step; 0 = no cap. Without chunking a prompt runs whole */
-    int max_skip_head;         /* how many smaller requests may pass a waiting head that does
-                                  not fit before admission stops at it; 4 */
-    double watermark;          /* fraction of blocks kept free for running sequences; 0.01 */
-    int max_waiting;           /* waiting queue bound; 0 = unbounded; 4096 */
-    pl_overflow_policy overflow_policy;
-
-    int seed;                  /* reserved for engine-level randomness; 0 */
-    bool log_preemptions;      /* log every preemption on stderr; false */
+    size_t struct_size; /* set by pl_engine_config_default; see "Binary compatibility" */
+    void *storage;      /* copies made by pl_engine_config_set*; freed by _deinit */
+    PL_ENGINE_CONFIG_FIELDS(PL_FIELD_DECL_)
 } pl_engine_config;
 
-/* Fills cfg with the defaults documented above. */
-PL_API void pl_engine_config_default(pl_engine_config *cfg);
+/* Fills cfg with the defaults of PL_ENGINE_CONFIG_FIELDS, struct_size = struct_size and
+ * storage NULL. struct_size must be a size pl_engine_config has had (else cfg->struct_size
+ * is 0 and every call refuses cfg); pl_engine_config_default passes this header's. NULL is a
+ * no-op. */
+PL_API void pl_engine_config_init(pl_engine_config *cfg, size_t struct_size);
+static inline void pl_engine_config_default(pl_engine_config *cfg) {
+    pl_engine_config_init(cfg, sizeof *cfg);
+}
+/* Frees the copies pl_engine_config_set and _set_json made (fields set by them then dangle:
+ * default again before reuse). A struct copied by assignment shares them: deinit one copy.
+ * NULL is a no-op. */
+PL_API void pl_engine_config_deinit(pl_engine_config *cfg);
 
-/* Checks every field. Returns PL_OK, or PL_ERR_INVALID_ARGUMENT (cfg NULL, or a field out of
- * range: the message names the field, its value and the allowed range). Touches no file. */
+/* Checks every field and the rules between fields. Returns PL_OK, or
+ * PL_ERR_INVALID_ARGUMENT (cfg NULL, a struct_size no pagellm version had, model_path unset,
+ * a field out of range, or fields that contradict each other: the message names the field,
+ * its value and what is allowed, e.g. "config.memory_threshold = 0: must be in (0, 1]").
+ * Touches no file. */
 PL_API pl_status pl_engine_config_validate(const pl_engine_config *cfg);
 
+/* Sets the fields whose 0 means "derive from another field" as pl_engine_create will:
+ * max_batch_size = min(32, max_num_seqs) and max_num_seqs = max(256, max_batch_size), each
+ * only when it is 0 (a 0 max_num_seqs counts as 256 for the first). Fields that depend on
+ * the model (max_model_len) or the machine (n_threads, max_num_blocks) stay 0. NULL or a bad
+ * struct_size: no-op. */
+PL_API void pl_engine_config_resolve(pl_engine_config *cfg);
 
 /* ------------------------------------------------------------------------------------------
  * Sampling parameters (per request)
  * ---------------------------------------------------------------------------------------- */
 
-#define PL_MAX_STOP_IDS 16
-#define PL_MAX_STOP_STRINGS 8
-
 typedef struct pl_sampling_params {
-    int max_tokens;           /* output tokens at most; >= 1; 100 */
-    int min_tokens;           /* EOS and stop ids are ignored before this many; 0 */
-    float temperature;        /* 0 = greedy; >= 0; 1.0 */
-    float top_p;              /* nucleus mass in (0, 1]; 0.9 */
-    int top_k;                /* 0 = off; else keep the k most likely */
-    float min_p;              /* in [0, 1]; drop tokens below min_p * p(top); 0 */
-    float repetition_penalty; /* > 0; 1 = off; divides positive logits of seen tokens */
-    float presence_penalty;   /* in [-2, 2]; 0 = off */
-    float frequency_penalty;  /* in [-2, 2]; 0 = off */
-    uint64_t seed;            /* used when has_seed: output then independent of the batch */
-    bool has_seed;
-    int32_t stop_ids[PL_MAX_STOP_IDS]; /* extra ids that end the output (included in ids) */
-    int n_stop_ids;
-    const char *stop[PL_MAX_STOP_STRINGS]; /* strings that end the output (not included in
-                                              the text); copied at submit */
-    int n_stop;
-    bool ignore_eos;          /* keep going past EOS (benchmarks); false */
-    int n;                    /* parallel samples sharing the prompt's KV; 1 */
-    int priority;             /* lower runs first; FCFS within a priority; 0. Strict, no aging:
-                                 steady higher-priority work holds lower priorities back */
+    size_t struct_size; /* set by pl_sampling_params_default; see "Binary compatibility" */
+    void *storage;      /* copies made by pl_sampling_params_set*; freed by _deinit */
+    PL_SAMPLING_PARAMS_FIELDS(PL_FIELD_DECL_)
 } pl_sampling_params;
 
-/* Fills p with the defaults documented above. */
-PL_API void pl_sampling_params_default(pl_sampling_params *p);
+/* As pl_engine_config_init / _default / _deinit. */
+PL_API void pl_sampling_params_init(pl_sampling_params *p, size_t struct_size);
+static inline void pl_sampling_params_default(pl_sampling_params *p) {
+    pl_sampling_params_init(p, sizeof *p);
+}
+PL_API void pl_sampling_params_deinit(pl_sampling_params *p);
+
+/* Checks every field and the rules between them (min_tokens <= max_tokens, stop strings
+ * non-empty, stop ids >= 0) as submit does, except that a stop id outside the model's
+ * vocabulary is only found at submit. PL_ERR_INVALID_ARGUMENT naming the field. */
+PL_API pl_status pl_sampling_params_validate(const pl_sampling_params *p);
+
+/* ------------------------------------------------------------------------------------------
+ * Fields by name: what a command line, an HTTP server or a language binding needs
+ * ---------------------------------------------------------------------------------------- */
+
+typedef enum pl_field_kind {
+    PL_FIELD_BOOL, PL_FIELD_INT, PL_FIELD_U64, PL_FIELD_SIZE, PL_FIELD_DOUBLE,
+    PL_FIELD_FLOAT, PL_FIELD_STRING, PL_FIELD_ENUM, PL_FIELD_IDS, PL_FIELD_STRINGS,
+    PL_FIELD_OPT_U64,
+} pl_field_kind;
+
+/* Allowed values: [min, max], an open bound excluded ("(0, 1]"); none for names, strings,
+ * booleans. The PL_RANGE* macros of the tables expand to parenthesised tuples (commas in
+ * braces would split a macro argument); PL_RANGE_STRUCT(range) makes one a pl_range. */
+typedef struct pl_range {
+    double min, max;
+    bool min_open, max_open;
+    bool is_set;
+} pl_range;
+#define PL_RANGE(lo, hi) ((double)(lo), (double)(hi), false, false, true)
+#define PL_RANGE_OC(lo, hi) ((double)(lo), (double)(hi), true, false, true)
+#define PL_RANGE_CO(lo, hi) ((double)(lo), (double)(hi), false, true, true)
+#define PL_RANGE_NONE (0.0, 0.0, false, false, false)
+#define PL_RANGE_BRACE_(lo, hi, lo_open, hi_open, is_set) {lo, hi, lo_open, hi_open, is_set}
+#define PL_RANGE_STRUCT(range) PL_RANGE_BRACE_ range
+
+/* One row of a field table. Static storage. */
+typedef struct pl_field {
+    const char *name;           /* the member, and the key in JSON: "block_size" */
+    pl_field_kind kind;
+    size_t offset;              /* offsetof the member */
+    size_t aux_offset;          /* IDS, STRINGS: offsetof n_<name>; OPT_U64: of has_<name> */
+    pl_range range;             /* allowed values (lists: element counts) */
+    const char *const *choices; /* ENUM: names indexed by value, NULL-terminated, each maybe
+                                   with aliases after '|' ("f32|float32"); else NULL */
+    const char *flag;           /* "--block-size" */
+    char short_flag;            /* 'm', or 0 */
+    const char *value_name;     /* "N", "PATH" (help); NULL for BOOL */
+    const char *help;           /* one sentence */
+} pl_field;
+
+/* The tables, in declaration order; *out_n gets the count. Static storage. */
+PL_API const pl_field *pl_engine_config_fields(size_t *out_n);
+PL_API const pl_field *pl_sampling_params_fields(size_t *out_n);
+
+/* Sets a field by name from text as a command line gives it: a number ("16", "0.9"; SIZE
+ * also "512M", "4GiB"), true/false (also 1/0, yes/no, on/off), an enum's name ("f16"), a
+ * string (copied). A list field (IDS, STRINGS) gets value appended (IDS: comma-separated
+ * ids). OPT_U64: a number, or "" to unset. The value is checked against the field's range
+ * only (pl_*_validate checks the rules between fields). Copies live in the struct's storage
+ * until _deinit. Errors: PL_ERR_INVALID_ARGUMENT (struct_size, NULL, a malformed or
+ * out-of-range value: "config.block_size: 'x' is not an integer"), PL_ERR_NOT_FOUND (no
+ * such field; the message suggests the closest name), PL_ERR_OUT_OF_MEMORY. On failure the
+ * struct is unchanged. */
+PL_API pl_status pl_engine_config_set(pl_engine_config *cfg, const char *name,
+                                      const char *value);
+PL_API pl_status pl_sampling_params_set(pl_sampling_params *p, const char *name,
+                                        const char *value);
+/* As _set, with the value as JSON text: true/false, a number (INT, U64, SIZE: an integer;
+ * SIZE also a string as above), a string (STRING, ENUM), an array (IDS: of integers;
+ * STRINGS: of strings; a single integer or string is a list of one), null (STRING, lists,
+ * OPT_U64: unset). A list is replaced, not appended to. */
+PL_API pl_status pl_engine_config_set_json(pl_engine_config *cfg, const char *name,
+                                           const char *json);
+PL_API pl_status pl_sampling_params_set_json(pl_sampling_params *p, const char *name,
+                                             const char *json);
+/* The value of field f in obj (a pl_engine_config or pl_sampling_params that f belongs to)
+ * as JSON text, NUL-terminated, in buf; returns the length it needs (as snprintf: the text
+ * is cut when that is >= cap). */
+PL_API size_t pl_field_to_json(const pl_field *f, const void *obj, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------------------------
  * Engine
@@ -216,9 +438,9 @@ typedef uint64_t pl_request_id; /* 0 is never a valid id */
 /* Loads the model (and tokenizer) named by cfg and sizes the KV pool.
  * Errors: PL_ERR_INVALID_ARGUMENT (cfg, see pl_engine_config_validate), PL_ERR_IO,
  * PL_ERR_FORMAT, PL_ERR_NOT_FOUND (model/tokenizer), PL_ERR_UNSUPPORTED (a model feature or a
- * backend this build lacks), PL_ERR_OUT_OF_MEMORY (the model or the KV pool does not fit: the
- * message gives the numbers), PL_ERR_BACKEND. On failure *out is untouched and nothing needs
- * cleaning up. The engine does not keep cfg's strings. */
+ * backend this build lacks; GGUF files), PL_ERR_OUT_OF_MEMORY (the model or the KV pool does
+ * not fit: the message gives the numbers), PL_ERR_BACKEND. On failure *out is untouched and
+ * nothing needs cleaning up. The engine does not keep cfg's strings. */
 PL_API pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out);
 PL_API void pl_engine_destroy(pl_engine *e); /* NULL is a no-op; frees all requests */
 
@@ -243,7 +465,25 @@ PL_API pl_status pl_engine_submit_tokens(pl_engine *e, const int32_t *ids, size_
  * Thread-safe. */
 PL_API pl_status pl_engine_abort(pl_engine *e, pl_request_id id);
 
-/* A finished request. */
+/* One alternative at a token position. */
+typedef struct pl_logprob {
+    int32_t token;
+    float logprob;           /* natural log of its probability */
+} pl_logprob;
+
+/* Log-probabilities at one token position, from the model's raw distribution there (the
+ * log-softmax of its logits, before penalties, temperature, top-k/p or min-p: vLLM's default
+ * "raw_logprobs"). */
+typedef struct pl_token_logprobs {
+    int32_t token;           /* the token at this position (sampled, or the prompt's) */
+    float logprob;           /* its log-probability */
+    int32_t rank;            /* 1 + the number of tokens more likely than it */
+    int32_t n_top;           /* entries in top: min(K, vocabulary) for logprobs = K */
+    const pl_logprob *top;   /* (n_top) the most likely tokens, most likely first, ties by
+                                lower id; NULL when n_top is 0 */
+} pl_token_logprobs;
+
+/* A finished request (one sample of it). */
 typedef struct pl_completion {
     pl_request_id id;
     int index;                 /* sample index in [0, n) for n > 1 */
@@ -258,18 +498,27 @@ typedef struct pl_completion {
     double queue_s;            /* submit -> first scheduled */
     double ttft_s;             /* submit -> first output token */
     double total_s;            /* submit -> finished */
+    /* With logprobs >= 0: one entry per output id (NULL otherwise). */
+    pl_token_logprobs *logprobs;
+    size_t n_logprobs;
+    /* With prompt_logprobs >= 0, on sample 0 only: entry i is prompt token i + 1 (the first
+     * has no context to predict it); NULL otherwise. */
+    pl_token_logprobs *prompt_logprobs;
+    size_t n_prompt_logprobs;
 } pl_completion;
 
-/* What one step produced: new text for streaming and the requests that finished. */
+/* What one step appended to one sample: new text for streaming. */
 typedef struct pl_stream_delta {
     pl_request_id id;
     int index;
-    int32_t token;             /* the token appended this step */
+    int32_t token;             /* the token appended this step (-1: only held-back text) */
     const char *text;          /* new complete UTF-8 text (may be ""), engine-owned */
     size_t text_len;
+    const pl_token_logprobs *logprobs; /* the token's, with logprobs >= 0; else NULL */
 } pl_stream_delta;
 
 typedef struct pl_step_result {
+    size_t struct_size;              /* bytes the library filled */
     const pl_stream_delta *deltas;   /* (n_deltas) */
     size_t n_deltas;
     const pl_completion *finished;   /* (n_finished) */
@@ -279,25 +528,43 @@ typedef struct pl_step_result {
     int n_preempted;                 /* preemptions this step */
 } pl_step_result;
 
-/* Runs one scheduling step and forward pass. *out (may be NULL) is engine-owned, valid until
- * the next pl_engine_step/pl_engine_run/pl_engine_destroy. With nothing to do it returns PL_OK
- * with an empty result. Errors: PL_ERR_BACKEND (the running requests finish with reason
- * error and are reported; the engine stays usable), PL_ERR_OUT_OF_MEMORY. */
-PL_API pl_status pl_engine_step(pl_engine *e, pl_step_result *out);
+/* Runs one scheduling step and forward pass. *out (may be NULL) and everything it points to
+ * are engine-owned, valid until the next pl_engine_step/pl_engine_run/pl_engine_destroy.
+ * With nothing to do it returns PL_OK at once with an empty result: a thread that only
+ * steps should sleep in pl_engine_wait between steps. Errors: PL_ERR_BACKEND (the running
+ * requests finish with reason error and are reported; the engine stays usable),
+ * PL_ERR_OUT_OF_MEMORY. */
+PL_API pl_status pl_engine_step_sized(pl_engine *e, pl_step_result *out, size_t out_size);
+static inline pl_status pl_engine_step(pl_engine *e, pl_step_result *out) {
+    return pl_engine_step_sized(e, out, sizeof *out);
+}
 
 /* Steps until no work is pending and returns every request finished meanwhile, in submit
  * order (then sample index). *out_completions is caller-owned: free with
  * pl_completions_free(*out_completions, *out_n). Errors as pl_engine_step; on an error
  * *out_completions and *out_n are still set, to what finished before it (free them as
- * above), and the requests not finished stay in the engine: call again to go on. */
+ * above), and the requests not finished stay in the engine: call again to go on. It never
+ * idles: with no work it returns at once (a serving loop uses pl_engine_wait and step). */
 PL_API pl_status pl_engine_run(pl_engine *e, pl_completion **out_completions, size_t *out_n);
 PL_API void pl_completions_free(pl_completion *c, size_t n); /* NULL is a no-op */
 
 /* True while any request is waiting, running or not yet reported. */
 PL_API bool pl_engine_has_pending_work(const pl_engine *e);
 
+/* Sleeps until there is work for pl_engine_step (a request submitted or aborted, or one
+ * still in the engine), pl_engine_wake is called, or timeout_s seconds pass (< 0: no
+ * timeout; 0: just look). A condition variable behind the intake: no polling. *out_has_work
+ * (may be NULL) says whether a step would do something. Call it from the stepping thread.
+ * Errors: PL_ERR_INVALID_ARGUMENT (NULL engine, NaN timeout). */
+PL_API pl_status pl_engine_wait(pl_engine *e, double timeout_s, bool *out_has_work);
+/* Makes a pl_engine_wait in progress (or the next one) return at once, e.g. to shut a
+ * serving loop down. Thread-safe; NULL is a no-op. */
+PL_API void pl_engine_wake(pl_engine *e);
+
 typedef struct pl_metrics {
-    uint64_t requests_finished;
+    size_t struct_size;            /* bytes the library filled */
+    uint64_t requests_finished;    /* requests whose every sample finished */
+    uint64_t samples_finished;     /* samples (completions): n per request */
     uint64_t prompt_tokens;        /* prompt tokens of finished requests (once per request) */
     uint64_t prompt_tokens_computed; /* prompt tokens actually computed (no cache hits) */
     uint64_t output_tokens;
@@ -308,7 +575,7 @@ typedef struct pl_metrics {
     double mean_batch_tokens;      /* tokens per step */
     double throughput_tok_s;       /* (prompt + output tokens) / elapsed_s */
     double output_tok_s;
-    double mean_latency_s;         /* submit -> finished */
+    double mean_latency_s;         /* submit -> finished, per sample */
     double ttft_mean_s, ttft_p50_s, ttft_p99_s;
     double tpot_mean_s, tpot_p50_s, tpot_p99_s; /* time per output token after the first */
     int n_waiting, n_running;     /* now */
@@ -321,19 +588,67 @@ typedef struct pl_metrics {
     int vocab_size;
 } pl_metrics;
 
-/* Snapshot of counters since create. */
-PL_API void pl_engine_metrics(const pl_engine *e, pl_metrics *out);
+/* Snapshot of counters since create. NULL e gives zeros; NULL out is a no-op. */
+PL_API void pl_engine_metrics_sized(const pl_engine *e, pl_metrics *out, size_t out_size);
+static inline void pl_engine_metrics(const pl_engine *e, pl_metrics *out) {
+    pl_engine_metrics_sized(e, out, sizeof *out);
+}
 
 /* How many requests of this shape the KV pool holds at once (capacity's one source of truth).
  * PL_ERR_INVALID_ARGUMENT for zero lengths, PL_ERR_TOO_LONG beyond max_model_len. */
 PL_API pl_status pl_engine_capacity(const pl_engine *e, size_t prompt_len, size_t max_tokens,
                                     size_t *out_requests);
 
+/* Facts about the loaded model and the engine built around it. */
+typedef struct pl_model_info {
+    size_t struct_size;         /* bytes the library filled */
+    const char *name;           /* file name or dummy preset; engine-owned, valid until
+                                   pl_engine_destroy */
+    const char *architecture;   /* "llama" (Llama 1/2/3, Mistral, llama2.c); static */
+    int vocab_size;
+    int bos_id, eos_id;         /* -1 when the model has none */
+    int eot_id;                 /* end of turn (chat models); -1 when none is known */
+    int context_length;         /* the model's own maximum sequence length */
+    int max_model_len;          /* what this engine allows (config.max_model_len or the
+                                   model's) */
+    pl_dtype weight_dtype;      /* matrices as loaded (PL_DTYPE_F32/F16/BF16) */
+    pl_dtype kv_dtype;          /* KV cache elements as the backend stores them */
+    uint64_t n_params;          /* every weight: embeddings, matrices, norms (tied
+                                   embeddings once) */
+    uint64_t weight_bytes;      /* of those, as loaded on the host */
+    int n_layers, dim, n_heads, n_kv_heads, head_dim, hidden_dim;
+    size_t kv_bytes_per_token;  /* K and V of every layer for one token */
+    int block_size;
+    int kv_blocks;              /* the KV pool */
+    uint64_t kv_tokens;         /* kv_blocks * block_size */
+    int max_batch_size, max_num_seqs; /* as resolved from the config */
+    /* kv_tokens / max_model_len: how many requests of max_model_len tokens the pool holds
+     * at once (the figure vLLM logs as "maximum concurrency for N tokens per request") */
+    double max_concurrency;
+} pl_model_info;
+
+/* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */
+PL_API pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *out,
+                                            size_t out_size);
+static inline pl_status pl_engine_model_info(const pl_engine *e, pl_model_info *out) {
+    return pl_engine_model_info_sized(e, out, sizeof *out);
+}
+
 /* Tokenizes text as submit would (with BOS). *out_ids: caller frees with pl_free_ids.
- * PL_ERR_INVALID_ARGUMENT without a tokenizer or for invalid text. */
+ * PL_ERR_INVALID_ARGUMENT without a tokenizer or for invalid text. Thread-safe. */
 PL_API pl_status pl_engine_tokenize(const pl_engine *e, const char *text, int32_t **out_ids,
                                     size_t *out_n);
-PL_API void pl_free_ids(int32_t *ids);
+PL_API void pl_free_ids(int32_t *ids); /* NULL is a no-op */
+
+/* The text of ids[0..n) (n may be 0): SentencePiece's decode, so control tokens (BOS, EOS)
+ * give nothing and a leading space of the first piece is dropped as the tokenizer
+ * specifies. *out_text: NUL-terminated UTF-8 (invalid bytes as U+FFFD), caller frees with
+ * pl_free_text; *out_len (may be NULL) its length. Errors: PL_ERR_INVALID_ARGUMENT (NULL,
+ * no tokenizer loaded, an id outside the vocabulary: the message gives its index),
+ * PL_ERR_OUT_OF_MEMORY. Thread-safe. */
+PL_API pl_status pl_engine_detokenize(const pl_engine *e, const int32_t *ids, size_t n,
+                                      char **out_text, size_t *out_len);
+PL_API void pl_free_text(char *text); /* NULL is a no-op */
 
 /* ------------------------------------------------------------------------------------------
  * Profiling
@@ -351,6 +666,7 @@ typedef struct pl_profile_entry {
 } pl_profile_entry;
 
 typedef struct pl_profile {
+    size_t struct_size;   /* bytes the library filled */
     /* phases of a step: drain, schedule, build_batch, forward, sample, detokenize (append the
      * drawn tokens: detokenise, stop checks, stream deltas), output (completions) */
     pl_profile_entry phases[PL_PROFILE_MAX];
@@ -369,8 +685,11 @@ typedef struct pl_profile {
  * the file is complete after profiling is turned off or the engine destroyed. Phase times are
  * always collected (they cost two clock reads per phase). Errors: PL_ERR_IO (trace file). */
 PL_API pl_status pl_engine_set_profiling(pl_engine *e, bool on, const char *trace_path);
-/* Totals since the last reset. */
-PL_API void pl_engine_get_profile(const pl_engine *e, pl_profile *out);
+/* Totals since the last reset. NULL e gives zeros; NULL out is a no-op. */
+PL_API void pl_engine_get_profile_sized(const pl_engine *e, pl_profile *out, size_t out_size);
+static inline void pl_engine_get_profile(const pl_engine *e, pl_profile *out) {
+    pl_engine_get_profile_sized(e, out, sizeof *out);
+}
 PL_API void pl_engine_reset_profile(pl_engine *e);
 
 /* Bytes of matrix weights the model streams per forward pass, and parameters in matrix

@@ -136,7 +136,8 @@ static pl_status try_admit(pl_sched *s, pl_seq *w, int *budget, int *n_entries, 
 
     /* Count first, take later: a seq that does not fit must leave the cache as it was. */
     int n_cached = 0, n_free_hits = 0;
-    PL_TRY(pl_kv_count_prefix(s->pool, w->tokens, w->n_tokens, w->n_tokens - 1, &n_cached,
+    int max_cached = w->skip_prefix_cache ? 0 : w->n_tokens - 1;
+    PL_TRY(pl_kv_count_prefix(s->pool, w->tokens, w->n_tokens, max_cached, &n_cached,
                               &n_free_hits));
     int n_new = chunk_size(s, w->n_tokens - n_cached, *budget);
     if (n_new > *budget) return PL_OK; /* chunking off and the rest does not fit */
@@ -150,8 +151,7 @@ static pl_status try_admit(pl_sched *s, pl_seq *w, int *budget, int *n_entries, 
 
     PL_TRY(make_room(s, *n_entries, 0));
     int n_taken = 0;
-    PL_TRY(pl_kv_take_prefix(s->pool, &w->kv, w->tokens, w->n_tokens, w->n_tokens - 1,
-                             &n_taken));
+    PL_TRY(pl_kv_take_prefix(s->pool, &w->kv, w->tokens, w->n_tokens, max_cached, &n_taken));
     if (n_taken != n_cached) { /* cannot happen: nothing changed the pool since the count */
         pl_kv_free(s->pool, &w->kv);
         return pl_sched_bug("request %llu: prefix count %d but take %d",

@@ -99,6 +99,8 @@ struct pl_seq {
     int max_tokens;    /* output tokens at most (>= 1) */
     int n_forks;       /* children pl_sched_fork will add once the prompt is computed (n - 1
                           for n parallel samples): admission reserves their sequence slots */
+    bool skip_prefix_cache; /* compute every token (the engine needs every prompt logit);
+                               its full blocks are still registered for others */
     void *user;        /* the engine's back pointer; never touched by the scheduler */
 
     /* Tokens: prompt then generated. Storage owned by the seq (pl_seq_init/pl_seq_deinit). */

@@ -14,7 +14,7 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_template)
+  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -78,7 +78,8 @@ for t in "${targets[@]}"; do
   case "$t" in
     fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
     fuzz_tokenizer) sd=tokenizer ;; fuzz_tokenizer_json) sd=tokenizer_json ;;
-    fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_template) sd=template ;;
+    fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_fields) sd=fields ;;
+    fuzz_template) sd=template ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

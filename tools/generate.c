@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "bench/progress.h"
-#include "cli.h"
+#include "cli/cli.h"
 #include "commands.h"
 
 static void usage(void) {
@@ -354,24 +354,20 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
     return rc || n_refused || n_failed ? 1 : 0;
 }
 
-int cmd_generate(int argc, char **argv) {
-    pl_engine_config cfg;
-    pl_engine_config_default(&cfg);
-    cfg.model_path = NULL;
-    pl_sampling_params sp;
-    pl_sampling_params_default(&sp);
+/* cfg and sp: defaulted by the caller, who deinits them (the flags' lists live there). */
+static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_params *sp) {
     const char *prompt = NULL, *ids_arg = NULL, *file = NULL;
     bool json = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_engine_flag(&cfg, argc, argv, &i);
-        if (r == 0) r = cli_sampling_flag(&sp, argc, argv, &i);
+        int r = cli_engine_flag(cfg, argc, argv, &i);
+        if (r == 0) r = cli_sampling_flag(sp, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if (!strcmp(a, "--prompt") && i + 1 < argc) {
+        } else if ((!strcmp(a, "--prompt") || !strcmp(a, "-p")) && i + 1 < argc) {
             prompt = argv[++i];
         } else if (!strcmp(a, "--prompt-ids") && i + 1 < argc) {
             ids_arg = argv[++i];
@@ -384,7 +380,7 @@ int cmd_generate(int argc, char **argv) {
             return 2;
         }
     }
-    if (!cfg.model_path) {
+    if (!cfg->model_path) {
         fprintf(stderr, "pagellm generate: --model is required (a file, directory or dummy:NAME)\n");
         return 2;
     }
@@ -397,7 +393,7 @@ int cmd_generate(int argc, char **argv) {
     size_t n_prompts = 0;
     char err[512];
     if (file) {
-        if (!cli_prompts_load(file, &sp, &prompts, &n_prompts, err, sizeof err)) {
+        if (!cli_prompts_load(file, sp, &prompts, &n_prompts, err, sizeof err)) {
             fprintf(stderr, "pagellm generate: %s\n", err);
             return 2;
         }
@@ -405,7 +401,7 @@ int cmd_generate(int argc, char **argv) {
         prompts = calloc(1, sizeof *prompts);
         if (!prompts) return 1;
         n_prompts = 1;
-        prompts[0].params = sp;
+        prompts[0].params = *sp;
         if (prompt && !(prompts[0].text = strdup(prompt))) return 1;
         if (ids_arg && !parse_ids(ids_arg, &prompts[0].ids, &prompts[0].n_ids)) {
             cli_prompts_free(prompts, n_prompts);
@@ -414,7 +410,7 @@ int cmd_generate(int argc, char **argv) {
     }
 
     pl_engine *e = NULL;
-    if (pl_engine_create(&cfg, &e) != PL_OK) {
+    if (pl_engine_create(cfg, &e) != PL_OK) {
         fprintf(stderr, "pagellm generate: %s\n", pl_last_error());
         cli_prompts_free(prompts, n_prompts);
         return 1;
@@ -439,5 +435,16 @@ int cmd_generate(int argc, char **argv) {
     signal(SIGINT, SIG_DFL);
     pl_engine_destroy(e);
     cli_prompts_free(prompts, n_prompts);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    pl_engine_config cfg;
+    pl_engine_config_default(&cfg);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    int rc = generate(argc, argv, &cfg, &sp);
+    pl_sampling_params_deinit(&sp); /* the lists --stop and --stop-id built */
+    pl_engine_config_deinit(&cfg);
     return rc;
 }

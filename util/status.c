@@ -1,5 +1,6 @@
 /*
- * util/status.c - status names and strings, and the thread-local last-error message.
+ * util/status.c - status names and strings (generated from PL_STATUS_MAP), finish reason
+ * names, and the thread-local last-error message.
  */
 #include "util/status.h"
 
@@ -15,32 +16,20 @@ const char *pl_version(void) { return "0.1.0"; }
 
 const char *pl_status_name(pl_status s) {
     switch (s) {
-    case PL_OK: return "PL_OK";
-    case PL_ERR_INVALID_ARGUMENT: return "PL_ERR_INVALID_ARGUMENT";
-    case PL_ERR_OUT_OF_MEMORY: return "PL_ERR_OUT_OF_MEMORY";
-    case PL_ERR_IO: return "PL_ERR_IO";
-    case PL_ERR_FORMAT: return "PL_ERR_FORMAT";
-    case PL_ERR_UNSUPPORTED: return "PL_ERR_UNSUPPORTED";
-    case PL_ERR_NOT_FOUND: return "PL_ERR_NOT_FOUND";
-    case PL_ERR_TOO_LONG: return "PL_ERR_TOO_LONG";
-    case PL_ERR_QUEUE_FULL: return "PL_ERR_QUEUE_FULL";
-    case PL_ERR_BACKEND: return "PL_ERR_BACKEND";
+#define NAME(name, value, text)                                                               \
+    case PL_##name: return "PL_" #name;
+        PL_STATUS_MAP(NAME)
+#undef NAME
     }
     return "PL_ERR_UNKNOWN";
 }
 
 const char *pl_status_string(pl_status s) {
     switch (s) {
-    case PL_OK: return "success";
-    case PL_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case PL_ERR_OUT_OF_MEMORY: return "out of memory";
-    case PL_ERR_IO: return "input/output error";
-    case PL_ERR_FORMAT: return "malformed file";
-    case PL_ERR_UNSUPPORTED: return "not supported";
-    case PL_ERR_NOT_FOUND: return "not found";
-    case PL_ERR_TOO_LONG: return "request too long";
-    case PL_ERR_QUEUE_FULL: return "waiting queue full";
-    case PL_ERR_BACKEND: return "backend failure";
+#define TEXT(name, value, text)                                                               \
+    case PL_##name: return text;
+        PL_STATUS_MAP(TEXT)
+#undef TEXT
     }
     return "unknown status";
 }
@@ -77,12 +66,10 @@ pl_status pl_fail_prefix(pl_status code, const char *fmt, ...) {
 
 const char *pl_finish_reason_name(pl_finish_reason r) {
     switch (r) {
-    case PL_FINISH_NONE: return "none";
-    case PL_FINISH_STOP: return "stop";
-    case PL_FINISH_LENGTH: return "length";
-    case PL_FINISH_ABORT: return "abort";
-    case PL_FINISH_OVERLOADED: return "overloaded";
-    case PL_FINISH_ERROR: return "error";
+#define TEXT(name, value, text)                                                               \
+    case PL_FINISH_##name: return text;
+        PL_FINISH_REASON_MAP(TEXT)
+#undef TEXT
     }
     return "none";
 }

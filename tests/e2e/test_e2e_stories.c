@@ -219,7 +219,8 @@ Test(stories, stop_strings_end_the_text_and_are_never_streamed, .timeout = 120) 
     memcpy(stop, dot, 5);
     stop[5] = '\0';
     size_t want_len = (size_t)(strstr(full.text, stop) - full.text);
-    sp.stop[0] = stop;
+    const char *stops[] = {stop};
+    sp.stop = stops;
     sp.n_stop = 1;
     streamed_run cut;
     run_streaming(e, prompts[0], &sp, &cut);

@@ -161,7 +161,7 @@ Test(e2e_tiny, stop_ids_and_lengths_end_outputs) {
     int32_t stop = full.ids[0][7];
     int first = 0;
     while (full.ids[0][first] != stop) first++;
-    sp.stop_ids[0] = stop;
+    sp.stop_ids = &stop;
     sp.n_stop_ids = 1;
     e2e_outputs got;
     e2e_run(e, &p, &sp, false, &got);
@@ -348,7 +348,8 @@ Test(e2e_tiny, bad_requests_are_refused_with_a_named_problem) {
     sp.max_tokens = 61;
     cr_assert_eq(pl_engine_submit_tokens(e, ok_ids, 3, &sp, NULL), PL_OK, "%s", pl_last_error());
     pl_sampling_params_default(&sp);
-    sp.stop_ids[0] = -4;
+    const int32_t bad_stop = -4;
+    sp.stop_ids = &bad_stop;
     sp.n_stop_ids = 1;
     cr_assert_eq(pl_engine_submit_tokens(e, ok_ids, 3, &sp, NULL), PL_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(pl_last_error(), "stop_ids"));

@@ -12,7 +12,7 @@
  *   i32 max_batch_size, max_num_seqs, max_total_tokens, max_model_len,
  *       long_prefill_threshold, max_skip_head
  *   f64 watermark
- *   i32 max_waiting, overflow_policy, seed
+ *   i32 max_waiting, overflow_policy, (unused: the config's old `seed`, kept for the seeds)
  *   u64 dummy_seed
  * Then, for the run fuzz_config does on a valid config, request shapes:
  *   u8 prompt length - 1, u8 max_tokens - 1, u8 n - 1 (mod 4), u8 number of requests (mod 8)
@@ -79,7 +79,7 @@ static inline void fz_decode_config(fz_reader *r, pl_engine_config *c) {
     c->watermark = fz_f64(r);
     c->max_waiting = fz_i32(r);
     c->overflow_policy = (pl_overflow_policy)fz_i32(r);
-    c->seed = fz_i32(r);
+    (void)fz_i32(r);
     c->dummy_seed = fz_u64(r);
 }
 
@@ -114,7 +114,7 @@ static inline size_t fz_encode_config(const pl_engine_config *c, uint8_t sel, ui
     FZ_PUT((double)c->watermark);
     FZ_PUT((int32_t)c->max_waiting);
     FZ_PUT((int32_t)c->overflow_policy);
-    FZ_PUT((int32_t)c->seed);
+    FZ_PUT((int32_t)0);
     FZ_PUT((uint64_t)c->dummy_seed);
 #undef FZ_PUT
     return (size_t)(p - buf);

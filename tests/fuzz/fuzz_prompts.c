@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_prompts.c - libFuzzer target: the JSONL prompts file parser
- * (cli_prompts_parse from tools/prompts_file.c), then every parsed prompt submitted to an
+ * (cli_prompts_parse from cli/prompts_file.c), then every parsed prompt submitted to an
  * engine (dummy:tiny; with PL_FUZZ_TOKENIZER naming a SentencePiece model of at most 512
  * pieces, text prompts are tokenized too) and aborted before it runs.
  *
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "pagellm.h"
-#include "tools/cli.h"
+#include "cli/cli.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -61,9 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             fail("prompt line numbers not increasing within the input");
         if ((p[i].text == NULL) == (p[i].ids == NULL)) fail("prompt with both or neither");
         if (p[i].ids && p[i].n_ids == 0) fail("empty ids");
-        if (p[i].params.n_stop < 0 || p[i].params.n_stop > PL_MAX_STOP_STRINGS)
-            fail("n_stop out of range");
-        for (int k = 0; k < p[i].params.n_stop; k++)
+        if (p[i].params.n_stop > CLI_MAX_STOP) fail("n_stop out of range");
+        for (size_t k = 0; k < p[i].params.n_stop; k++)
             if (!p[i].params.stop[k] || !p[i].params.stop[k][0]) fail("empty stop string");
         pl_request_id id = 0;
         pl_status s = p[i].text

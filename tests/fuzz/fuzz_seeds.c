@@ -15,6 +15,8 @@
  * OUTDIR/prompts/      JSONL files: every field, ids and text, stop forms, edge values
  * OUTDIR/config/       encoded engine configs (fuzz_config_codec.h): defaults, small valid
  *                      engines with request shapes, boundary values
+ * OUTDIR/fields/       setter records for fuzz_fields.c: every field of both tables by name,
+ *                      as text and as JSON, with its default and a few typical values
  * The tokenizer corpus is trained by scripts/fuzz.sh with spm_train (no C writer for the
  * SentencePiece protobuf here). Models are written by tests/support/model_fixtures, the
  * writers the loader tests use, so every seed is a valid file the mutations start from.
@@ -315,6 +317,48 @@ static void config_seeds(const char *out) {
     }
 }
 
+/* One fuzz_fields record: [selector][name length][name][u16 value length][value]. */
+static size_t field_record(uint8_t *buf, uint8_t sel, const char *name, const char *value) {
+    size_t n = 0, nl = strlen(name), vl = strlen(value);
+    buf[n++] = sel;
+    buf[n++] = (uint8_t)nl;
+    memcpy(buf + n, name, nl);
+    n += nl;
+    buf[n++] = (uint8_t)(vl & 0xFF);
+    buf[n++] = (uint8_t)(vl >> 8);
+    memcpy(buf + n, value, vl);
+    return n + vl;
+}
+
+static void fields_seeds(const char *out) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/fields", out);
+    mkdir_p(dir);
+    pl_engine_config c;
+    pl_sampling_params sp;
+    pl_engine_config_default(&c);
+    pl_sampling_params_default(&sp);
+    static const char *const texts[] = {"1", "0", "true", "f16", "512M", "0.5", "a,b", "7,8"};
+    static const char *const jsons[] = {"1", "null", "[1,2]", "[\"x\",\"yz\"]", "\"f32\"",
+                                        "0.25", "\"4GiB\"", "false"};
+    for (int which = 0; which < 2; which++) {
+        size_t nf;
+        const pl_field *f = which ? pl_sampling_params_fields(&nf) : pl_engine_config_fields(&nf);
+        for (size_t i = 0; i < nf; i++) {
+            uint8_t buf[1024];
+            size_t n = 0;
+            char def[256];
+            pl_field_to_json(&f[i], which ? (const void *)&sp : (const void *)&c, def, sizeof def);
+            n += field_record(buf + n, (uint8_t)(which | 2), f[i].name, def);
+            n += field_record(buf + n, (uint8_t)which, f[i].name, texts[i % 8]);
+            n += field_record(buf + n, (uint8_t)(which | 2), f[i].name, jsons[i % 8]);
+            char name[64];
+            snprintf(name, sizeof name, "%s-%s.bin", which ? "sampling" : "config", f[i].name);
+            write_seed(dir, name, buf, n, NULL, 0);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: fuzz_seeds OUTDIR\n");
@@ -331,6 +375,7 @@ int main(int argc, char **argv) {
     hf_index_seeds(out, tmpdir);
     prompts_seeds(out);
     config_seeds(out);
+    fields_seeds(out);
     pl_fixture_remove_dir(tmpdir);
     printf("fuzz_seeds: corpora written under %s\n", out);
     return 0;

@@ -41,13 +41,12 @@ int32_t h_reference_next(const int32_t *tokens, int n) {
     return (int32_t)(h % H_VOCAB);
 }
 
-pl_sched_config h_config(int max_batch_size, int max_num_seqs, int max_total_tokens,
-                         int max_model_len) {
+pl_sched_config h_config(h_limits lim) {
     return (pl_sched_config){
-        .max_batch_size = max_batch_size,
-        .max_num_seqs = max_num_seqs,
-        .max_total_tokens = max_total_tokens,
-        .max_model_len = max_model_len,
+        .max_batch_size = lim.max_batch_size,
+        .max_num_seqs = lim.max_num_seqs,
+        .max_total_tokens = lim.max_total_tokens,
+        .max_model_len = lim.max_model_len,
         .enable_chunked_prefill = true,
         .long_prefill_threshold = 0,
         .max_skip_head = 4,
@@ -73,8 +72,9 @@ void h_init(harness *h, const pl_sched_config *cfg, int block_size, int n_blocks
     for (size_t i = 0; i < n_slots; i++) h->kv[i] = KV_POISON;
 }
 
-int h_add(harness *h, const int32_t *prompt, int n_prompt, int max_tokens, int target_len,
-          int priority, int arrive_step, int n_samples) {
+int h_add(harness *h, h_request q) {
+    int n_samples = q.n_samples ? q.n_samples : 1;
+    int target_len = q.target_len ? q.target_len : q.max_tokens;
     cr_assert(n_samples >= 1 && n_samples <= H_MAX_SAMPLES);
     /* Each request has its own allocation: the scheduler links its seqs, so it never moves. */
     h->reqs = realloc(h->reqs, (size_t)(h->n_reqs + 1) * sizeof(h_req *));
@@ -87,12 +87,12 @@ int h_add(harness *h, const int32_t *prompt, int n_prompt, int max_tokens, int t
     r->index = h->n_reqs;
     r->n_samples = n_samples;
     r->target_len = target_len;
-    r->arrive_step = arrive_step;
+    r->arrive_step = q.arrive_step;
     r->first_step = r->finish_step = -1;
     uint64_t id = (uint64_t)h->n_reqs + 1;
     for (int i = 0; i < n_samples; i++) {
-        cr_assert_eq(pl_seq_init(&r->seq[i], id, prompt, n_prompt, max_tokens, priority), PL_OK,
-                     "%s", pl_last_error());
+        cr_assert_eq(pl_seq_init(&r->seq[i], id, q.prompt, q.n_prompt, q.max_tokens, q.priority),
+                     PL_OK, "%s", pl_last_error());
         r->seq[i].user = r;
     }
     r->seq[0].n_forks = n_samples - 1;
@@ -114,7 +114,7 @@ void h_add_random(harness *h, uint64_t seed, int n, int min_len, int max_len, in
             prompt[i] = i < n_shared ? shared[i] : (int32_t)pl_test_rng_below(&rng, H_VOCAB);
         int out = 1 + (int)pl_test_rng_below(&rng, (uint32_t)max_out);
         int arrive = arrival_spread ? (int)pl_test_rng_below(&rng, (uint32_t)arrival_spread) : 0;
-        h_add(h, prompt, len, out, out, 0, arrive, 1);
+        H_ADD(h, .prompt = prompt, .n_prompt = len, .max_tokens = out, .arrive_step = arrive);
     }
     free(prompt);
 }

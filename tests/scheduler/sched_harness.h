@@ -62,12 +62,30 @@ typedef struct harness {
 
 void h_init(harness *h, const pl_sched_config *cfg, int block_size, int n_blocks,
             bool prefix_caching);
+
+/* The limits a test sets; everything else of the config is h_config's. */
+typedef struct h_limits {
+    int max_batch_size, max_num_seqs, max_total_tokens, max_model_len;
+} h_limits;
 /* A sensible test config: chunked prefill on, no watermark, no queue bound. */
-pl_sched_config h_config(int max_batch_size, int max_num_seqs, int max_total_tokens,
-                         int max_model_len);
-/* Adds a request (not yet submitted): prompt copied; returns its index. */
-int h_add(harness *h, const int32_t *prompt, int n_prompt, int max_tokens, int target_len,
-          int priority, int arrive_step, int n_samples);
+pl_sched_config h_config(h_limits lim);
+/* H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 32, .max_model_len = 256) */
+#define H_CONFIG(...) h_config((h_limits){__VA_ARGS__})
+
+/* A request to add; fields left 0 take the defaults noted. */
+typedef struct h_request {
+    const int32_t *prompt; /* (n_prompt), copied */
+    int n_prompt;
+    int max_tokens;
+    int target_len;        /* output tokens after which it finishes; 0 = max_tokens */
+    int priority;
+    int arrive_step;       /* the step it is submitted at the start of */
+    int n_samples;         /* 0 = 1 */
+} h_request;
+/* Adds a request (not yet submitted); returns its index. */
+int h_add(harness *h, h_request r);
+/* H_ADD(&h, .prompt = p, .n_prompt = 100, .max_tokens = 3) */
+#define H_ADD(h, ...) h_add((h), (h_request){__VA_ARGS__})
 /* Random prompts, many sharing a common prefix (exercises the prefix cache). */
 void h_add_random(harness *h, uint64_t seed, int n, int min_len, int max_len, int max_out,
                   int arrival_spread);

@@ -105,7 +105,8 @@ Test(lifecycle, config_from_engine_and_validation) {
 
 Test(lifecycle, refused_requests_leave_no_trace) {
     fixture f;
-    fx_init(&f, h_config(4, 4, 64, 100), 16, 4); /* 64 slots */
+    fx_init(&f, H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                         .max_model_len = 100), 16, 4); /* 64 slots */
     pl_seq q;
     seq_of(&q, 7, 60, 41); /* 101 > max_model_len 100 */
     cr_assert_eq(pl_sched_add(f.s, &q, NULL), PL_ERR_TOO_LONG);
@@ -146,7 +147,8 @@ Test(lifecycle, refused_requests_leave_no_trace) {
 
 Test(lifecycle, capacity_counts_blocks_per_request) {
     fixture f;
-    fx_init(&f, h_config(4, 4, 64, 4096), 16, 100);
+    fx_init(&f, H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                         .max_model_len = 4096), 16, 100);
     size_t n = 0;
     /* 100 + 29 - 1 = 128 slots = 8 blocks: 100 / 8 = 12. */
     cr_assert_eq(pl_sched_capacity(f.s, 100, 29, &n), PL_OK);
@@ -166,7 +168,8 @@ Test(lifecycle, capacity_counts_blocks_per_request) {
 /* ---- the waiting queue bound ---- */
 
 Test(lifecycle, reject_newest_when_full) {
-    pl_sched_config c = h_config(4, 4, 64, 128);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                                 .max_model_len = 128);
     c.max_waiting = 2;
     fixture f;
     fx_init(&f, c, 16, 64);
@@ -192,7 +195,8 @@ Test(lifecycle, reject_newest_when_full) {
 }
 
 Test(lifecycle, drop_oldest_when_full) {
-    pl_sched_config c = h_config(4, 4, 64, 128);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                                 .max_model_len = 128);
     c.max_waiting = 2;
     c.overflow_policy = PL_OVERFLOW_DROP_OLDEST;
     fixture f;
@@ -229,16 +233,17 @@ Test(lifecycle, abort_from_waiting_running_and_preempted_frees_blocks) {
     /* 4 blocks of 4: A (6 tokens) and B (7) run; the third step B preempts itself (see the
      * policy test); C waits. Abort B (preempted), C (waiting), then A (running). */
     harness h;
-    pl_sched_config c = h_config(8, 8, 64, 64);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 8, .max_num_seqs = 8, .max_total_tokens = 64,
+                                 .max_model_len = 64);
     c.max_skip_head = 0;
     h_init(&h, &c, 4, 4, false);
     int32_t p[7];
     fill(p, 6, 1);
-    int a = h_add(&h, p, 6, 4, 4, 0, 0, 1);
+    int a = H_ADD(&h, .prompt = p, .n_prompt = 6, .max_tokens = 4);
     fill(p, 7, 2);
-    int b = h_add(&h, p, 7, 4, 4, 0, 0, 1);
+    int b = H_ADD(&h, .prompt = p, .n_prompt = 7, .max_tokens = 4);
     fill(p, 3, 3);
-    int cc = h_add(&h, p, 3, 4, 4, 0, 0, 1);
+    int cc = H_ADD(&h, .prompt = p, .n_prompt = 3, .max_tokens = 4);
     pl_seq *A = &h.reqs[a]->seq[0], *B = &h.reqs[b]->seq[0], *C = &h.reqs[cc]->seq[0];
     h_step(&h);
     h_step(&h);
@@ -293,7 +298,8 @@ Test(lifecycle, transition_table_is_exactly_the_documented_one) {
 
 Test(lifecycle, invalid_transitions_are_refused) {
     fixture f;
-    fx_init(&f, h_config(4, 4, 32, 256), 4, 64);
+    fx_init(&f, H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 32,
+                         .max_model_len = 256), 4, 64);
     pl_seq a, b, child;
     seq_of(&a, 1, 10, 2);
     seq_of(&b, 2, 40, 2);
@@ -354,7 +360,8 @@ Test(lifecycle, invalid_transitions_are_refused) {
 
 Test(lifecycle, fork_checks_its_arguments) {
     fixture f;
-    fx_init(&f, h_config(2, 2, 64, 256), 4, 64);
+    fx_init(&f, H_CONFIG(.max_batch_size = 2, .max_num_seqs = 2, .max_total_tokens = 64,
+                         .max_model_len = 256), 4, 64);
     pl_seq a, other, c1, c2;
     seq_of(&a, 1, 10, 4);
     seq_of(&other, 9, 10, 4); /* a different prompt */
@@ -385,7 +392,8 @@ Test(lifecycle, forks_reserve_sequence_slots_at_admission) {
     /* max_num_seqs 4: A asks for 3 samples (2 forks), so B (1 sample) fits beside it but C
      * must wait; after the fork 4 run. */
     fixture f;
-    fx_init(&f, h_config(4, 4, 64, 256), 4, 64);
+    fx_init(&f, H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                         .max_model_len = 256), 4, 64);
     pl_seq a, b, cc, k1, k2;
     seq_of(&a, 1, 10, 4);
     seq_of(&b, 2, 10, 4);
@@ -436,7 +444,8 @@ Test(lifecycle, seq_init_checks_and_grows) {
 Test(lifecycle, create_and_api_calls_fail_cleanly_without_memory) {
     pl_kv_pool *pool;
     cr_assert_eq(pl_kv_pool_create(4, 64, true, &pool), PL_OK);
-    pl_sched_config c = h_config(4, 4, 64, 256);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                                 .max_model_len = 256);
     pl_sched *s = NULL;
     pl_alloc_fail_after(0);
     cr_assert_eq(pl_sched_create(&c, pool, &s), PL_ERR_OUT_OF_MEMORY);
@@ -500,12 +509,14 @@ Test(lifecycle, failed_schedules_lose_nothing) {
     for (int fail_step = 0; fail_step < 12; fail_step++)
         for (int k = 0; k < 4; k++) {
             harness h;
-            pl_sched_config c = h_config(8, 8, 24, 64);
+            pl_sched_config c = H_CONFIG(.max_batch_size = 8, .max_num_seqs = 8,
+                                         .max_total_tokens = 24, .max_model_len = 64);
             h_init(&h, &c, 4, 24, true);
             int32_t p[20];
             for (int i = 0; i < 6; i++) {
                 fill(p, 10 + i, 100 + i);
-                h_add(&h, p, 10 + i, 8, 8, 0, i / 2, i % 3 == 0 ? 3 : 1);
+                H_ADD(&h, .prompt = p, .n_prompt = 10 + i, .max_tokens = 8, .arrive_step = i / 2,
+                      .n_samples = i % 3 == 0 ? 3 : 1);
             }
             while (h.step < 200) {
                 if (h.step == fail_step) {

@@ -27,11 +27,12 @@ static const char *chunks(const pl_sched_output *o) {
 
 Test(policy, chunked_prefill_splits_100_by_32) {
     harness h;
-    pl_sched_config c = h_config(4, 4, 32, 256);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 32,
+                                 .max_model_len = 256);
     h_init(&h, &c, 16, 64, false);
     int32_t p[100];
     fill(p, 100, 1);
-    h_add(&h, p, 100, 3, 3, 0, 0, 1);
+    H_ADD(&h, .prompt = p, .n_prompt = 100, .max_tokens = 3);
     const int want[] = {32, 32, 32, 4, 1, 1};
     for (int i = 0; i < 6; i++) {
         pl_sched_output o = h_step(&h);
@@ -50,14 +51,15 @@ Test(policy, chunked_prefill_splits_100_by_32) {
 Test(policy, long_prefill_threshold_shares_the_budget) {
     /* Budget 64, threshold 20: two 100-token prompts each take 20 per step, not 64 + 0. */
     harness h;
-    pl_sched_config c = h_config(4, 4, 64, 256);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                                 .max_model_len = 256);
     c.long_prefill_threshold = 20;
     h_init(&h, &c, 16, 64, false);
     int32_t p[100];
     fill(p, 100, 2);
-    h_add(&h, p, 100, 2, 2, 0, 0, 1);
+    H_ADD(&h, .prompt = p, .n_prompt = 100, .max_tokens = 2);
     fill(p, 100, 3);
-    h_add(&h, p, 100, 2, 2, 0, 0, 1);
+    H_ADD(&h, .prompt = p, .n_prompt = 100, .max_tokens = 2);
     for (int i = 0; i < 5; i++) {
         pl_sched_output o = h_step(&h);
         cr_assert_str_eq(chunks(&o), "20,20", "step %d", i);
@@ -75,16 +77,17 @@ Test(policy, chunking_off_a_prompt_waits_for_budget) {
     /* Budget 40, prompts A=30, B=30, C=8 in that order. Step 0: A (30) fits; B does not fit
      * the 10 left and waits; C (8) passes it. Step 1: A and C decode (2), then B (30). */
     harness h;
-    pl_sched_config c = h_config(4, 4, 40, 40);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 40,
+                                 .max_model_len = 40);
     c.enable_chunked_prefill = false;
     h_init(&h, &c, 16, 64, false);
     int32_t p[30];
     fill(p, 30, 4);
-    int a = h_add(&h, p, 30, 4, 4, 0, 0, 1);
+    int a = H_ADD(&h, .prompt = p, .n_prompt = 30, .max_tokens = 4);
     fill(p, 30, 5);
-    int b = h_add(&h, p, 30, 4, 4, 0, 0, 1);
+    int b = H_ADD(&h, .prompt = p, .n_prompt = 30, .max_tokens = 4);
     fill(p, 8, 6);
-    int cc = h_add(&h, p, 8, 4, 4, 0, 0, 1);
+    int cc = H_ADD(&h, .prompt = p, .n_prompt = 8, .max_tokens = 4);
     pl_sched_output o = h_step(&h);
     cr_assert_str_eq(chunks(&o), "30,8");
     cr_assert_eq(o.entries[0].seq, &h.reqs[a]->seq[0]);
@@ -105,21 +108,22 @@ Test(policy, chunking_off_a_prompt_waits_for_budget) {
  * until the running ones finish, and H runs before the remaining smalls. */
 static void skip_head_case(int max_skip_head) {
     harness h;
-    pl_sched_config c = h_config(16, 16, 64, 64);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 16, .max_num_seqs = 16, .max_total_tokens = 64,
+                                 .max_model_len = 64);
     c.enable_chunked_prefill = false;
     c.max_skip_head = max_skip_head;
     h_init(&h, &c, 4, 256, false);
     int32_t p[60];
     for (int i = 0; i < 5; i++) {
         fill(p, 4, 10 + i);
-        h_add(&h, p, 4, 20, 20, 0, 0, 1);
+        H_ADD(&h, .prompt = p, .n_prompt = 4, .max_tokens = 20);
     }
     fill(p, 60, 20);
-    int head = h_add(&h, p, 60, 4, 4, 0, 1, 1);
+    int head = H_ADD(&h, .prompt = p, .n_prompt = 60, .max_tokens = 4, .arrive_step = 1);
     int small[8];
     for (int i = 0; i < 8; i++) {
         fill(p, 4, 30 + i);
-        small[i] = h_add(&h, p, 4, 2, 2, 0, 1, 1);
+        small[i] = H_ADD(&h, .prompt = p, .n_prompt = 4, .max_tokens = 2, .arrive_step = 1);
     }
     h_run(&h, 100);
     int passed = 0;
@@ -145,7 +149,8 @@ Test(policy, watermark_keeps_blocks_free_on_admission) {
      * is admitted alone (19 free); B (40 tokens, 10 blocks) leaves 9 >= 5: admitted; C (20
      * tokens, 5 blocks) would leave 4: waits; D (16 tokens, 4 blocks) leaves 5: admitted. */
     harness h;
-    pl_sched_config c = h_config(8, 8, 128, 80);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 8, .max_num_seqs = 8, .max_total_tokens = 128,
+                                 .max_model_len = 80);
     c.watermark = 0.25;
     h_init(&h, &c, 4, 20, false);
     int32_t p[40];
@@ -153,7 +158,7 @@ Test(policy, watermark_keeps_blocks_free_on_admission) {
     int idx[4];
     for (int i = 0; i < 4; i++) {
         fill(p, len[i], 40 + i);
-        idx[i] = h_add(&h, p, len[i], 1, 1, 0, 0, 1);
+        idx[i] = H_ADD(&h, .prompt = p, .n_prompt = len[i], .max_tokens = 1);
     }
     pl_sched_output o = h_step(&h);
     cr_assert_str_eq(chunks(&o), "4,40,16");
@@ -171,12 +176,13 @@ Test(policy, watermark_keeps_blocks_free_on_admission) {
 Test(policy, watermark_does_not_block_a_lone_request) {
     /* Watermark 0.5 of 20 blocks, a request needing all 20 blocks: nothing runs, so it starts. */
     harness h;
-    pl_sched_config c = h_config(8, 8, 128, 96);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 8, .max_num_seqs = 8, .max_total_tokens = 128,
+                                 .max_model_len = 96);
     c.watermark = 0.5;
     h_init(&h, &c, 4, 20, false);
     int32_t p[77];
     fill(p, 77, 50);
-    h_add(&h, p, 77, 4, 4, 0, 0, 1); /* 77 + 4 - 1 = 80 slots = 20 blocks */
+    H_ADD(&h, .prompt = p, .n_prompt = 77, .max_tokens = 4); /* 77 + 4 - 1 = 80 slots = 20 blocks */
     pl_sched_output o = h_step(&h);
     cr_assert_eq(o.n_seqs, 1);
     cr_assert_eq(o.entries[0].n_new, 77);
@@ -193,14 +199,16 @@ Test(policy, priorities_then_arrival) {
      * 0, lows first; H3 (priority 0) arrives at step 3 while H1 runs. Order of first
      * scheduling: H1, H2, H3, L1, L2 (a running sequence is never displaced by priority). */
     harness h;
-    pl_sched_config c = h_config(1, 1, 64, 64);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 1, .max_num_seqs = 1, .max_total_tokens = 64,
+                                 .max_model_len = 64);
     h_init(&h, &c, 16, 64, false);
     int32_t p[8];
     int id[5];
     const int prio[] = {5, 5, 0, 0, 0}, arrive[] = {0, 0, 0, 0, 3};
     for (int i = 0; i < 5; i++) {
         fill(p, 8, 60 + i);
-        id[i] = h_add(&h, p, 8, 6, 6, prio[i], arrive[i], 1);
+        id[i] = H_ADD(&h, .prompt = p, .n_prompt = 8, .max_tokens = 6, .priority = prio[i],
+                      .arrive_step = arrive[i]);
     }
     h_run(&h, 100);
     const int order[] = {2, 3, 4, 0, 1};
@@ -218,14 +226,15 @@ Test(policy, preemption_takes_the_lowest_priority_then_latest) {
      * more: they fill 6 blocks, then grow. The first victim must be B (lowest priority)
      * although C arrived later; the harness checks every victim ranks last among the running. */
     harness h;
-    pl_sched_config c = h_config(8, 8, 64, 64);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 8, .max_num_seqs = 8, .max_total_tokens = 64,
+                                 .max_model_len = 64);
     h_init(&h, &c, 4, 8, false);
     int32_t p[8];
     const int prio[] = {0, 9, 0};
     int id[3];
     for (int i = 0; i < 3; i++) {
         fill(p, 8, 70 + i);
-        id[i] = h_add(&h, p, 8, 12, 12, prio[i], 0, 1);
+        id[i] = H_ADD(&h, .prompt = p, .n_prompt = 8, .max_tokens = 12, .priority = prio[i]);
     }
     const pl_seq *first_victim = NULL;
     while (h.n_finished < 3) {
@@ -246,16 +255,18 @@ Test(policy, a_sequence_that_is_the_victim_stops_the_running_pass) {
      * their blocks. Step 2: A's position 7 fits; B's position 8 needs a block, none is free,
      * and B is the tail: B preempts itself, only A runs, and nothing is admitted. */
     harness h;
-    pl_sched_config c = h_config(8, 8, 64, 64);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 8, .max_num_seqs = 8, .max_total_tokens = 64,
+                                 .max_model_len = 64);
     c.max_skip_head = 0;
     h_init(&h, &c, 4, 4, false);
     int32_t p[7];
     fill(p, 6, 80);
-    int a = h_add(&h, p, 6, 4, 4, 0, 0, 1);
+    int a = H_ADD(&h, .prompt = p, .n_prompt = 6, .max_tokens = 4);
     fill(p, 7, 81);
-    int b = h_add(&h, p, 7, 4, 4, 0, 0, 1);
+    int b = H_ADD(&h, .prompt = p, .n_prompt = 7, .max_tokens = 4);
     fill(p, 2, 82);
-    int late = h_add(&h, p, 2, 1, 1, 0, 2, 1); /* arrives in the preempting step */
+    /* arrives in the preempting step */
+    int late = H_ADD(&h, .prompt = p, .n_prompt = 2, .max_tokens = 1, .arrive_step = 2);
     h_step(&h);
     h_step(&h);
     pl_sched_output o = h_step(&h);
@@ -293,13 +304,14 @@ Test(policy, prefix_cache_skips_cached_tokens_but_computes_the_last) {
      * computes 16. C: A's prompt + 1 token: 64 cached, computes 1. D: a 16-token prompt equal
      * to A's first block: nothing may be taken (at most 15), computes 16. */
     harness h;
-    pl_sched_config c = h_config(4, 4, 128, 256);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 128,
+                                 .max_model_len = 256);
     h_init(&h, &c, 16, 64, true);
     int32_t p[65];
     fill(p, 65, 90);
-    h_add(&h, p, 64, 2, 2, 0, 0, 1);
+    H_ADD(&h, .prompt = p, .n_prompt = 64, .max_tokens = 2);
     h_run(&h, 10);
-    int b = h_add(&h, p, 64, 2, 2, 0, h.step, 1);
+    int b = H_ADD(&h, .prompt = p, .n_prompt = 64, .max_tokens = 2, .arrive_step = h.step);
     pl_sched_output o = h_step(&h);
     cr_assert_eq(o.n_seqs, 1);
     cr_assert_eq(o.entries[0].seq, &h.reqs[b]->seq[0]);
@@ -308,13 +320,13 @@ Test(policy, prefix_cache_skips_cached_tokens_but_computes_the_last) {
     cr_assert(o.entries[0].samples);
     cr_assert_eq(h.reqs[b]->seq[0].n_cached_prompt, 48);
     h_run(&h, 20);
-    int cc = h_add(&h, p, 65, 2, 2, 0, h.step, 1);
+    int cc = H_ADD(&h, .prompt = p, .n_prompt = 65, .max_tokens = 2, .arrive_step = h.step);
     o = h_step(&h);
     cr_assert_eq(o.entries[0].seq, &h.reqs[cc]->seq[0]);
     cr_assert_eq(o.entries[0].start, 64);
     cr_assert_eq(o.entries[0].n_new, 1);
     h_run(&h, 30);
-    int d = h_add(&h, p, 16, 2, 2, 0, h.step, 1);
+    int d = H_ADD(&h, .prompt = p, .n_prompt = 16, .max_tokens = 2, .arrive_step = h.step);
     o = h_step(&h);
     cr_assert_eq(o.entries[0].seq, &h.reqs[d]->seq[0]);
     cr_assert_eq(o.entries[0].start, 0);
@@ -336,11 +348,12 @@ Test(policy, fork_shares_the_prompt_and_copies_on_write) {
      * the shared partial block (copy 1), then child 1 into the block it still shares with
      * child 2 (copy 2); child 2 is then alone in it: no copy. */
     harness h;
-    pl_sched_config c = h_config(8, 8, 64, 64);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 8, .max_num_seqs = 8, .max_total_tokens = 64,
+                                 .max_model_len = 64);
     h_init(&h, &c, 4, 32, true);
     int32_t p[6];
     fill(p, 6, 100);
-    int r = h_add(&h, p, 6, 5, 5, 0, 0, 3);
+    int r = H_ADD(&h, .prompt = p, .n_prompt = 6, .max_tokens = 5, .n_samples = 3);
     pl_sched_output o = h_step(&h);
     cr_assert_eq(o.n_seqs, 1);
     pl_sched_counts n;

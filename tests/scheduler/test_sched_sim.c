@@ -29,7 +29,8 @@ static void workload(harness *h, uint64_t seed, bool priorities) {
         for (int k = 0; k < 40; k++) p[k] = (int32_t)pl_test_rng_below(&rng, H_VOCAB);
         int len = 5 + (int)pl_test_rng_below(&rng, 36);
         int out = 1 + (int)pl_test_rng_below(&rng, 30);
-        h_add(h, p, len, out, out, 0, (int)pl_test_rng_below(&rng, 60), 2 + i % 3);
+        H_ADD(h, .prompt = p, .n_prompt = len, .max_tokens = out,
+              .arrive_step = (int)pl_test_rng_below(&rng, 60), .n_samples = 2 + i % 3);
     }
     if (priorities)
         for (int r = 0; r < h->n_reqs; r++)
@@ -124,7 +125,8 @@ static void pressure_case(uint64_t seed, bool priorities, bool fixed_seed) {
     cr_assert(plenty && tight && tight_nochunk);
 
     /* Plenty: 4096 blocks, no prefix cache: never preempts. */
-    pl_sched_config c = h_config(16, 32, 256, 256);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 16, .max_num_seqs = 32, .max_total_tokens = 256,
+                                 .max_model_len = 256);
     run(plenty, seed, c, 16, 4096, false, priorities);
     cr_assert_eq(plenty->preemptions, 0);
     if (fixed_seed) { /* the limits were reached, so checking them was not vacuous */
@@ -141,7 +143,8 @@ static void pressure_case(uint64_t seed, bool priorities, bool fixed_seed) {
     same_tokens(plenty, tight, "tight");
 
     /* Tight without chunked prefill (budget 256 >= max_model_len 256), skipping off. */
-    c = h_config(16, 32, 256, 256);
+    c = H_CONFIG(.max_batch_size = 16, .max_num_seqs = 32, .max_total_tokens = 256,
+                 .max_model_len = 256);
     c.enable_chunked_prefill = false;
     c.max_skip_head = 0;
     run(tight_nochunk, seed, c, 8, 40, false, priorities);
@@ -183,7 +186,8 @@ Test(sim, small_batches_and_seq_slots) {
      * still hold every step (the harness checks) and everything finishes. */
     run_result *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
     cr_assert(a && b);
-    pl_sched_config c = h_config(3, 5, 40, 256);
+    pl_sched_config c = H_CONFIG(.max_batch_size = 3, .max_num_seqs = 5, .max_total_tokens = 40,
+                                 .max_model_len = 256);
     run(a, 99, c, 4, 4096, false, false);
     c.max_skip_head = 2;
     run(b, 99, c, 4, 44, true, false); /* 44 blocks of 4: the largest request needs 40 */

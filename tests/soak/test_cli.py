@@ -389,7 +389,8 @@ def main():
         ("NUL in prompt", "nul.jsonl", '{"prompt": "a\\u0000b"}\n', "NUL"),
         ("empty stop", "stop.jsonl", '{"prompt_token_ids": [1], "stop": [""]}\n', "stop"),
         ("too many stops", "stops.jsonl",
-         '{"prompt_token_ids": [1], "stop": ["a","b","c","d","e","f","g","h","i"]}\n', "stop"),
+         '{"prompt_token_ids": [1], "stop": [%s]}\n' % ",".join('"s%d"' % i for i in range(65)),
+         "stop"),
         ("duplicate key", "dup.jsonl", '{"prompt_token_ids": [1], "n": 1, "n": 2}\n', ":1:"),
         ("blank file", "blank.jsonl", "\n   \n", "blank.jsonl: no prompts (2 blank lines)"),
         ("empty file", "empty.jsonl", "", "empty.jsonl: no prompts (the file is empty)"),
@@ -446,6 +447,8 @@ def main():
          "--memory-limit"),
         ("memory limit followed by another flag", ["--memory-limit"], "--memory-limit"),
         ("empty prompt ids", ["--prompt-ids", ","], "--prompt-ids"),
+        ("top-p 0 (the range is (0, 1])", ["--top-p", "0"], "(0, 1]"),
+        ("a misspelt enum value", ["--kv-dtype=f8"], "one of auto, f32, f16, bf16"),
     ]
     for name, extra, needle in flag_cases:
         args = ["generate", "--model", "dummy:tiny"] + extra
@@ -457,6 +460,11 @@ def main():
     check("two prompt forms", ["generate", "--model", "dummy:tiny", "--prompt", "a"] + ids, 2,
           ["--prompt"])
     check("unknown command", ["frobnicate"], 2, ["frobnicate"])
+    check("long-prefill-threshold without chunked prefill", ["generate", "--model", "dummy:tiny",
+          "--no-chunked-prefill", "--long-prefill-threshold", "10"] + ids, None,
+          ["long_prefill_threshold", "chunked prefill"])
+    check("max-num-seqs alone lowers the batch", ["generate", "-m", "dummy:tiny", "-n", "2",
+          "--max-num-seqs", "4", "--temperature", "0"] + ids, 0, [])
     check("block size not a power of two", ["generate", "--model", "dummy:tiny",
                                             "--block-size", "24"] + ids, None, ["block"])
     check("max-model-len beyond the model", ["generate", "--model", "dummy:tiny",

@@ -42,6 +42,7 @@ typedef struct soak_req {
     int32_t *prompt; /* (n_prompt) */
     int n_prompt;
     pl_sampling_params sp;
+    int32_t stop_ids[3];  /* sp.stop_ids */
     bool greedy;
     /* reference run (greedy only): the output of sample 0 */
     int32_t *ref;    /* (n_ref) */
@@ -62,7 +63,7 @@ typedef struct soak_stats {
 
 static bool is_end(const pl_engine *e, const pl_sampling_params *p, int32_t t, int n_out) {
     if (n_out <= p->min_tokens) return false;
-    for (int i = 0; i < p->n_stop_ids; i++)
+    for (size_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] == t) return true;
     if (p->ignore_eos) return false;
     return pl_engine_is_eos(e, t);
@@ -104,9 +105,10 @@ static soak_req *make_workload(int n, uint64_t seed, int vocab, const int32_t *s
         sp->ignore_eos = pl_test_rng_below(&r, 4) == 0;
         if (pl_test_rng_below(&r, 3) == 0) {
             /* frequent small ids, so stops actually happen */
-            sp->n_stop_ids = 1 + (int)pl_test_rng_below(&r, 3);
-            for (int k = 0; k < sp->n_stop_ids; k++)
-                sp->stop_ids[k] = stop_pool[pl_test_rng_below(&r, (uint32_t)n_pool)];
+            sp->n_stop_ids = 1 + pl_test_rng_below(&r, 3);
+            for (size_t k = 0; k < sp->n_stop_ids; k++)
+                q->stop_ids[k] = stop_pool[pl_test_rng_below(&r, (uint32_t)n_pool)];
+            sp->stop_ids = q->stop_ids;
         }
         if (pl_test_rng_below(&r, 5) == 0)
             sp->min_tokens = (int)pl_test_rng_below(&r, (uint32_t)sp->max_tokens + 1);

@@ -38,6 +38,7 @@ typedef struct sample_rec {
 typedef struct story_req {
     char text[400];
     pl_sampling_params sp;
+    const char *stop[2];  /* sp.stop */
     bool greedy;
     int32_t *ref;         /* reference tokens (greedy) */
     int n_ref;
@@ -79,9 +80,10 @@ static void make(story_req *w, int n_req, uint64_t seed) {
         sp->has_seed = true;
         sp->seed = pl_test_rng_u64(&r);
         if (pl_test_rng_below(&r, 3) == 0) {
-            sp->n_stop = 1 + (int)pl_test_rng_below(&r, 2);
-            for (int k = 0; k < sp->n_stop; k++)
-                sp->stop[k] = k_stops[pl_test_rng_below(&r, N_STOPS)];
+            sp->n_stop = 1 + pl_test_rng_below(&r, 2);
+            for (size_t k = 0; k < sp->n_stop; k++)
+                q->stop[k] = k_stops[pl_test_rng_below(&r, N_STOPS)];
+            sp->stop = q->stop;
         }
     }
 }
@@ -109,7 +111,7 @@ static pl_engine *engine(const char *model, const char *tok, int blocks) {
 }
 
 static bool can_cut(const pl_sampling_params *p, const char *text) {
-    for (int k = 0; k < p->n_stop; k++)
+    for (size_t k = 0; k < p->n_stop; k++)
         if (strstr(text, p->stop[k])) return true;
     return false;
 }

@@ -25,6 +25,12 @@ Test(threads, submitters_and_aborter_cpu_backend, .timeout = 240) {
     PL_ASSERT_NO_LEAKS();
 }
 
+/* A stepping thread that sleeps in pl_engine_wait while requests trickle in. */
+Test(threads, stepping_thread_sleeps_until_work_arrives, .timeout = 120) {
+    cr_assert(thr_trickle(PL_BACKEND_REF, 12), "%s", thr_failure());
+    PL_ASSERT_NO_LEAKS();
+}
+
 /* Text prompts: tokenization (the sentencepiece shim) runs on the submitting threads. Uses
  * tok512 from PAGELLM_TEST_MODELS (512 pieces, as dummy:tiny's vocabulary). */
 Test(threads, text_submitters_with_tokenizer, .timeout = 240) {

@@ -144,6 +144,7 @@ static void *submitter(void *p) {
     }
 out:
     atomic_fetch_add(&sh->submitters_done, 1);
+    pl_engine_wake(sh->e); /* the stepping thread may be asleep in pl_engine_wait */
     return NULL;
 }
 
@@ -250,7 +251,18 @@ bool thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submi
     aborter_started = with_aborter && pthread_create(&ab, NULL, aborter, &sh) == 0;
     /* a submitter that failed to start counts as done so the loop below ends */
     atomic_fetch_add(&sh.submitters_done, n_submitters - n_started);
+    long empty = 0, idle = 0;
     while (atomic_load(&sh.submitters_done) < n_submitters || pl_engine_has_pending_work(sh.e)) {
+        /* sleep until a submit, an abort or a wake: stepping an idle engine would spin */
+        bool work = false;
+        if (pl_engine_wait(sh.e, 2.0, &work) != PL_OK) {
+            record_failure("wait: %s", pl_last_error());
+            break;
+        }
+        if (!work) {
+            idle++;
+            continue;
+        }
         pl_step_result res;
         pl_status st = pl_engine_step(sh.e, &res);
         if (st != PL_OK) {
@@ -275,7 +287,7 @@ bool thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submi
             memcpy(s->out, c->output_ids, c->n_output_ids * sizeof(int32_t));
         }
         atomic_store(&sh.steps_done, step);
-        if (res.n_scheduled_seqs == 0) sched_yield();
+        if (res.n_scheduled_seqs == 0 && res.n_finished == 0) empty++;
     }
     for (int k = 0; k < n_started; k++) pthread_join(th[k], NULL);
     if (aborter_started) pthread_join(ab, NULL);
@@ -283,7 +295,8 @@ bool thr_run(const pl_engine_config *cfg, thr_job *jobs, int n_jobs, int n_submi
     thr_result r = {.accepted = atomic_load(&sh.n_accepted_slots),
                     .rejected = atomic_load(&sh.rejected),
                     .aborts_accepted = atomic_load(&sh.aborts_accepted),
-                    .aborts_refused = atomic_load(&sh.aborts_refused), .steps = step};
+                    .aborts_refused = atomic_load(&sh.aborts_refused), .steps = step,
+                    .empty_steps = empty, .idle_waits = idle};
     if (!thr_failure()) verify(&sh, seen, &r);
     pl_metrics m;
     pl_engine_metrics(sh.e, &m);
@@ -368,13 +381,102 @@ bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64
     bool ok = thr_reference(&c, jobs, n);
     thr_config(&c, backend, 36, tokenizer);
     if (ok) ok = thr_run(&c, jobs, n, n_submitters, true, &r);
+    /* A step that had work computes or reports something, except one that only drained an
+     * abort of a request that had finished meanwhile. Stepping an idle engine in a loop
+     * made thousands. */
+    if (ok && r.empty_steps > r.aborts_accepted + 4) {
+        record_failure("%ld empty steps (%ld aborts accepted): the stepping thread did not "
+                       "sleep in pl_engine_wait", r.empty_steps, r.aborts_accepted);
+        ok = false;
+    }
     if (ok)
         fprintf(stderr, "threads: %s backend, %s prompts, %d submitters + 1 aborter, %ld "
                 "requests accepted (%ld QUEUE_FULL retries), %ld aborts accepted, %ld refused, "
-                "%ld completions (%ld aborted), %ld steps\n",
+                "%ld completions (%ld aborted), %ld steps (%ld empty), %ld idle waits\n",
                 backend == PL_BACKEND_REF ? "ref" : "cpu", tokenizer ? "text" : "token",
                 n_submitters, r.accepted, r.rejected, r.aborts_accepted, r.aborts_refused,
-                r.completions, r.aborted, r.steps);
+                r.completions, r.aborted, r.steps, r.empty_steps, r.idle_waits);
     thr_jobs_free(jobs, n);
     return ok;
+}
+
+/* ---- the blocking wait ------------------------------------------------------------------ */
+
+typedef struct trickle {
+    pl_engine *e;
+    int n;
+    atomic_int submitted;
+    atomic_bool done;
+} trickle;
+
+static void *trickle_submitter(void *p) {
+    trickle *t = p;
+    struct timespec gap = {0, 15 * 1000 * 1000};
+    int32_t ids[] = {1, 17, 99, 3};
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 3;
+    sp.ignore_eos = true;
+    for (int i = 0; i < t->n; i++) {
+        nanosleep(&gap, NULL); /* the stepping thread has nothing to do meanwhile */
+        if (pl_engine_submit_tokens(t->e, ids, 4, &sp, NULL) != PL_OK) {
+            record_failure("trickle submit: %s", pl_last_error());
+            break;
+        }
+        atomic_fetch_add(&t->submitted, 1);
+    }
+    atomic_store(&t->done, true);
+    pl_engine_wake(t->e);
+    return NULL;
+}
+
+bool thr_trickle(pl_backend_kind backend, int n_requests) {
+    pl_engine_config c;
+    thr_config(&c, backend, 64, NULL);
+    trickle t = {.n = n_requests};
+    atomic_init(&t.submitted, 0);
+    atomic_init(&t.done, false);
+    if (pl_engine_create(&c, &t.e) != PL_OK) {
+        record_failure("trickle create: %s", pl_last_error());
+        return false;
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, trickle_submitter, &t) != 0) {
+        pl_engine_destroy(t.e);
+        record_failure("trickle: cannot start a thread");
+        return false;
+    }
+    long steps = 0, finished = 0;
+    for (;;) {
+        bool work = false;
+        if (pl_engine_wait(t.e, 10.0, &work) != PL_OK) {
+            record_failure("trickle wait: %s", pl_last_error());
+            break;
+        }
+        if (!work) {
+            if (atomic_load(&t.done) && !pl_engine_has_pending_work(t.e)) break;
+            continue;
+        }
+        pl_step_result r;
+        if (pl_engine_step(t.e, &r) != PL_OK) {
+            record_failure("trickle step: %s", pl_last_error());
+            break;
+        }
+        steps++;
+        finished += (long)r.n_finished;
+    }
+    pthread_join(th, NULL);
+    /* each request needs a prefill and two decodes (and the step that reports a request may
+     * also be the one that computes it); a loop that stepped while waiting for the next
+     * submit 15 ms away would have taken thousands */
+    if (!thr_failure() && finished != n_requests)
+        record_failure("trickle: %ld of %d requests finished", finished, n_requests);
+    if (!thr_failure() && steps > 4L * n_requests)
+        record_failure("trickle: %ld steps for %d requests of 3 tokens: the stepping thread "
+                       "did not sleep", steps, n_requests);
+    fprintf(stderr, "threads: trickle of %d requests on the %s backend: %ld steps\n",
+            n_requests, backend == PL_BACKEND_REF ? "ref" : "cpu", steps);
+    pl_engine_destroy(t.e);
+    return thr_failure() == NULL;
 }

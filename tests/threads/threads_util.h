@@ -31,6 +31,8 @@ typedef struct thr_job {
 
 typedef struct thr_result {
     long accepted, rejected, aborts_accepted, aborts_refused, completions, aborted, steps;
+    long empty_steps;   /* steps that computed and reported nothing */
+    long idle_waits;    /* pl_engine_wait calls that returned without work */
 } thr_result;
 
 /* Fills ref/n_ref/ref_reason of every job with a one-thread run of an engine made from cfg.
@@ -58,5 +60,9 @@ void thr_config(pl_engine_config *c, pl_backend_kind backend, int max_num_blocks
 bool thr_check(pl_backend_kind backend, int n_submitters, int per_thread, uint64_t seed,
                const char *tokenizer);
 void thr_jobs_free(thr_job *jobs, int n_jobs);
+/* pl_engine_wait: one thread submits n_requests small requests 15 ms apart (waking the engine
+ * when done) while this one sleeps in pl_engine_wait between steps. False (thr_failure() says
+ * why) unless every request finished in a number of steps that shows no busy loop. */
+bool thr_trickle(pl_backend_kind backend, int n_requests);
 
 #endif

@@ -3,8 +3,9 @@
  * ThreadSanitizer build (Criterion's runner cannot start under TSan). Exit 0 when every check
  * passed (and, under TSan, halt_on_error turns any race report into a non-zero exit).
  *
- * usage: tsan_threads [ROUNDS]   (default 2: each round runs the ref and the cpu backend on
- * token prompts, and text prompts through tok512 when PAGELLM_TEST_MODELS is set)
+ * usage: tsan_threads [ROUNDS]   (default 2: each round runs a trickle of requests to a
+ * thread sleeping in pl_engine_wait, the ref and the cpu backend on token prompts, and text
+ * prompts through tok512 when PAGELLM_TEST_MODELS is set)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@ int main(int argc, char **argv) {
     const char *tk = pl_test_models_dir() && pl_test_model_path("tok512.model", tok, sizeof tok)
                          ? tok : NULL;
     for (int i = 0; i < rounds; i++) {
-        if (!thr_check(PL_BACKEND_REF, 3, 40, seed + (uint64_t)i, NULL) ||
+        if (!thr_trickle(PL_BACKEND_REF, 12) ||
+            !thr_check(PL_BACKEND_REF, 3, 40, seed + (uint64_t)i, NULL) ||
             !thr_check(PL_BACKEND_CPU, 4, 30, seed + (uint64_t)i, NULL) ||
             (tk && !thr_check(PL_BACKEND_CPU, 3, 30, seed + (uint64_t)i, tk))) {
             fprintf(stderr, "tsan_threads: FAILED: %s\n", thr_failure());

@@ -728,7 +728,7 @@ BAD_FLAGS = [
     (["bench", "throughput", "--random-range-ratio", "1.5"], "--random-range-ratio"),
     (["bench", "throughput"] + TINY + ["--input-len", "400", "--output-len", "200"],
      "--input-len"),
-    (["bench", "throughput", "--max-batch-size", "0"], "--max-batch-size"),
+    (["bench", "throughput", "--max-batch-size", "-1"], "--max-batch-size"),
     (["bench", "throughput", "--profile"], "--profile"),
     (["bench", "throughput"] + TINY + ["--dataset", "/nonexistent/prompts.jsonl"], "--dataset"),
     (["bench", "latency", "--batch-size", "-1"], "--batch-size"),

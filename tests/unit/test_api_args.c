@@ -80,6 +80,7 @@ Test(api_args, config_and_create) {
     do {                                                                                       \
         pl_engine_config_default(&bad[n].c);                                                   \
         pl_engine_config *x = &bad[n].c;                                                       \
+        x->model_path = "dummy:tiny";                                                          \
         stmt;                                                                                  \
         bad[n++].field = f;                                                                    \
     } while (0)
@@ -97,8 +98,8 @@ Test(api_args, config_and_create) {
     BAD("memory_threshold", x->memory_threshold = 0.0);
     BAD("memory_threshold", x->memory_threshold = NAN);
     BAD("memory_threshold", x->memory_threshold = 1.5);
-    BAD("max_batch_size", x->max_batch_size = 0);
-    BAD("max_num_seqs", x->max_num_seqs = 0);
+    BAD("max_batch_size", x->max_batch_size = -1);
+    BAD("max_num_seqs", x->max_num_seqs = -1);
     BAD("max_num_seqs", (x->max_num_seqs = 4, x->max_batch_size = 8));
     BAD("max_total_tokens", x->max_total_tokens = 0);
     BAD("max_model_len", x->max_model_len = -3);
@@ -158,7 +159,7 @@ static int bad_sampling(bad_sp *b) {
     BAD("top_p", x->top_p = 0.0f);
     BAD("top_p", x->top_p = 1.5f);
     BAD("top_p", x->top_p = NAN);
-    BAD("top_k", x->top_k = -1);
+    BAD("top_k", x->top_k = -2);
     BAD("min_p", x->min_p = -0.1f);
     BAD("min_p", x->min_p = NAN);
     BAD("repetition_penalty", x->repetition_penalty = 0.0f);
@@ -167,14 +168,19 @@ static int bad_sampling(bad_sp *b) {
     BAD("presence_penalty", x->presence_penalty = 2.5f);
     BAD("presence_penalty", x->presence_penalty = NAN);
     BAD("frequency_penalty", x->frequency_penalty = -3.0f);
-    BAD("n_stop_ids", x->n_stop_ids = -1);
-    BAD("n_stop_ids", x->n_stop_ids = PL_MAX_STOP_IDS + 1);
-    BAD("stop_ids", (x->n_stop_ids = 1, x->stop_ids[0] = -1));
-    BAD("stop_ids", (x->n_stop_ids = 2, x->stop_ids[1] = 512));
-    BAD("n_stop", x->n_stop = PL_MAX_STOP_STRINGS + 1);
-    BAD("n_stop", x->n_stop = -1);
-    BAD("stop", (x->n_stop = 1, x->stop[0] = NULL));
-    BAD("stop", (x->n_stop = 1, x->stop[0] = ""));
+    static const int32_t ids[2] = {1, 512}, neg[1] = {-1}, many[1025] = {0};
+    static const char *const null_stop[1] = {NULL}, *const empty_stop[1] = {""},
+                             *const stops[65] = {"x"};
+    BAD("stop_ids", (x->n_stop_ids = 1025, x->stop_ids = many));
+    BAD("stop_ids", (x->n_stop_ids = 1, x->stop_ids = NULL));
+    BAD("stop_ids", (x->n_stop_ids = 1, x->stop_ids = neg));
+    BAD("stop_ids", (x->n_stop_ids = 2, x->stop_ids = ids));
+    BAD("stop", (x->n_stop = 65, x->stop = stops));
+    BAD("stop", (x->n_stop = 1, x->stop = NULL));
+    BAD("stop", (x->n_stop = 1, x->stop = null_stop));
+    BAD("stop", (x->n_stop = 1, x->stop = empty_stop));
+    BAD("logprobs", x->logprobs = 21);
+    BAD("prompt_logprobs", x->prompt_logprobs = -2);
     BAD("n", x->n = 0);
     BAD("n", x->n = 65);
 #undef BAD

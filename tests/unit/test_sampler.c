@@ -152,22 +152,24 @@ Test(sampler, validation_names_the_field) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pl_sampling_params p;
         pl_sampling_params_default(&p);
-        cr_assert_eq(pl_sampling_params_validate(&p, 100), PL_OK);
+        cr_assert_eq(pl_sampling_params_validate(&p), PL_OK);
+        static const int32_t neg_id = -3;
+        static const char *const empty[] = {""};
         switch (i) {
         case 0: p.max_tokens = 0; break;
         case 1: p.temperature = -1.0f; break;
         case 2: p.top_p = 1.5f; break;
-        case 3: p.top_k = -1; break;
+        case 3: p.top_k = -2; break;
         case 4: p.min_p = NAN; break;
         case 5: p.repetition_penalty = 0.0f; break;
         case 6: p.presence_penalty = 3.0f; break;
         case 7: p.frequency_penalty = INFINITY; break;
-        case 8: p.n_stop_ids = 1; p.stop_ids[0] = 100; break;
+        case 8: p.n_stop_ids = 1; p.stop_ids = &neg_id; break;
         case 9: p.n = 0; break;
         case 10: p.min_tokens = p.max_tokens + 1; break;
-        case 11: p.n_stop = 1; p.stop[0] = ""; break;
+        case 11: p.n_stop = 1; p.stop = empty; break;
         }
-        cr_assert_eq(pl_sampling_params_validate(&p, 100), PL_ERR_INVALID_ARGUMENT, "%s",
+        cr_assert_eq(pl_sampling_params_validate(&p), PL_ERR_INVALID_ARGUMENT, "%s",
                      cases[i].field);
         cr_assert(strstr(pl_last_error(), cases[i].field), "'%s' lacks %s", pl_last_error(),
                   cases[i].field);

@@ -1,5 +1,5 @@
 /*
- * tools/prompts_file.c - the JSONL prompts file: one request per line.
+ * cli/prompts_file.c - the JSONL prompts file: one request per line.
  *
  * Every line is parsed with jansson; any problem names FILE:LINE and the field. A key the
  * reader does not know is an error, not ignored: a misspelt "temprature" would otherwise run
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 static bool fail(char *err, size_t cap, const char *name, size_t line, const char *msg,
                  const char *field) {
@@ -46,7 +46,9 @@ static bool parse_stop(cli_prompt *p, json_t *v, const char **why) {
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (!json_is_array(v) && !json_is_string(v))
         return (*why = "must be a string or an array of strings"), false;
-    if (n > PL_MAX_STOP_STRINGS) return (*why = "too many stop strings (max 8)"), false;
+    if (n > CLI_MAX_STOP) return (*why = "too many stop strings (max 64)"), false;
+    p->stop_storage = calloc(n ? n : 1, sizeof *p->stop_storage);
+    if (!p->stop_storage) return (*why = "out of memory"), false;
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
         if (!json_is_string(s) || json_string_length(s) == 0)
@@ -55,9 +57,10 @@ static bool parse_stop(cli_prompt *p, json_t *v, const char **why) {
             return (*why = "stop string contains a NUL byte"), false;
         p->stop_storage[i] = strdup(json_string_value(s));
         if (!p->stop_storage[i]) return (*why = "out of memory"), false;
-        p->params.stop[i] = p->stop_storage[i];
+        p->n_stop_storage = i + 1;
     }
-    p->params.n_stop = (int)n;
+    p->params.stop = (const char *const *)p->stop_storage;
+    p->params.n_stop = n;
     return true;
 }
 
@@ -189,7 +192,8 @@ void cli_prompts_free(cli_prompt *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         free(p[i].text);
         free(p[i].ids);
-        for (int k = 0; k < PL_MAX_STOP_STRINGS; k++) free(p[i].stop_storage[k]);
+        for (size_t k = 0; k < p[i].n_stop_storage; k++) free(p[i].stop_storage[k]);
+        free(p[i].stop_storage);
     }
     free(p);
 }

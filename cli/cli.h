@@ -1,16 +1,19 @@
 /*
- * tools/cli.h - shared pieces of the pagellm command line: strict number parsing, the engine
- * flags every command accepts, and the prompts file (JSONL) reader.
+ * cli/cli.h - the command-line layer shared by the pagellm program (tools/) and its benchmark
+ * commands (bench/): strict number parsing, the engine and sampling flags (generated from
+ * the field tables of pagellm.h, so every field has exactly one flag, help line, range and
+ * default), and the prompts file (JSONL) reader.
  *
- * The command line sees only pagellm.h. Every parse error prints "pagellm: <flag>: <problem>"
- * on stderr; commands then exit 2 (usage) or 1 (runtime failure).
+ * It sees only pagellm.h. Every parse error prints "pagellm: <flag>: <problem>" on stderr;
+ * commands then exit 2 (usage) or 1 (runtime failure).
  */
-#ifndef PL_TOOLS_CLI_H
-#define PL_TOOLS_CLI_H
+#ifndef PL_CLI_CLI_H
+#define PL_CLI_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pagellm.h"
 
@@ -19,22 +22,32 @@
 bool cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
 bool cli_float(const char *flag, const char *s, double lo, double hi, double *out);
 
-/* If argv[*i] is an engine flag, parses it (and its value, advancing *i) into cfg and returns
- * 1; returns 0 when it is not an engine flag, -1 on a bad value (message printed). */
+/* If argv[*i] is the flag of a field of pl_engine_config ("--block-size N",
+ * "--block-size=N", a short flag "-m PATH", for booleans "--enable-prefix-caching" and
+ * "--no-prefix-caching"), sets that field (advancing *i past a separate value) and returns
+ * 1; returns 0 when it is not an engine flag, -1 on a missing or refused value (message
+ * printed). String fields point into argv (which lives as long as the process); list
+ * fields are copied into cfg's storage: pl_engine_config_deinit frees them. */
 int cli_engine_flag(pl_engine_config *cfg, int argc, char **argv, int *i);
-/* Same for sampling flags (--max-tokens, --temperature, ...). stop strings point into argv. */
+/* The same for the fields of pl_sampling_params (--max-tokens, -n, --temperature, ...;
+ * --stop and --stop-id add to their lists: pl_sampling_params_deinit frees them). */
 int cli_sampling_flag(pl_sampling_params *p, int argc, char **argv, int *i);
+/* On stdout, one entry per flag: short and long form, value, help, choices and default. */
 void cli_print_engine_flags(void);
 void cli_print_sampling_flags(void);
+
+/* The most stop strings a prompts file line may give (the table's limit). */
+#define CLI_MAX_STOP 64
 
 /* One prompt of a prompts file: text or ids, with its sampling parameters. */
 typedef struct cli_prompt {
     char *text;           /* NULL when ids are given */
     int32_t *ids;
     size_t n_ids;
-    size_t line;          /* the file line it came from (from 1); 0 when not from a file */
-    pl_sampling_params params;
-    char *stop_storage[PL_MAX_STOP_STRINGS]; /* owned copies params.stop points at */
+    size_t line;                /* the file line it came from (from 1); 0 when not from a file */
+    pl_sampling_params params;  /* never deinit: its storage is the defaults' */
+    char **stop_storage;        /* (n_stop_storage) owned copies params.stop points at */
+    size_t n_stop_storage;
 } cli_prompt;
 
 /* Reads a JSONL file ("-": standard input, named <stdin> in messages): one object per line

@@ -1,0 +1,81 @@
+/*
+ * engine/sampling_params.c - per-request sampling parameters: their table
+ * (PL_SAMPLING_PARAMS_FIELDS in pagellm.h) instantiated and the rules between fields.
+ */
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "engine/fields.h"
+
+_Static_assert(sizeof(pl_sampling_params) <= 1024, "pl_fields_init's buffer");
+
+#define ROW(...) PL_FIELD_ROW_(pl_sampling_params, __VA_ARGS__)
+static const pl_field fields[] = {PL_SAMPLING_PARAMS_FIELDS(ROW)};
+
+static void defaults(void *obj) {
+    pl_sampling_params *p = obj;
+#define DEF(...) PL_FIELD_DEFAULT_(p, __VA_ARGS__)
+    PL_SAMPLING_PARAMS_FIELDS(DEF)
+#undef DEF
+}
+
+/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h). */
+static const size_t sizes[] = {sizeof(pl_sampling_params)};
+
+const pl_field_table pl_sampling_params_table = {
+    .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],
+    .struct_size = sizeof(pl_sampling_params), .known_sizes = sizes,
+    .n_known = sizeof sizes / sizeof sizes[0], .defaults = defaults,
+};
+
+const pl_field *pl_sampling_params_fields(size_t *out_n) {
+    if (out_n) *out_n = pl_sampling_params_table.n;
+    return fields;
+}
+
+void pl_sampling_params_init(pl_sampling_params *p, size_t struct_size) {
+    pl_fields_init(&pl_sampling_params_table, p, struct_size);
+}
+
+void pl_sampling_params_deinit(pl_sampling_params *p) {
+    pl_fields_deinit(&pl_sampling_params_table, p);
+}
+
+pl_status pl_sampling_params_set(pl_sampling_params *p, const char *name, const char *value) {
+    return pl_fields_set_text(&pl_sampling_params_table, p, name, value);
+}
+
+pl_status pl_sampling_params_set_json(pl_sampling_params *p, const char *name,
+                                      const char *json) {
+    return pl_fields_set_json(&pl_sampling_params_table, p, name, json);
+}
+
+static pl_status check(const pl_sampling_params *p, int vocab) {
+    PL_TRY(pl_fields_check_ranges(&pl_sampling_params_table, p));
+    if (p->min_tokens > p->max_tokens)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "sampling.min_tokens = %d: must be in [0, max_tokens] (max_tokens = %d)",
+                       p->min_tokens, p->max_tokens);
+    for (size_t i = 0; vocab > 0 && i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] >= vocab)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                           "sampling.stop_ids[%zu] = %d: outside the vocabulary [0, %d)", i,
+                           (int)p->stop_ids[i], vocab);
+    return PL_OK;
+}
+
+pl_status pl_sampling_params_validate(const pl_sampling_params *p) {
+    if (!p) return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling parameters are NULL");
+    pl_sampling_params full;
+    PL_TRY(pl_fields_take(&pl_sampling_params_table, p, &full));
+    return check(&full, 0);
+}
+
+pl_status pl_sampling_params_take(const pl_sampling_params *p, int vocab,
+                                  pl_sampling_params *out) {
+    PL_TRY(pl_fields_take(&pl_sampling_params_table, p, out));
+    PL_TRY(check(out, vocab));
+    out->storage = NULL; /* the caller's; the request copies what it keeps */
+    if (out->top_k < 0) out->top_k = 0; /* -1 (vLLM's "off") and 0 mean the same */
+    return PL_OK;
+}

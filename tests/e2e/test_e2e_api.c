@@ -1,0 +1,464 @@
+/*
+ * tests/e2e/test_e2e_api.c - the calls a server needs, on a real engine: logprobs (of output
+ * and prompt tokens, checked against a log-softmax of the dense reference's logits: the
+ * model's raw distribution, whatever the sampling transforms), stream deltas carrying them,
+ * detokenize, model facts, metrics of requests and samples, and the blocking wait.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dense_ref.h"
+#include "e2e_util.h"
+#include "model/model.h"
+#include "pagellm.h"
+#include "test_support.h"
+
+#define TINY "dummy:tiny"
+
+static pl_engine_config tiny_config(void) {
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = TINY;
+    c.backend = PL_BACKEND_REF;
+    c.kv_dtype = PL_DTYPE_F32; /* the dense reference keeps f32 K/V */
+    c.block_size = 4;
+    c.max_num_blocks = 96;
+    c.max_model_len = 64;
+    c.max_num_seqs = 8;
+    return c;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- logprobs against the dense reference ----------------------------------------------- */
+
+/* log-softmax (double) of the dense reference's logits at every position of tokens[0..n):
+ * lp[pos * V + t] is log p(t | tokens[0..pos]). */
+static double *dense_log_softmax(const pl_model *m, const int32_t *tokens, int n) {
+    int V = m->cfg.vocab_size;
+    dense_ref *d = dense_ref_create(m, n + 1);
+    cr_assert_not_null(d);
+    double *lp = calloc((size_t)n * V, sizeof *lp);
+    for (int pos = 0; pos < n; pos++) {
+        const float *x = dense_ref_forward(d, tokens[pos], pos);
+        double mx = -INFINITY, sum = 0;
+        for (int t = 0; t < V; t++) mx = x[t] > mx ? x[t] : mx;
+        for (int t = 0; t < V; t++) sum += exp((double)x[t] - mx);
+        for (int t = 0; t < V; t++) lp[(size_t)pos * V + t] = (double)x[t] - mx - log(sum);
+    }
+    dense_ref_free(d);
+    return lp;
+}
+
+static bool close_to(double got, double want) {
+    return fabs(got - want) <= 2e-4 + 1e-4 * fabs(want);
+}
+
+/* One position: the entry's token, logprob, rank and top list against the reference row. */
+static void check_entry(const char *what, int pos, const pl_token_logprobs *e, int32_t token,
+                        int k, const double *row, int V) {
+    cr_assert_eq(e->token, token, "%s %d: token %d, want %d", what, pos, e->token, token);
+    cr_assert(close_to(e->logprob, row[token]), "%s %d: logprob %.6f, reference %.6f", what, pos,
+              e->logprob, row[token]);
+    int above_hi = 0, above_lo = 0; /* tokens surely / possibly more likely */
+    for (int t = 0; t < V; t++) {
+        above_hi += row[t] > row[token] + 1e-4;
+        above_lo += row[t] > row[token] - 1e-4;
+    }
+    cr_assert(e->rank >= 1 + above_hi && e->rank <= 1 + above_lo, "%s %d: rank %d, not in [%d, %d]",
+              what, pos, e->rank, 1 + above_hi, 1 + above_lo);
+    cr_assert_eq(e->n_top, k, "%s %d: %d alternatives, want %d", what, pos, e->n_top, k);
+    /* the k largest reference values, in order; the engine's list must match them */
+    double prev = INFINITY;
+    for (int i = 0; i < k; i++) {
+        double best = -INFINITY;
+        for (int t = 0; t < V; t++)
+            if (row[t] < prev && row[t] > best) best = row[t];
+        const pl_logprob *a = &e->top[i];
+        cr_assert(close_to(a->logprob, best), "%s %d: top[%d] %.6f, reference %.6f", what, pos,
+                  i, a->logprob, best);
+        cr_assert(close_to(row[a->token], a->logprob), "%s %d: top[%d] is token %d (%.6f), the "
+                  "reference gives it %.6f", what, pos, i, a->token, a->logprob, row[a->token]);
+        if (i > 0) cr_assert_geq(e->top[i - 1].logprob, a->logprob);
+        prev = best;
+    }
+}
+
+/* Runs one request with logprobs K and prompt_logprobs PK, streaming, and checks every
+ * entry against the reference. The sampling here (temperature, penalties, top-k) changes
+ * which token is drawn, never the logprobs reported for it. */
+static void logprobs_case(const pl_sampling_params *sp, int K, int PK) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_model *m;
+    pl_model_load_options mo = {.dummy_seed = c.dummy_seed}; /* the engine's weights */
+    cr_assert_eq(pl_model_load(TINY, &mo, &m), PL_OK, "%s", pl_last_error());
+    int V = m->cfg.vocab_size;
+
+    int32_t prompt[11] = {1, 45, 7, 300, 12, 12, 99, 401, 3, 250, 18};
+    int n_prompt = 11;
+    pl_request_id id;
+    cr_assert_eq(pl_engine_submit_tokens(e, prompt, (size_t)n_prompt, sp, &id), PL_OK, "%s",
+                 pl_last_error());
+    /* stream: each delta's logprobs are those of its token */
+    int32_t streamed[64];
+    pl_token_logprobs seen[64];
+    pl_logprob seen_top[64][PL_MAX_LOGPROBS];
+    int n_streamed = 0;
+    pl_completion done = {0};
+    pl_token_logprobs *out_lp = NULL, *prompt_lp = NULL;
+    pl_logprob *out_top = NULL, *prompt_top = NULL;
+    while (pl_engine_has_pending_work(e)) {
+        pl_step_result r;
+        cr_assert_eq(pl_engine_step(e, &r), PL_OK, "%s", pl_last_error());
+        for (size_t i = 0; i < r.n_deltas; i++) {
+            const pl_stream_delta *d = &r.deltas[i];
+            if (d->token < 0) continue;
+            cr_assert_not_null(d->logprobs, "a delta without its token's logprobs");
+            cr_assert_eq(d->logprobs->token, d->token);
+            streamed[n_streamed] = d->token;
+            seen[n_streamed] = *d->logprobs;
+            if (d->logprobs->n_top > 0)
+                memcpy(seen_top[n_streamed], d->logprobs->top,
+                       (size_t)d->logprobs->n_top * sizeof(pl_logprob));
+            n_streamed++;
+        }
+        for (size_t i = 0; i < r.n_finished; i++) {
+            /* step results live until the next step: keep copies */
+            done = r.finished[i];
+            out_lp = malloc((done.n_logprobs + 1) * sizeof *out_lp);
+            out_top = malloc((done.n_logprobs * (size_t)K + 1) * sizeof *out_top);
+            for (size_t j = 0; j < done.n_logprobs; j++) {
+                out_lp[j] = done.logprobs[j];
+                if (K > 0)
+                    memcpy(out_top + j * (size_t)K, done.logprobs[j].top,
+                           (size_t)K * sizeof *out_top);
+                out_lp[j].top = out_top + j * (size_t)K;
+            }
+            prompt_lp = malloc((done.n_prompt_logprobs + 1) * sizeof *prompt_lp);
+            prompt_top = malloc((done.n_prompt_logprobs * (size_t)(PK > 0 ? PK : 0) + 1) *
+                                sizeof *prompt_top);
+            for (size_t j = 0; j < done.n_prompt_logprobs; j++) {
+                prompt_lp[j] = done.prompt_logprobs[j];
+                if (PK > 0)
+                    memcpy(prompt_top + j * (size_t)PK, done.prompt_logprobs[j].top,
+                           (size_t)PK * sizeof *prompt_top);
+                prompt_lp[j].top = prompt_top + j * (size_t)(PK > 0 ? PK : 0);
+            }
+            int32_t *ids = malloc((done.n_output_ids + 1) * sizeof *ids);
+            memcpy(ids, done.output_ids, done.n_output_ids * sizeof *ids);
+            done.output_ids = ids;
+        }
+    }
+    cr_assert_eq(done.id, id);
+    int n_out = (int)done.n_output_ids;
+    cr_assert_gt(n_out, 0);
+    cr_assert_eq(n_streamed, n_out);
+    cr_assert_eq(done.n_logprobs, (size_t)n_out, "one entry per output token");
+    cr_assert_eq(done.n_prompt_logprobs, PK >= 0 ? (size_t)n_prompt - 1 : 0);
+    cr_assert_eq(done.n_cached_prompt_ids, 0);
+
+    int32_t all[64];
+    memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
+    memcpy(all + n_prompt, done.output_ids, (size_t)n_out * sizeof *all);
+    double *lp = dense_log_softmax(m, all, n_prompt + n_out - 1);
+    for (int j = 0; j < n_out; j++) {
+        const double *row = lp + (size_t)(n_prompt - 1 + j) * V;
+        check_entry("output", j, &out_lp[j], done.output_ids[j], K, row, V);
+        seen[j].top = seen_top[j];
+        check_entry("streamed", j, &seen[j], streamed[j], K, row, V);
+    }
+    for (int p = 0; PK >= 0 && p < n_prompt - 1; p++)
+        check_entry("prompt", p + 1, &prompt_lp[p], prompt[p + 1], PK, lp + (size_t)p * V, V);
+    free(lp);
+    free(out_lp);
+    free(out_top);
+    free(prompt_lp);
+    free(prompt_top);
+    free((void *)done.output_ids);
+    pl_model_free(m);
+    pl_engine_destroy(e);
+}
+
+Test(logprobs, greedy_output_and_prompt_match_the_reference_log_softmax) {
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 9;
+    sp.ignore_eos = true;
+    sp.logprobs = 5;
+    sp.prompt_logprobs = 3;
+    logprobs_case(&sp, 5, 3);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Penalties, temperature and top-k shape the draw; the reported distribution stays the
+ * model's raw one (vLLM's default). Drawn tokens then need not be the most likely. */
+Test(logprobs, are_the_raw_distribution_under_penalties_and_temperature) {
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 1.7f;
+    sp.top_k = 40;
+    sp.repetition_penalty = 1.5f;
+    sp.frequency_penalty = 1.0f;
+    sp.has_seed = true;
+    sp.seed = 11;
+    sp.max_tokens = 12;
+    sp.ignore_eos = true;
+    sp.logprobs = 20;
+    sp.prompt_logprobs = 0;
+    logprobs_case(&sp, 20, 0);
+    sp.logprobs = 0; /* the sampled token's own only */
+    sp.prompt_logprobs = -1;
+    logprobs_case(&sp, 0, -1);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* A prompt already in the prefix cache is computed again for a request that wants its
+ * logprobs (cached tokens have no logits); others still hit the cache. Parallel samples each
+ * get their own output logprobs; the prompt's come with sample 0. */
+Test(logprobs, prompt_logprobs_bypass_the_prefix_cache_and_come_once) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++) prompt[i] = 5 + 11 * i;
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 3;
+    sp.ignore_eos = true;
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_submit_tokens(e, prompt, 20, &sp, NULL), PL_OK);
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    pl_completions_free(cs, n);
+
+    cr_assert_eq(pl_engine_submit_tokens(e, prompt, 20, &sp, NULL), PL_OK);
+    sp.prompt_logprobs = 2;
+    sp.logprobs = 1;
+    sp.n = 2;
+    sp.temperature = 0.8f;
+    cr_assert_eq(pl_engine_submit_tokens(e, prompt, 20, &sp, NULL), PL_OK);
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(n, 3);
+    cr_assert_gt(cs[0].n_cached_prompt_ids, 0, "a plain request still reads the cache");
+    cr_assert_null(cs[0].logprobs);
+    cr_assert_null(cs[0].prompt_logprobs);
+    cr_assert_eq(cs[1].index, 0);
+    cr_assert_eq(cs[1].n_cached_prompt_ids, 0);
+    cr_assert_eq(cs[1].n_prompt_logprobs, 19);
+    for (size_t i = 0; i < 19; i++) {
+        cr_assert_eq(cs[1].prompt_logprobs[i].token, prompt[i + 1]);
+        cr_assert_eq(cs[1].prompt_logprobs[i].n_top, 2);
+        cr_assert_leq(cs[1].prompt_logprobs[i].logprob, 0.0f);
+    }
+    cr_assert_eq(cs[2].index, 1);
+    cr_assert_null(cs[2].prompt_logprobs, "the prompt's logprobs come once, with sample 0");
+    for (size_t s = 1; s <= 2; s++) {
+        cr_assert_eq(cs[s].n_logprobs, cs[s].n_output_ids);
+        for (size_t i = 0; i < cs[s].n_logprobs; i++)
+            cr_assert_eq(cs[s].logprobs[i].token, cs[s].output_ids[i]);
+    }
+    pl_completions_free(cs, n);
+    pl_engine_destroy(e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* ---- model facts, metrics ---------------------------------------------------------------- */
+
+Test(api, model_info_states_the_model_and_the_pool) {
+    pl_engine_config c = tiny_config();
+    c.max_num_seqs = 4; /* alone: the batch follows it */
+    pl_engine *e = e2e_engine(&c);
+    pl_model_config mc;
+    cr_assert_eq(pl_model_dummy_config("tiny", &mc), PL_OK);
+    pl_model_info info;
+    memset(&info, 0xEE, sizeof info);
+    cr_assert_eq(pl_engine_model_info(e, &info), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(info.struct_size, sizeof info);
+    cr_assert_str_eq(info.name, TINY);
+    cr_assert_str_eq(info.architecture, "llama");
+    cr_assert_eq(info.vocab_size, mc.vocab_size);
+    cr_assert_eq(info.bos_id, mc.bos_id);
+    cr_assert_eq(info.eos_id, mc.n_eos > 0 ? mc.eos_ids[0] : -1);
+    cr_assert_eq(info.eot_id, -1);
+    cr_assert_eq(info.context_length, mc.max_seq_len);
+    cr_assert_eq(info.max_model_len, 64);
+    cr_assert_eq(info.n_layers, mc.n_layers);
+    cr_assert_eq(info.head_dim, mc.head_dim);
+    cr_assert_eq(info.kv_dtype, PL_DTYPE_F32);
+    cr_assert_eq(info.kv_bytes_per_token,
+                 2u * (size_t)mc.n_layers * (size_t)mc.n_kv_heads * (size_t)mc.head_dim * 4u);
+    cr_assert_eq(info.block_size, 4);
+    cr_assert_eq(info.kv_blocks, 96);
+    cr_assert_eq(info.kv_tokens, 384);
+    cr_assert_float_eq(info.max_concurrency, 384.0 / 64.0, 1e-12);
+    cr_assert_eq(info.max_batch_size, 4);
+    cr_assert_eq(info.max_num_seqs, 4);
+    uint64_t qd = (uint64_t)mc.n_heads * mc.head_dim, kvd = (uint64_t)mc.n_kv_heads * mc.head_dim;
+    uint64_t per_layer = 2ull * mc.dim + qd * mc.dim + 2 * kvd * mc.dim + qd * mc.dim +
+                         3ull * mc.dim * mc.hidden_dim;
+    uint64_t want = (uint64_t)mc.vocab_size * mc.dim * (mc.tied_embeddings ? 1 : 2) +
+                    (uint64_t)mc.n_layers * per_layer + (uint64_t)mc.dim;
+    cr_assert_eq(info.n_params, want, "%llu parameters, want %llu",
+                 (unsigned long long)info.n_params, (unsigned long long)want);
+    cr_assert_geq(info.weight_bytes, info.n_params * 2);
+    /* the capacity figure agrees with pl_engine_capacity for full-length requests */
+    size_t cap;
+    cr_assert_eq(pl_engine_capacity(e, 63, 1, &cap), PL_OK);
+    cr_assert_eq((double)cap, floor(info.max_concurrency));
+    cr_assert_eq(pl_engine_model_info(NULL, &info), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_engine_model_info(e, NULL), PL_OK);
+    pl_engine_destroy(e);
+}
+
+/* requests_finished counted samples (8 requests, one with n = 2, gave 9). */
+Test(api, metrics_count_requests_and_samples_apart) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.max_tokens = 4;
+    sp.ignore_eos = true;
+    int32_t p[] = {1, 2, 3};
+    for (int i = 0; i < 8; i++) {
+        sp.n = i == 3 ? 2 : 1;
+        cr_assert_eq(pl_engine_submit_tokens(e, p, 3, &sp, NULL), PL_OK, "%s", pl_last_error());
+    }
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    cr_assert_eq(n, 9);
+    pl_completions_free(cs, n);
+    pl_metrics m;
+    pl_engine_metrics(e, &m);
+    cr_assert_eq(m.requests_finished, 8);
+    cr_assert_eq(m.samples_finished, 9);
+    cr_assert_eq(m.output_tokens, 36);
+    cr_assert_eq(m.prompt_tokens, 24, "once per request");
+    pl_engine_destroy(e);
+}
+
+/* ---- detokenize -------------------------------------------------------------------------- */
+
+Test(api, detokenize_inverts_tokenize) {
+    char model[512], tok[512];
+    if (!pl_test_models_dir() || !pl_test_model_path("stories260K.bin", model, sizeof model) ||
+        !pl_test_model_path("tok512.model", tok, sizeof tok))
+        cr_skip_test("PAGELLM_TEST_MODELS unset: no tokenizer");
+    pl_engine_config c = tiny_config();
+    c.model_path = model;
+    c.tokenizer_path = tok;
+    c.max_model_len = 0;
+    pl_engine *e = e2e_engine(&c);
+    const char *texts[] = {"Once upon a time", "Lily saw a big red ball. She was happy!",
+                           "caf\xc3\xa9 \xe2\x9c\x93"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        int32_t *ids;
+        size_t n;
+        cr_assert_eq(pl_engine_tokenize(e, texts[i], &ids, &n), PL_OK, "%s", pl_last_error());
+        char *text;
+        size_t len = 0;
+        cr_assert_eq(pl_engine_detokenize(e, ids, n, &text, &len), PL_OK, "%s", pl_last_error());
+        cr_assert_str_eq(text, texts[i], "BOS gives nothing, the leading space is dropped");
+        cr_assert_eq(len, strlen(texts[i]));
+        pl_free_text(text);
+        pl_free_ids(ids);
+    }
+    char *text;
+    cr_assert_eq(pl_engine_detokenize(e, NULL, 0, &text, NULL), PL_OK);
+    cr_assert_str_eq(text, "");
+    pl_free_text(text);
+    int32_t bad[] = {1, 600};
+    cr_assert_eq(pl_engine_detokenize(e, bad, 2, &text, NULL), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "index 1"), "%s", pl_last_error());
+    cr_assert_eq(pl_engine_detokenize(e, bad, 1, NULL, NULL), PL_ERR_INVALID_ARGUMENT);
+    pl_engine_destroy(e);
+
+    c = tiny_config();
+    e = e2e_engine(&c);
+    cr_assert_eq(pl_engine_detokenize(e, bad, 1, &text, NULL), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "no tokenizer"), "%s", pl_last_error());
+    pl_engine_destroy(e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* ---- the blocking wait ------------------------------------------------------------------- */
+
+typedef struct delayed {
+    pl_engine *e;
+    double delay_s;
+    bool wake_only;
+} delayed;
+
+static void *submit_later(void *p) {
+    delayed *d = p;
+    struct timespec ts = {0, (long)(d->delay_s * 1e9)};
+    nanosleep(&ts, NULL);
+    if (d->wake_only) {
+        pl_engine_wake(d->e);
+    } else {
+        int32_t ids[] = {1, 2};
+        pl_sampling_params sp;
+        pl_sampling_params_default(&sp);
+        sp.max_tokens = 4;
+        if (pl_engine_submit_tokens(d->e, ids, 2, &sp, NULL) != PL_OK) abort();
+    }
+    return NULL;
+}
+
+Test(wait, returns_when_work_arrives_or_the_timeout_passes) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    bool work = true;
+    double t0 = now_s();
+    cr_assert_eq(pl_engine_wait(e, 0, &work), PL_OK);
+    cr_assert(!work);
+    cr_assert_eq(pl_engine_wait(e, 0.1, &work), PL_OK);
+    cr_assert(!work);
+    cr_assert_geq(now_s() - t0, 0.09, "a timed wait on an idle engine sleeps its time");
+
+    /* a submit from another thread ends a long wait at once */
+    pthread_t th;
+    delayed d = {e, 0.05, false};
+    pthread_create(&th, NULL, submit_later, &d);
+    t0 = now_s();
+    cr_assert_eq(pl_engine_wait(e, 30.0, &work), PL_OK);
+    double waited = now_s() - t0;
+    pthread_join(th, NULL);
+    cr_assert(work);
+    cr_assert_lt(waited, 10.0, "woke after %.3f s", waited);
+    /* work pending: no sleep */
+    cr_assert_eq(pl_engine_wait(e, 30.0, &work), PL_OK);
+    cr_assert(work);
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    pl_completions_free(cs, n);
+    cr_assert_eq(pl_engine_wait(e, 0, &work), PL_OK);
+    cr_assert(!work);
+
+    /* wake ends a wait with no timeout; a wake before the wait is not lost */
+    d = (delayed){e, 0.05, true};
+    pthread_create(&th, NULL, submit_later, &d);
+    cr_assert_eq(pl_engine_wait(e, -1, &work), PL_OK);
+    pthread_join(th, NULL);
+    cr_assert(!work);
+    pl_engine_wake(e);
+    t0 = now_s();
+    cr_assert_eq(pl_engine_wait(e, 30.0, NULL), PL_OK);
+    cr_assert_lt(now_s() - t0, 10.0);
+
+    cr_assert_eq(pl_engine_wait(e, NAN, &work), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_engine_wait(NULL, 1, &work), PL_ERR_INVALID_ARGUMENT);
+    pl_engine_wake(NULL);
+    pl_engine_destroy(e);
+}

@@ -143,10 +143,23 @@ void pl_engine_destroy(pl_engine *e) {
     pl_kv_pool_destroy(e->pool);
     pl_backend_destroy(e->be);
     pl_sampler_deinit(&e->sampler);
+    pl_chat_state_free(&e->chat);
     pl_tok_free(e->tok);
     pl_model_free(e->model);
     free_step_buffers(&e->sb);
     pl_free(e);
+}
+
+/* Adds id to the end-of-text set (ids outside the model's vocabulary and repeats are left out;
+ * past PL_MODEL_MAX_EOS ids the rest are dropped with a warning). */
+static void add_eos(pl_engine *e, int32_t id) {
+    if (id < 0 || id >= e->vocab || pl_engine_is_eos(e, id)) return;
+    if (e->n_eos == PL_MODEL_MAX_EOS) {
+        pl_log(PL_LOG_WARN, "engine: more than %d end-of-text ids; id %d left out",
+               PL_MODEL_MAX_EOS, (int)id);
+        return;
+    }
+    e->eos_ids[e->n_eos++] = id;
 }
 
 static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
@@ -158,14 +171,20 @@ static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
         return pl_fail(PL_ERR_FORMAT,
                        "tokenizer %s has %d pieces but model %s has a vocabulary of %d", path, tv,
                        e->model->name, e->vocab);
-    if (e->n_eos == 0 && pl_tok_eos_id(e->tok) >= 0) e->eos_ids[e->n_eos++] = pl_tok_eos_id(e->tok);
     if (e->bos_id < 0) e->bos_id = pl_tok_bos_id(e->tok);
+    /* End of text: the model's set, and the tokenizer's EOS and end-of-turn tokens (Llama 3
+     * Instruct's <|eot_id|>, Qwen's <|im_end|>) that a config may not list. */
+    add_eos(e, pl_tok_eos_id(e->tok));
+    size_t n_eog;
+    const int32_t *eog = pl_tok_eog_ids(e->tok, &n_eog);
+    for (size_t i = 0; i < n_eog; i++) add_eos(e, eog[i]);
     return PL_OK;
 }
 
 /* Builds everything from e->cfg (validated and resolved); the paths come apart, as the
  * engine keeps none of the caller's strings. */
-static pl_status engine_init(pl_engine *e, const char *model_path, const char *tokenizer_path) {
+static pl_status engine_init(pl_engine *e, const char *model_path, const char *tokenizer_path,
+                             const char *chat_template) {
     pl_engine_config *c = &e->cfg;
     /* The backend first: on a host backend its memory (or memory_limit_bytes) bounds the
      * weights, which the loader checks from the header or config before reading or generating
@@ -190,6 +209,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     PL_TRY(pl_engine_config_check_model_len(c, e->max_model_len, c->max_model_len == 0));
     e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;
     PL_TRY(load_tokenizer(e, tokenizer_path));
+    PL_TRY(pl_chat_state_init(&e->chat, e->tok, chat_template));
 
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,
@@ -218,6 +238,7 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     e->cfg = c;
     e->cfg.model_path = NULL; /* not kept: the strings are the caller's */
     e->cfg.tokenizer_path = NULL;
+    e->cfg.chat_template = NULL;
     e->cfg.storage = NULL;
     atomic_init(&e->next_id, 1);
     pl_status s = pl_intake_init(&e->intake);
@@ -225,7 +246,7 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
         pl_free(e);
         return s;
     }
-    s = engine_init(e, c.model_path, c.tokenizer_path);
+    s = engine_init(e, c.model_path, c.tokenizer_path, c.chat_template);
     if (s != PL_OK) {
         pl_engine_destroy(e);
         return s;

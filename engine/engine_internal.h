@@ -154,6 +154,18 @@ typedef struct pl_step_buffers {
     size_t n_finished, cap_finished, cap_finished_samples;
 } pl_step_buffers;
 
+/* The engine's chat templates, parsed at create (engine/chat.c). A template that failed to
+ * parse keeps tmpl NULL, its status and message: chat calls naming it fail with them. */
+typedef struct pl_tmpl pl_tmpl;
+typedef struct pl_chat_state {
+    pl_tmpl **tmpl;      /* (n) */
+    char **name;         /* (n) "default", "tool_use", ... */
+    char **error;        /* (n) NULL, or why tmpl[i] did not parse */
+    pl_status *status;   /* (n) */
+    size_t n;
+    bool is_override;    /* config.chat_template: one template for every name */
+} pl_chat_state;
+
 struct pl_engine {
     pl_engine_config cfg;        /* resolved (derived fields filled); paths NULL: not kept */
     pl_model *model;
@@ -163,6 +175,7 @@ struct pl_engine {
     pl_sched *sched;
     pl_runner *runner;
     pl_sampler sampler;
+    pl_chat_state chat;
     int max_model_len;
     int max_blocks_per_seq;
     int n_blocks;
@@ -216,6 +229,16 @@ void pl_intake_drain(pl_engine *e);
 void pl_intake_retire_reported(pl_engine *e);
 /* Submits or aborts not drained yet. */
 bool pl_intake_has_queued(pl_intake *in);
+
+/* engine/chat.c */
+/* Parses the tokenizer's templates (tok may be NULL), or override (config.chat_template: a
+ * file or template text; it must parse). */
+pl_status pl_chat_state_init(pl_chat_state *c, const pl_tokenizer *tok, const char *override);
+void pl_chat_state_free(pl_chat_state *c);
+
+/* engine/intake.c: tokenizes text[0..len) with flags (PL_TOK_*) and queues it. */
+pl_status pl_intake_submit_text(pl_engine *e, const char *text, size_t len, unsigned flags,
+                                const pl_sampling_params *params, pl_request_id *out_id);
 
 /* engine/batch.c */
 void pl_batch_build(pl_engine *e, const pl_sched_output *so, pl_runner_batch *b);

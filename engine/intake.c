@@ -135,16 +135,22 @@ pl_status pl_engine_submit_request(pl_engine *e, const char *prompt,
                                    const pl_sampling_params *params, pl_request_id *out_id) {
     if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: engine is NULL");
     if (!prompt) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: prompt is NULL");
+    /* user text: special-token strings in it stay text */
+    return pl_intake_submit_text(e, prompt, strlen(prompt), e->bos_id >= 0 ? PL_TOK_ADD_SPECIAL : 0,
+                                 params, out_id);
+}
+
+pl_status pl_intake_submit_text(pl_engine *e, const char *prompt, size_t len, unsigned flags,
+                                const pl_sampling_params *params, pl_request_id *out_id) {
     if (!e->tok)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "submit: no tokenizer is loaded (tokenizer_path is NULL and none was "
                        "found beside the model); submit token ids instead");
-    size_t len = strlen(prompt);
     if (len == 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: prompt is empty");
     PL_TRY(check_utf8(prompt, len));
     int32_t *ids;
     size_t n;
-    PL_TRY(pl_tok_encode(e->tok, prompt, len, e->bos_id >= 0, &ids, &n));
+    PL_TRY(pl_tok_encode(e->tok, prompt, len, flags, &ids, &n));
     pl_status s = PL_OK;
     for (size_t i = 0; i < n && s == PL_OK; i++)
         if (ids[i] < 0 || ids[i] >= e->vocab)

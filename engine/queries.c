@@ -66,6 +66,18 @@ static void count_params(const pl_model *m, uint64_t *out_params, uint64_t *out_
     *out_bytes = bytes;
 }
 
+/* The tokenizer's first end-of-generation token that is not the EOS: Llama 3's <|eot_id|>,
+ * Qwen's <|im_end|> (chat models end a turn with it). */
+static int end_of_turn(const pl_engine *e) {
+    if (!e->tok) return -1;
+    size_t n;
+    const int32_t *eog = pl_tok_eog_ids(e->tok, &n);
+    int eos = e->n_eos > 0 ? e->eos_ids[0] : -1, tok_eos = pl_tok_eos_id(e->tok);
+    for (size_t i = 0; i < n; i++)
+        if (eog[i] != eos && eog[i] != tok_eos && eog[i] < e->vocab) return eog[i];
+    return -1;
+}
+
 pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, size_t dst_size) {
     if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "model_info: engine is NULL");
     if (!dst) return PL_OK;
@@ -78,7 +90,7 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
         .vocab_size = e->vocab,
         .bos_id = e->bos_id,
         .eos_id = e->n_eos > 0 ? e->eos_ids[0] : -1,
-        .eot_id = -1, /* no loader reads an end-of-turn id yet */
+        .eot_id = end_of_turn(e),
         .context_length = c->max_seq_len,
         .max_model_len = e->max_model_len,
         .weight_dtype = pl_wtype_dtype(pl_model_weight(m, PL_T_TOKEN_EMBD, 0)->type),

@@ -204,6 +204,9 @@ typedef enum pl_overflow_policy {
       "holding one, or a SentencePiece .model; unset: the one beside the model (a Hugging "    \
       "Face directory's tokenizer.json, else tokenizer.model; beside a llama2.c file "         \
       "tok<vocab>.model, else tokenizer.model), else token ids only")            \
+    X(STRING, const char *, chat_template, NULL, PL_RANGE_NONE, "--chat-template", 0,          \
+      "FILE", "Jinja chat template (a file, or the template text itself) used instead of the "  \
+      "model's; unset: the tokenizer's (tokenizer_config.json or GGUF metadata)")              \
     X(ENUM, pl_dtype, weight_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--dtype", 0, "TYPE",        \
       "weight storage: auto keeps the file's type; another type converts at load")             \
     X(ENUM, pl_dtype, kv_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--kv-dtype", 0, "TYPE",         \
@@ -298,6 +301,22 @@ typedef enum pl_overflow_policy {
     X(INT, int, prompt_logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--prompt-logprobs", 0, "K", \
       "the same for every prompt token after the first; -1 = none. Such a request does not "   \
       "read the prefix cache (cached tokens would have no logits)")
+
+/* How a chat is turned into a prompt (pl_engine_apply_chat_template and the chat submits).
+ * JSON values are JSON text, parsed per call. */
+#define PL_CHAT_OPTIONS_FIELDS(X)                                                              \
+    X(BOOL, bool, add_generation_prompt, true, PL_RANGE_NONE, "--generation-prompt", 0, NULL,  \
+      "end the prompt with the template's assistant header, so the model answers "           \
+      "(--no-generation-prompt: leave it off)")                                                \
+    X(STRING, const char *, tools, NULL, PL_RANGE_NONE, "--tools", 0, "JSON",                  \
+      "tool definitions for the template: a JSON array (OpenAI's \"tools\"); unset: none")     \
+    X(STRING, const char *, chat_template_kwargs, NULL, PL_RANGE_NONE, "--chat-template-kwargs", \
+      0, "JSON", "more template variables: a JSON object such as {\"enable_thinking\": false}") \
+    X(STRING, const char *, template_name, NULL, PL_RANGE_NONE, "--template-name", 0, "NAME",  \
+      "which of the model's named templates; unset: tool_use when tools are given and the "    \
+      "model has it, else the default")                                                        \
+    X(STRING, const char *, chat_template, NULL, PL_RANGE_NONE, NULL, 0, "TEXT",               \
+      "Jinja template text used for this call instead of the engine's")
 
 /* ------------------------------------------------------------------------------------------
  * Engine configuration
@@ -604,10 +623,12 @@ typedef struct pl_model_info {
     size_t struct_size;         /* bytes the library filled */
     const char *name;           /* file name or dummy preset; engine-owned, valid until
                                    pl_engine_destroy */
-    const char *architecture;   /* "llama" (Llama 1/2/3, Mistral, llama2.c); static */
+    const char *architecture;   /* config.json's model_type: "llama" (also llama2.c files),
+                                   "mistral", "qwen2", "qwen3"; static */
     int vocab_size;
     int bos_id, eos_id;         /* -1 when the model has none */
-    int eot_id;                 /* end of turn (chat models); -1 when none is known */
+    int eot_id;                 /* end of turn (chat models: the tokenizer's first
+                                   end-of-generation token besides EOS); -1 when none */
     int context_length;         /* the model's own maximum sequence length */
     int max_model_len;          /* what this engine allows (config.max_model_len or the
                                    model's) */
@@ -649,6 +670,112 @@ PL_API void pl_free_ids(int32_t *ids); /* NULL is a no-op */
 PL_API pl_status pl_engine_detokenize(const pl_engine *e, const int32_t *ids, size_t n,
                                       char **out_text, size_t *out_len);
 PL_API void pl_free_text(char *text); /* NULL is a no-op */
+
+/* ------------------------------------------------------------------------------------------
+ * Tokenizers and chat templates
+ *
+ * A pl_tokenizer is the engine's tokenizer (pl_engine_tokenizer) or one loaded alone
+ * (pl_tokenizer_load): a SentencePiece .model, a Hugging Face tokenizer.json (with the
+ * tokenizer_config.json beside it) or a GGUF file's vocabulary. It is immutable: any number
+ * of threads may use it at once.
+ *
+ * Chat templates are the model's Jinja templates (tokenizer_config.json's chat_template, or
+ * GGUF's tokenizer.chat_template), rendered by pagellm's own sandboxed interpreter with the
+ * output of Hugging Face's transformers.js: the variables are messages, add_generation_prompt,
+ * tools, bos_token, eos_token and the members of chat_template_kwargs. Messages are JSON text
+ * in OpenAI's shape: an array of {"role", "content", ...} objects; every member (tool_calls,
+ * tool_call_id, name, reasoning_content) reaches the template as given. A template that uses
+ * something the interpreter does not support is refused (PL_ERR_UNSUPPORTED naming the
+ * construct and its line), never rendered wrong; a template's raise_exception() is
+ * PL_ERR_INVALID_ARGUMENT with the template's message.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_tokenizer pl_tokenizer;
+
+typedef struct pl_chat_options {
+    size_t struct_size; /* set by pl_chat_options_default; see "Binary compatibility" */
+    void *storage;      /* copies made by pl_chat_options_set*; freed by _deinit */
+    PL_CHAT_OPTIONS_FIELDS(PL_FIELD_DECL_)
+} pl_chat_options;
+
+/* As pl_engine_config_init / _default / _deinit. */
+PL_API void pl_chat_options_init(pl_chat_options *o, size_t struct_size);
+static inline void pl_chat_options_default(pl_chat_options *o) {
+    pl_chat_options_init(o, sizeof *o);
+}
+PL_API void pl_chat_options_deinit(pl_chat_options *o);
+PL_API const pl_field *pl_chat_options_fields(size_t *out_n);
+PL_API pl_status pl_chat_options_set(pl_chat_options *o, const char *name, const char *value);
+PL_API pl_status pl_chat_options_set_json(pl_chat_options *o, const char *name,
+                                          const char *json);
+
+/* One message, for callers that hold plain text (role and content are copied into the JSON
+ * the template sees; content NULL is JSON null, as an assistant turn that only calls tools). */
+typedef struct pl_chat_message {
+    const char *role;    /* "system", "user", "assistant", "tool" */
+    const char *content;
+} pl_chat_message;
+
+/* Loads a tokenizer alone: a SentencePiece .model, a tokenizer.json (tokenizer_config.json and
+ * chat_template.jinja read from beside it), a directory holding either, or a .gguf file.
+ * Errors: PL_ERR_IO, PL_ERR_FORMAT (naming the file and field), PL_ERR_UNSUPPORTED (a
+ * component pagellm does not implement, named), PL_ERR_OUT_OF_MEMORY. */
+PL_API pl_status pl_tokenizer_load(const char *path, pl_tokenizer **out);
+PL_API void pl_tokenizer_free(pl_tokenizer *t); /* NULL is a no-op */
+/* The engine's tokenizer, engine-owned, valid until pl_engine_destroy; NULL when the engine
+ * runs on token ids only. */
+PL_API const pl_tokenizer *pl_engine_tokenizer(const pl_engine *e);
+
+/* Flags of pl_tokenizer_encode / _decode. */
+#define PL_ENCODE_ADD_SPECIAL 1u   /* the tokenizer's BOS/EOS rule (what submit does) */
+#define PL_ENCODE_PARSE_SPECIAL 2u /* special-token text ("<|eot_id|>") becomes its id, as
+                                      Hugging Face's encode does; without it such text is
+                                      tokenized as plain text (user content) */
+#define PL_DECODE_SKIP_SPECIAL 4u  /* special tokens decode to nothing */
+
+PL_API int pl_tokenizer_vocab_size(const pl_tokenizer *t);
+/* The piece of id ("▁the", "Ġthe", "<|eot_id|>"); tokenizer-owned; NULL out of range. */
+PL_API const char *pl_tokenizer_piece(const pl_tokenizer *t, int32_t id);
+/* The id whose piece is exactly `token` (added tokens first), or -1. */
+PL_API int32_t pl_tokenizer_token_id(const pl_tokenizer *t, const char *token);
+/* text[0..len) (UTF-8, no NUL) to ids; *out_ids: caller frees with pl_free_ids.
+ * PL_ERR_INVALID_ARGUMENT (invalid UTF-8: the byte offset), PL_ERR_OUT_OF_MEMORY. */
+PL_API pl_status pl_tokenizer_encode(const pl_tokenizer *t, const char *text, size_t len,
+                                     unsigned flags, int32_t **out_ids, size_t *out_n);
+/* ids to text (NUL-terminated, invalid bytes as U+FFFD); caller frees with pl_free_text;
+ * out_len may be NULL. PL_ERR_INVALID_ARGUMENT for an id out of range (its index named). */
+PL_API pl_status pl_tokenizer_decode(const pl_tokenizer *t, const int32_t *ids, size_t n,
+                                     unsigned flags, char **out_text, size_t *out_len);
+/* The template text of `name` (NULL: the default); tokenizer-owned; NULL when none. */
+PL_API const char *pl_tokenizer_chat_template(const pl_tokenizer *t, const char *name);
+/* Renders a chat with the tokenizer's template (or opt->chat_template). opt NULL = defaults.
+ * *out_text: caller frees with pl_free_text; out_len may be NULL. Errors:
+ * PL_ERR_INVALID_ARGUMENT (malformed JSON, naming the argument, line and column; a message
+ * that is not an object; raise_exception), PL_ERR_NOT_FOUND (no chat template: give one),
+ * PL_ERR_UNSUPPORTED, PL_ERR_FORMAT (template syntax: line and column), PL_ERR_TOO_LONG (a
+ * template limit: steps, output size, depth), PL_ERR_OUT_OF_MEMORY. */
+PL_API pl_status pl_tokenizer_apply_chat_template(const pl_tokenizer *t, const char *messages_json,
+                                                  const pl_chat_options *opt, char **out_text,
+                                                  size_t *out_len);
+
+/* The same with the engine's template (config.chat_template, else its tokenizer's; parsed
+ * once at create). Thread-safe. */
+PL_API pl_status pl_engine_apply_chat_template_json(const pl_engine *e, const char *messages_json,
+                                                    const pl_chat_options *opt,
+                                                    char **out_text, size_t *out_len);
+PL_API pl_status pl_engine_apply_chat_template(const pl_engine *e, const pl_chat_message *messages,
+                                               size_t n_messages, const pl_chat_options *opt,
+                                               char **out_text, size_t *out_len);
+/* Renders the chat and queues it: the text is tokenized with special tokens parsed and no
+ * BOS/EOS added (the template writes them), as Hugging Face's apply_chat_template does.
+ * Errors: those of apply_chat_template and of pl_engine_submit_tokens. Thread-safe. */
+PL_API pl_status pl_engine_submit_chat_json(pl_engine *e, const char *messages_json,
+                                            const pl_chat_options *opt,
+                                            const pl_sampling_params *params,
+                                            pl_request_id *out_id);
+PL_API pl_status pl_engine_submit_chat(pl_engine *e, const pl_chat_message *messages,
+                                       size_t n_messages, const pl_chat_options *opt,
+                                       const pl_sampling_params *params, pl_request_id *out_id);
 
 /* ------------------------------------------------------------------------------------------
  * Profiling

@@ -19,7 +19,8 @@ ALLOWED = {
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "model"},
     "kernels": {"util", "kernels"},
-    "engine": {"util", "tokenizer", "kvcache", "scheduler", "model", "kernels", "engine"},
+    "engine": {"util", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels",
+               "engine"},
     # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/ <- tools/
     "cli": {"cli"},
     "bench": {"bench", "cli"},

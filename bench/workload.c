@@ -184,6 +184,31 @@ static bool has_tokenizer(const pl_engine *e) {
     return true;
 }
 
+/* A dataset line's chat as the ids submit_chat would queue: rendered with the model's template
+ * (the line's tools and chat_template_kwargs), special tokens parsed, nothing added. */
+static bool chat_ids(const pl_engine *e, const cli_prompt *cp, pl_bench_prompt *p) {
+    pl_chat_options co;
+    pl_chat_options_default(&co);
+    co.tools = cp->tools;
+    co.chat_template_kwargs = cp->chat_template_kwargs;
+    char *text;
+    size_t len;
+    if (pl_engine_apply_chat_template_json(e, cp->messages, &co, &text, &len) != PL_OK)
+        return false;
+    int32_t *ids;
+    size_t n;
+    pl_status s = pl_tokenizer_encode(pl_engine_tokenizer(e), text, len, PL_ENCODE_PARSE_SPECIAL,
+                                      &ids, &n);
+    pl_free_text(text);
+    if (s != PL_OK) return false;
+    /* the workload's arrays are malloc'd (pl_bench_workload_free) */
+    p->ids = malloc((n ? n : 1) * sizeof *p->ids);
+    if (p->ids) memcpy(p->ids, ids, n * sizeof *ids);
+    p->n_ids = n;
+    pl_free_ids(ids);
+    return p->ids != NULL;
+}
+
 static int build_jsonl(const pl_bench_workload_opts *o, const pl_engine *e,
                        pl_bench_workload *w) {
     pl_sampling_params defaults;
@@ -212,15 +237,22 @@ static int build_jsonl(const pl_bench_workload_opts *o, const pl_engine *e,
     if (!w->prompts) goto oom;
     for (size_t i = 0; i < take; i++) {
         pl_bench_prompt *p = &w->prompts[i];
-        if (cp[i].text && !tok) {
-            fprintf(stderr, "pagellm: --dataset: %s: prompt %zu is text but the model has no "
+        if ((cp[i].text || cp[i].messages) && !tok) {
+            fprintf(stderr, "pagellm: --dataset: %s: prompt %zu is %s but the model has no "
                             "tokenizer (give --tokenizer, or use prompt_token_ids)\n",
-                    o->dataset, i + 1);
+                    o->dataset, i + 1, cp[i].text ? "text" : "a chat");
             rc = 2;
             goto fail;
         }
         p->output_len = o->output_len_set ? (int)o->output_len : cp[i].params.max_tokens;
-        if (cp[i].text) {
+        if (cp[i].messages) {
+            if (!chat_ids(e, &cp[i], p)) {
+                fprintf(stderr, "pagellm: --dataset: %s:%zu: messages: %s\n", o->dataset,
+                        cp[i].line, pl_last_error());
+                rc = 2;
+                goto fail;
+            }
+        } else if (cp[i].text) {
             if (!(p->text = strdup(cp[i].text))) goto oom;
         } else {
             p->n_ids = cp[i].n_ids;

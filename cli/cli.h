@@ -1,11 +1,12 @@
 /*
  * cli/cli.h - the command-line layer shared by the pagellm program (tools/) and its benchmark
- * commands (bench/): strict number parsing, the engine and sampling flags (generated from
- * the field tables of pagellm.h, so every field has exactly one flag, help line, range and
- * default), and the prompts file (JSONL) reader.
+ * commands (bench/): strict number parsing, the engine, sampling and chat flags (generated
+ * from the field tables of pagellm.h, so every field has exactly one flag, help line, range
+ * and default), the files commands read whole (messages, JSON flag values, chat templates),
+ * and the prompts file (JSONL) reader.
  *
- * It sees only pagellm.h. Every parse error prints "pagellm: <flag>: <problem>" on stderr;
- * commands then exit 2 (usage) or 1 (runtime failure).
+ * It sees only pagellm.h (and jansson). Every parse error prints "pagellm: <flag>: <problem>"
+ * on stderr; commands then exit 2 (usage) or 1 (runtime failure).
  */
 #ifndef PL_CLI_CLI_H
 #define PL_CLI_CLI_H
@@ -32,18 +33,49 @@ int cli_engine_flag(pl_engine_config *cfg, int argc, char **argv, int *i);
 /* The same for the fields of pl_sampling_params (--max-tokens, -n, --temperature, ...;
  * --stop and --stop-id add to their lists: pl_sampling_params_deinit frees them). */
 int cli_sampling_flag(pl_sampling_params *p, int argc, char **argv, int *i);
+/* The same for the fields of pl_chat_options (--no-generation-prompt, --tools,
+ * --chat-template-kwargs, --template-name). A JSON-valued flag takes a file holding the JSON
+ * ("-": standard input), or the JSON text itself when no such file exists and it starts with
+ * [ or { (as --chat-template takes a file or the template text); the JSON's syntax is checked
+ * here, the message naming the flag, the file, line and column. Values are copied into o's
+ * storage: pl_chat_options_deinit frees them. */
+int cli_chat_flag(pl_chat_options *o, int argc, char **argv, int *i);
 /* On stdout, one entry per flag: short and long form, value, help, choices and default. */
 void cli_print_engine_flags(void);
 void cli_print_sampling_flags(void);
+void cli_print_chat_flags(void);
+
+/* ---- files read whole. On failure each returns false with "PATH: problem" in err. ---- */
+
+/* The whole file ("-": standard input, named <stdin>) into *out (NUL-terminated; free());
+ * *out_len bytes, which may hold NUL bytes. */
+bool cli_read_file(const char *path, char **out, size_t *out_len, char *err, size_t err_cap);
+/* A chat's messages: a file ("-": standard input) holding a JSON array of objects, each with
+ * a string "role" (OpenAI's shape; other members reach the template as written). *out_json:
+ * the file's text (free()). Errors name the file, and the line and column of bad JSON. */
+bool cli_messages_load(const char *path, char **out_json, char *err, size_t err_cap);
+struct json_t;
+/* The check of cli_messages_load on a parsed value; why gets the problem. */
+bool cli_check_messages(const struct json_t *v, char *why, size_t cap);
+/* A JSON flag's value (see cli_chat_flag) as JSON text in *out (free()); err starts with
+ * the flag. */
+bool cli_json_arg(const char *flag, const char *value, char **out, char *err, size_t err_cap);
+/* A chat template flag's value: a regular file's contents, else the value itself when it is
+ * template text (holds {{ or {%: the engine's rule for config.chat_template). *out: free(). */
+bool cli_template_arg(const char *flag, const char *value, char **out, char *err,
+                      size_t err_cap);
 
 /* The most stop strings a prompts file line may give (the table's limit). */
 #define CLI_MAX_STOP 64
 
-/* One prompt of a prompts file: text or ids, with its sampling parameters. */
+/* One prompt of a prompts file: text, ids or a chat, with its sampling parameters. */
 typedef struct cli_prompt {
-    char *text;           /* NULL when ids are given */
+    char *text;           /* exactly one of text, ids and messages is set */
     int32_t *ids;
     size_t n_ids;
+    char *messages;       /* a chat: its messages, tools and chat_template_kwargs as JSON text */
+    char *tools;          /* NULL: none given */
+    char *chat_template_kwargs;
     size_t line;                /* the file line it came from (from 1); 0 when not from a file */
     pl_sampling_params params;  /* never deinit: its storage is the defaults' */
     char **stop_storage;        /* (n_stop_storage) owned copies params.stop points at */
@@ -51,7 +83,9 @@ typedef struct cli_prompt {
 } cli_prompt;
 
 /* Reads a JSONL file ("-": standard input, named <stdin> in messages): one object per line
- * with "prompt" (string) or "prompt_token_ids" (array of ints), and optional sampling fields
+ * with "prompt" (string), "prompt_token_ids" (array of ints) or "messages" (a chat: an array
+ * of message objects, with optional "tools" (array) and "chat_template_kwargs" (object)),
+ * and optional sampling fields
  * (max_tokens, min_tokens, temperature, top_p, top_k, min_p, seed, ignore_eos, n, stop
  * (string or array), priority, repetition_penalty, presence_penalty, frequency_penalty) that
  * override defaults; any other key is an error. Blank lines are skipped. On failure returns

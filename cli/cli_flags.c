@@ -1,9 +1,9 @@
 /*
- * cli/cli_flags.c - strict parsing of numbers, and the engine and sampling flags.
+ * cli/cli_flags.c - strict parsing of numbers, and the engine, sampling and chat flags.
  *
  * The flags are not written here: each is a row of pagellm.h's field tables, read through
- * pl_engine_config_fields / pl_sampling_params_fields, and set through the library's setters
- * (which check the range and name the field). So a new config field gets its flag, help,
+ * pl_engine_config_fields / pl_sampling_params_fields / pl_chat_options_fields, and set
+ * through the library's setters (which check the range and name the field). So a new config field gets its flag, help,
  * range check and default the moment it is added to the table.
  */
 #include <errno.h>
@@ -67,6 +67,16 @@ static pl_status set_sampling(void *obj, const char *name, const char *value) {
     return pl_sampling_params_set(obj, name, value);
 }
 
+static pl_status set_chat(void *obj, const char *name, const char *value) {
+    return pl_chat_options_set(obj, name, value);
+}
+
+/* A string field whose value is JSON (the chat options' tools, chat_template_kwargs): the
+ * command line also takes a file holding it. */
+static bool is_json_field(const pl_field *f) {
+    return f->kind == PL_FIELD_STRING && f->value_name && !strcmp(f->value_name, "JSON");
+}
+
 /* A boolean's "off" flag: "--enable-prefix-caching" -> "--no-prefix-caching",
  * "--ignore-eos" -> "--no-ignore-eos". */
 static void negation(const pl_field *f, char *buf, size_t cap) {
@@ -113,6 +123,20 @@ static int field_flag(const pl_field *fields, size_t n, void *obj, setter set, i
         } else if (how == 3 || how == 4) {
             value = how == 3 ? "true" : "false";
         }
+        if (is_json_field(f)) {
+            char *json, err[1024];
+            if (!cli_json_arg(f->flag, value, &json, err, sizeof err)) {
+                fprintf(stderr, "pagellm: %s\n", err);
+                return -1;
+            }
+            pl_status s = set(obj, f->name, json); /* copied into the struct's storage */
+            free(json);
+            if (s != PL_OK) {
+                fprintf(stderr, "pagellm: %s: %s\n", f->flag, pl_last_error());
+                return -1;
+            }
+            return 1;
+        }
         if (f->kind == PL_FIELD_STRING) {
             /* argv outlives every engine the command makes: point at it, copy nothing */
             *(const char **)((char *)obj + f->offset) = value;
@@ -137,6 +161,12 @@ int cli_sampling_flag(pl_sampling_params *p, int argc, char **argv, int *i) {
     size_t n;
     const pl_field *f = pl_sampling_params_fields(&n);
     return field_flag(f, n, p, set_sampling, argc, argv, i);
+}
+
+int cli_chat_flag(pl_chat_options *o, int argc, char **argv, int *i) {
+    size_t n;
+    const pl_field *f = pl_chat_options_fields(&n);
+    return field_flag(f, n, o, set_chat, argc, argv, i);
 }
 
 /* Prints text from column `indent`, wrapped before column 100. */
@@ -180,9 +210,10 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
         if (!f->flag) continue;
         char head[96], neg[64] = "";
         if (f->kind == PL_FIELD_BOOL) negation(f, neg, sizeof neg);
+        const char *value_name = is_json_field(f) ? "JSON|FILE" : f->value_name;
         int col = snprintf(head, sizeof head, "  %c%c%s%s%s%s%s%s", f->short_flag ? '-' : ' ',
                            f->short_flag ? f->short_flag : ' ', f->short_flag ? ", " : "  ",
-                           f->flag, f->value_name ? " " : "", f->value_name ? f->value_name : "",
+                           f->flag, value_name ? " " : "", value_name ? value_name : "",
                            neg[0] ? ", " : "", neg);
         printf("%s", head);
         int indent = 34;
@@ -209,7 +240,8 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
             }
             snprintf(dflt, sizeof dflt, " [%s]", v);
         }
-        snprintf(text, sizeof text, "%s%s%s", f->help, choices, dflt);
+        snprintf(text, sizeof text, "%s%s%s%s", f->help,
+                 is_json_field(f) ? " (the JSON text, or a file holding it)" : "", choices, dflt);
         wrap(text, indent, indent);
     }
 }
@@ -228,4 +260,12 @@ void cli_print_sampling_flags(void) {
     size_t n;
     const pl_field *f = pl_sampling_params_fields(&n);
     print_fields("sampling flags [default]", f, n, &d);
+}
+
+void cli_print_chat_flags(void) {
+    pl_chat_options d;
+    pl_chat_options_default(&d);
+    size_t n;
+    const pl_field *f = pl_chat_options_fields(&n);
+    print_fields("chat flags [default]", f, n, &d);
 }

@@ -5,7 +5,6 @@
  * reader does not know is an error, not ignored: a misspelt "temprature" would otherwise run
  * the line at the default temperature without a word. Nothing is kept from a failed parse.
  */
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -80,12 +79,35 @@ static bool parse_ids(cli_prompt *p, json_t *arr, const char **why) {
     return true;
 }
 
+/* A chat line: messages (checked as cli_messages_load checks a file), tools (an array) and
+ * chat_template_kwargs (an object), kept as compact JSON text for the chat calls. */
+static bool parse_chat(cli_prompt *p, json_t *o, const char **field, const char **why,
+                       char *why_buf, size_t why_cap) {
+    json_t *msgs = json_object_get(o, "messages"), *tools = json_object_get(o, "tools");
+    json_t *kw = json_object_get(o, "chat_template_kwargs");
+    if (!cli_check_messages(msgs, why_buf, why_cap))
+        return (*field = "messages"), (*why = why_buf), false;
+    if (tools && !json_is_array(tools) && !json_is_null(tools))
+        return (*field = "tools"), (*why = "must be an array of tool definitions"), false;
+    if (kw && !json_is_object(kw) && !json_is_null(kw))
+        return (*field = "chat_template_kwargs"), (*why = "must be an object"), false;
+    const size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER;
+    if (!(p->messages = json_dumps(msgs, flags))) return (*why = "out of memory"), false;
+    if (tools && !json_is_null(tools) && !(p->tools = json_dumps(tools, flags)))
+        return (*why = "out of memory"), false;
+    if (kw && !json_is_null(kw) && !(p->chat_template_kwargs = json_dumps(kw, flags)))
+        return (*why = "out of memory"), false;
+    return true;
+}
+
 /* Every key a line may hold. */
 static const char *const k_keys[] = {
-    "prompt",      "prompt_token_ids",   "max_tokens",       "min_tokens",
-    "temperature", "top_p",              "top_k",            "min_p",
-    "seed",        "ignore_eos",         "n",                "stop",
-    "priority",    "repetition_penalty", "presence_penalty", "frequency_penalty",
+    "prompt",      "prompt_token_ids",   "messages",         "tools",
+    "chat_template_kwargs",
+    "max_tokens",  "min_tokens",         "temperature",      "top_p",
+    "top_k",       "min_p",              "seed",             "ignore_eos",
+    "n",           "stop",               "priority",         "repetition_penalty",
+    "presence_penalty", "frequency_penalty",
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -132,7 +154,7 @@ static bool check_keys(json_t *o, const char **field, const char **why, char *wh
             snprintf(why_buf, cap, "unknown key \"%.64s\" (did you mean \"%s\"?)", k, near);
         else
             snprintf(why_buf, cap, "unknown key \"%.64s\" (known: prompt, prompt_token_ids, "
-                     "max_tokens, min_tokens, temperature, top_p, top_k, min_p, seed, "
+                     "messages, tools, chat_template_kwargs, max_tokens, min_tokens, temperature, top_p, top_k, min_p, seed, "
                      "ignore_eos, n, stop, priority, repetition_penalty, presence_penalty, "
                      "frequency_penalty)", k);
         *field = NULL;
@@ -147,8 +169,16 @@ static bool parse_object(json_t *o, cli_prompt *p, const char **field, const cha
                          char *why_buf, size_t why_cap) {
     if (!check_keys(o, field, why, why_buf, why_cap)) return false;
     json_t *text = json_object_get(o, "prompt"), *ids = json_object_get(o, "prompt_token_ids");
-    if (!text == !ids) return (*field = "prompt"), (*why = "give exactly one of prompt or prompt_token_ids"), false;
-    if (text) {
+    json_t *msgs = json_object_get(o, "messages");
+    if ((text != NULL) + (ids != NULL) + (msgs != NULL) != 1)
+        return (*field = "prompt"),
+               (*why = "give exactly one of prompt, prompt_token_ids or messages"), false;
+    if (!msgs && (json_object_get(o, "tools") || json_object_get(o, "chat_template_kwargs")))
+        return (*field = json_object_get(o, "tools") ? "tools" : "chat_template_kwargs"),
+               (*why = "only for a chat (a line with messages)"), false;
+    if (msgs) {
+        if (!parse_chat(p, o, field, why, why_buf, why_cap)) return false;
+    } else if (text) {
         if (!json_is_string(text)) return (*field = "prompt"), (*why = "must be a string"), false;
         if (strlen(json_string_value(text)) != json_string_length(text))
             return (*field = "prompt"), (*why = "contains a NUL byte"), false;
@@ -192,6 +222,9 @@ void cli_prompts_free(cli_prompt *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         free(p[i].text);
         free(p[i].ids);
+        free(p[i].messages);
+        free(p[i].tools);
+        free(p[i].chat_template_kwargs);
         for (size_t k = 0; k < p[i].n_stop_storage; k++) free(p[i].stop_storage[k]);
         free(p[i].stop_storage);
     }
@@ -259,46 +292,11 @@ bool cli_prompts_parse(const char *name, const char *data, size_t len,
 
 bool cli_prompts_load(const char *path, const pl_sampling_params *defaults, cli_prompt **out,
                       size_t *out_n, char *err, size_t err_cap) {
-    bool is_stdin = !strcmp(path, "-");
-    const char *name = is_stdin ? "<stdin>" : path;
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    if (!f) {
-        snprintf(err, err_cap, "%s: cannot open: %s", path, strerror(errno));
-        return false;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int read_errno = 0;
-    for (;;) {
-        if (len == cap) {
-            size_t nc = cap ? 2 * cap : 65536;
-            char *g = realloc(buf, nc);
-            if (!g) {
-                free(buf);
-                if (!is_stdin) fclose(f);
-                snprintf(err, err_cap, "%s: out of memory", name);
-                return false;
-            }
-            buf = g, cap = nc;
-        }
-        errno = 0;
-        size_t r = fread(buf + len, 1, cap - len, f);
-        len += r;
-        if (r == 0) {
-            read_errno = errno;
-            break;
-        }
-    }
-    bool io_err = ferror(f);
-    if (!is_stdin) fclose(f);
-    if (io_err) {
-        free(buf);
-        /* a directory opens but cannot be read: errno says so (EISDIR) */
-        snprintf(err, err_cap, "%s: cannot read: %s", name,
-                 read_errno ? strerror(read_errno) : "read error");
-        return false;
-    }
-    bool ok = cli_prompts_parse(name, buf, len, defaults, out, out_n, err, err_cap);
+    char *buf;
+    size_t len;
+    if (!cli_read_file(path, &buf, &len, err, err_cap)) return false;
+    bool ok = cli_prompts_parse(strcmp(path, "-") ? path : "<stdin>", buf, len, defaults, out,
+                                out_n, err, err_cap);
     free(buf);
     return ok;
 }

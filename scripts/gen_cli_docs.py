@@ -24,9 +24,12 @@ ROOT = os.path.dirname(HERE)
 REGENERATE = "scripts/gen_cli_docs.py build/tools/pagellm"
 
 # Text that is not a flag's: the same in both files.
+SHARED_NOTE = "A flag's default, where it has one, ends its line in [brackets]."
 DESCRIPTION = """pagellm runs LLaMA-family decoder models (llama2.c checkpoints, Hugging Face
-safetensors directories, or seeded dummy weights) on many requests at once, with continuous
-batching and a paged KV cache. generate runs prompts and prints their completions; bench
+safetensors directories of Llama, Mistral, Qwen2 and Qwen3, or seeded dummy weights) on many
+requests at once, with continuous batching and a paged KV cache. generate runs prompts and
+chats and prints their completions; chat talks with a chat model in the terminal; tokenize and
+detokenize show what the tokenizer and the chat template make of a text or a chat; bench
 measures throughput, latency and this machine's ceilings; profile shows where a workload's
 time goes."""
 
@@ -36,7 +39,8 @@ EXIT_STATUS = [
           "engine error); the message is on stderr"),
     ("2", "a usage error: a bad flag or value, or a prompts file that does not parse; the "
           "message names the flag, or the file and line"),
-    ("130", "generate was interrupted (SIGINT): what ran was aborted and printed"),
+    ("130", "generate was interrupted (SIGINT): what ran was aborted and printed (chat goes on "
+            "after a SIGINT: it stops only the reply being generated)"),
 ]
 ENVIRONMENT = [
     ("OPENBLAS_CORETYPE", "kept when set; on AMD CPUs with AVX-512 pagellm sets it to SkylakeX "
@@ -75,7 +79,7 @@ def commands(exe):
     return out
 
 
-FLAG_HEADER = re.compile(r"^([a-z][a-z ]*) flags:$")
+FLAG_HEADER = re.compile(r"^([a-z][a-z ]*) flags(?: \[default\])?:$")
 
 
 def split_blocks(text):
@@ -166,7 +170,7 @@ def markdown(version, cmds, shared):
                         f"[{payload} flags](#{anchor(payload + ' flags')}).", ""]
             else:
                 out += ["```text"] + strip_blank_edges(payload) + ["```", ""]
-    out += ["## Flags shared by several commands", ""]
+    out += ["## Flags shared by several commands", "", SHARED_NOTE, ""]
     for name, lines in shared.items():
         out += [f"### {name} flags", "", "```text"] + lines[1:] + ["```", ""]
     out += ["## Exit status", "", "| status | meaning |", "| --- | --- |"]
@@ -209,7 +213,7 @@ def manpage(version, cmds, shared):
                         ".B SHARED FLAGS", "below."]
             else:
                 out += roff_block(payload)
-    out += [".SH SHARED FLAGS"]
+    out += [".SH SHARED FLAGS", roff_escape(SHARED_NOTE)]
     for name, lines in shared.items():
         out += [f'.SS "{roff_escape(name)} flags"'] + roff_block(lines[1:])
     out += [".SH EXIT STATUS"]

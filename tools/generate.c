@@ -2,7 +2,8 @@
  * tools/generate.c - `pagellm generate`: text from a model, one prompt or a batch.
  *
  * One text prompt (n = 1, no --json) streams to stdout as it is generated, prompt first, as
- * llama2.c does. Otherwise every prompt is submitted at once and each completion is printed
+ * llama2.c does; one chat (--messages) streams its reply. A chat is rendered with the model's
+ * chat template and submitted through pl_engine_submit_chat_json, as `pagellm chat` does. Otherwise every prompt is submitted at once and each completion is printed
  * (and flushed) the moment it finishes: the output is in finish order, and every record says
  * which prompt it answers by "index" (its place among the prompts, from 0, the number text
  * mode prints too) and "line" (its line in the prompts file). A prompt the engine refuses
@@ -26,13 +27,20 @@
 
 static void usage(void) {
     printf("usage: pagellm generate --model PATH [--tokenizer PATH]\n"
-           "                        (--prompt TEXT | --prompt-ids 1,2,3 | --prompts FILE.jsonl)\n"
-           "                        [sampling flags] [engine flags] [--json]\n\n"
+           "                        (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json |\n"
+           "                         --prompts FILE.jsonl)\n"
+           "                        [chat flags] [sampling flags] [engine flags] [--json]\n\n"
            "  --prompt TEXT         one prompt: streamed as it is generated (unless --json or\n"
            "                        --n > 1)\n"
            "  --prompt-ids 1,2,3    one prompt as token ids (no BOS added)\n"
+           "  --messages FILE.json  one chat: a JSON array of {\"role\", \"content\"} messages (-\n"
+           "                        reads standard input) rendered with the model's chat\n"
+           "                        template (or --chat-template); the reply streams unless\n"
+           "                        --json or --n > 1\n"
            "  --prompts FILE.jsonl  one JSON object per line (- reads standard input):\n"
-           "                        \"prompt\" or \"prompt_token_ids\", and any of max_tokens,\n"
+           "                        \"prompt\", \"prompt_token_ids\" or \"messages\" (a chat, with\n"
+           "                        optional \"tools\" and \"chat_template_kwargs\" replacing the\n"
+           "                        flags'), and any of max_tokens,\n"
            "                        min_tokens, temperature, top_p, top_k, min_p, seed,\n"
            "                        ignore_eos, n, stop, priority, repetition_penalty,\n"
            "                        presence_penalty, frequency_penalty (other keys are refused)\n"
@@ -43,6 +51,7 @@ static void usage(void) {
            "Completions print as they finish, each under its prompt's index (from 0). A refused\n"
            "prompt prints its error and the rest run (exit 1); Ctrl-C aborts what runs, prints\n"
            "it and exits 130. Without a tokenizer, text mode prints token ids.\n\n");
+    cli_print_chat_flags();
     cli_print_sampling_flags();
     cli_print_engine_flags();
 }
@@ -113,6 +122,7 @@ typedef struct output {
     bool has_tokenizer;    /* else text mode prints token ids */
     bool stdout_tty;       /* the bar is erased before each record */
     const cli_prompt *prompts;
+    const pl_chat_options *chat; /* the flags' chat options */
     pl_progress bar;
 } output;
 
@@ -265,6 +275,18 @@ static int run_streaming(pl_engine *e, const char *prompt, pl_request_id id) {
     return rc;
 }
 
+/* Submits one prompt: text, ids, or a chat with the flags' options (a prompts-file line's own
+ * tools and chat_template_kwargs replacing theirs). */
+static pl_status submit(pl_engine *e, const cli_prompt *p, const pl_chat_options *chat,
+                        pl_request_id *id) {
+    if (p->text) return pl_engine_submit_request(e, p->text, &p->params, id);
+    if (!p->messages) return pl_engine_submit_tokens(e, p->ids, p->n_ids, &p->params, id);
+    pl_chat_options o = *chat; /* a shallow copy: its strings stay the flags' or the line's */
+    if (p->tools) o.tools = p->tools;
+    if (p->chat_template_kwargs) o.chat_template_kwargs = p->chat_template_kwargs;
+    return pl_engine_submit_chat_json(e, p->messages, &o, &p->params, id);
+}
+
 /* Request id -> the prompt it came from. */
 typedef struct id_entry {
     pl_request_id id;
@@ -289,8 +311,7 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
     for (size_t i = 0; i < n_prompts && !g_interrupted; i++) {
         const cli_prompt *p = &prompts[i];
         pl_request_id id = 0;
-        pl_status s = p->text ? pl_engine_submit_request(e, p->text, &p->params, &id)
-                              : pl_engine_submit_tokens(e, p->ids, p->n_ids, &p->params, &id);
+        pl_status s = submit(e, p, o->chat, &id);
         if (s != PL_OK) {
             print_refusal(o, i, s, pl_last_error());
             n_refused++;
@@ -354,14 +375,17 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
     return rc || n_refused || n_failed ? 1 : 0;
 }
 
-/* cfg and sp: defaulted by the caller, who deinits them (the flags' lists live there). */
-static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_params *sp) {
-    const char *prompt = NULL, *ids_arg = NULL, *file = NULL;
+/* cfg, sp and chat: defaulted by the caller, who deinits them (the flags' lists live
+ * there). */
+static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_params *sp,
+                    pl_chat_options *chat) {
+    const char *prompt = NULL, *ids_arg = NULL, *file = NULL, *messages = NULL;
     bool json = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_engine_flag(cfg, argc, argv, &i);
         if (r == 0) r = cli_sampling_flag(sp, argc, argv, &i);
+        if (r == 0) r = cli_chat_flag(chat, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -373,6 +397,8 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
             ids_arg = argv[++i];
         } else if (!strcmp(a, "--prompts") && i + 1 < argc) {
             file = argv[++i];
+        } else if (!strcmp(a, "--messages") && i + 1 < argc) {
+            messages = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else {
@@ -384,8 +410,9 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         fprintf(stderr, "pagellm generate: --model is required (a file, directory or dummy:NAME)\n");
         return 2;
     }
-    if ((prompt != NULL) + (ids_arg != NULL) + (file != NULL) != 1) {
-        fprintf(stderr, "pagellm generate: give exactly one of --prompt, --prompt-ids, --prompts\n");
+    if ((prompt != NULL) + (ids_arg != NULL) + (file != NULL) + (messages != NULL) != 1) {
+        fprintf(stderr, "pagellm generate: give exactly one of --prompt, --prompt-ids, "
+                        "--messages, --prompts\n");
         return 2;
     }
 
@@ -402,7 +429,15 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         if (!prompts) return 1;
         n_prompts = 1;
         prompts[0].params = *sp;
-        if (prompt && !(prompts[0].text = strdup(prompt))) return 1;
+        if (prompt && !(prompts[0].text = strdup(prompt))) {
+            cli_prompts_free(prompts, n_prompts);
+            return 1;
+        }
+        if (messages && !cli_messages_load(messages, &prompts[0].messages, err, sizeof err)) {
+            fprintf(stderr, "pagellm generate: --messages %s\n", err);
+            cli_prompts_free(prompts, n_prompts);
+            return 2;
+        }
         if (ids_arg && !parse_ids(ids_arg, &prompts[0].ids, &prompts[0].n_ids)) {
             cli_prompts_free(prompts, n_prompts);
             return 2;
@@ -418,18 +453,19 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
     g_interrupted = 0;
     catch_sigint();
     int rc;
-    if (!json && n_prompts == 1 && prompts[0].text && prompts[0].params.n == 1) {
+    if (!json && n_prompts == 1 && (prompts[0].text || prompts[0].messages) &&
+        prompts[0].params.n == 1) {
         pl_request_id id = 0;
-        pl_status s = pl_engine_submit_request(e, prompts[0].text, &prompts[0].params, &id);
+        pl_status s = submit(e, &prompts[0], chat, &id);
         if (s == PL_OK) {
-            rc = run_streaming(e, prompts[0].text, id);
+            rc = run_streaming(e, prompts[0].text ? prompts[0].text : "", id);
         } else {
             fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error(), pl_status_name(s));
             rc = 1;
         }
     } else {
         output o = {.json = json, .has_tokenizer = has_tokenizer(e),
-                    .stdout_tty = isatty(STDOUT_FILENO), .prompts = prompts};
+                    .stdout_tty = isatty(STDOUT_FILENO), .prompts = prompts, .chat = chat};
         rc = run_batch(e, prompts, n_prompts, &o);
     }
     signal(SIGINT, SIG_DFL);
@@ -443,7 +479,10 @@ int cmd_generate(int argc, char **argv) {
     pl_engine_config_default(&cfg);
     pl_sampling_params sp;
     pl_sampling_params_default(&sp);
-    int rc = generate(argc, argv, &cfg, &sp);
+    pl_chat_options chat;
+    pl_chat_options_default(&chat);
+    int rc = generate(argc, argv, &cfg, &sp, &chat);
+    pl_chat_options_deinit(&chat); /* the JSON values the chat flags copied */
     pl_sampling_params_deinit(&sp); /* the lists --stop and --stop-id built */
     pl_engine_config_deinit(&cfg);
     return rc;

@@ -14,7 +14,10 @@ static void usage(FILE *f) {
             "pagellm %s - paged-KV LLM inference\n\n"
             "usage: pagellm COMMAND [flags]   (pagellm COMMAND --help for its flags)\n\n"
             "commands:\n"
-            "  generate    generate text for one prompt or a JSONL file of prompts\n"
+            "  generate    generate text for one prompt, a chat or a JSONL file of prompts\n"
+            "  chat        talk with a chat model in the terminal; the reply streams\n"
+            "  tokenize    text or a chat to token ids\n"
+            "  detokenize  token ids to text\n"
             "  bench       benchmarks: throughput, latency, sweep, roofline, soak\n"
             "  profile     run a workload with profiling on: trace, time per phase and op\n"
             "  version     print the version (also --version)\n"
@@ -57,6 +60,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return pl_bench_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "profile")) return pl_bench_profile_main(argc - 2, argv + 2);
     fprintf(stderr, "pagellm: unknown command '%s'\n", cmd);

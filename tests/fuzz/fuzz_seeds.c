@@ -265,6 +265,12 @@ static void prompts_seeds(const char *out) {
         {"edge.jsonl",
          "{\"prompt_token_ids\": [0, 2147483647], \"max_tokens\": 16777216, \"top_p\": 0}\n"},
         {"bad_json.jsonl", "{\"prompt\": \"unterminated}\n"},
+        {"chat.jsonl",
+         "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+         "{\"role\": \"user\", \"content\": \"Once upon a time\"}], \"max_tokens\": 4}\n"
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": [{\"type\": "
+         "\"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}], "
+         "\"chat_template_kwargs\": {\"extra\": \"!\"}}\n"},
         {"nul.jsonl", "{\"prompt\": \"a\\u0000b\"}\n"},
         {"dup.jsonl", "{\"prompt\": \"a\", \"prompt\": \"b\"}\n"},
         {"not_object.jsonl", "[1, 2, 3]\n"},

@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "usage: pagellm COMMAND [flags]   (pagellm COMMAND --help for its flags)\n\n"
             "commands:\n"
             "  generate    generate text for one prompt or a JSONL file of prompts\n"
-            "  bench       benchmarks: throughput, latency, sweep, roofline, soak\n"
+            "  bench       benchmarks: throughput, latency, sweep, roofline, serve, soak\n"
             "  profile     run a workload with profiling on: trace, time per phase and op\n"
             "  version     print the version (also --version)\n"
             "  help        this text (also --help, -h)\n",

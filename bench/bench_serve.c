@@ -31,7 +31,6 @@
 #include "cli/cli.h"
 
 #define CMD "bench serve"
-#define MAX_PERCENTILES 16
 
 /* Sampling fields sent only when given (the server's defaults otherwise, as vLLM does). */
 static const struct {
@@ -56,7 +55,7 @@ typedef struct opts {
     pl_bench_workload_opts wo;
     pl_bench_goodput goodput;
     bool metric_on[PL_BENCH_N_METRICS];
-    double percentiles[MAX_PERCENTILES];
+    double percentiles[PL_BENCH_MAX_PERCENTILES];
     size_t n_percentiles;
     double sampling[N_SAMPLING];
     bool sampling_set[N_SAMPLING];
@@ -181,9 +180,9 @@ static int metric_percentiles_flag(opts *o, const char *v) {
     for (const char *p = v; *p;) {
         size_t len = strcspn(p, ",");
         char num[64];
-        if (n == MAX_PERCENTILES || len == 0 || len >= sizeof num) {
+        if (n == PL_BENCH_MAX_PERCENTILES || len == 0 || len >= sizeof num) {
             fprintf(stderr, "pagellm: --metric-percentiles: expected up to %d comma-separated "
-                            "numbers in (0, 100], got '%s'\n", MAX_PERCENTILES, v);
+                            "numbers in (0, 100], got '%s'\n", PL_BENCH_MAX_PERCENTILES, v);
             return -1;
         }
         memcpy(num, p, len);
@@ -473,15 +472,22 @@ static void print_result(const opts *o, const pl_bench_serve_metrics *m) {
     centred("", '=', 50);
 }
 
-static json_t *real_array(size_t n, const pl_bench_serve_result *r, int what) {
+/* One figure of a request, in seconds, for the per-request arrays. */
+typedef double (*figure_fn)(const pl_bench_serve_result *r);
+static double ttft_of(const pl_bench_serve_result *r) { return r->ttft_s; }
+static double e2el_of(const pl_bench_serve_result *r) { return r->e2el_s; }
+static double start_of(const pl_bench_serve_result *r) { return r->start_s; }
+static double arrival_of(const pl_bench_serve_result *r) { return r->arrival_s; }
+static double queue_of(const pl_bench_serve_result *r) { /* waited for a free slot */
+    return r->start_s > r->arrival_s ? r->start_s - r->arrival_s : 0;
+}
+static double tpot_of(const pl_bench_serve_result *r) {
+    return r->success ? pl_bench_serve_tpot(r) : 0;
+}
+
+static json_t *figure_array(const pl_bench_serve_result *r, size_t n, figure_fn f) {
     json_t *a = json_array();
-    for (size_t i = 0; i < n; i++) {
-        double v = what == 0 ? r[i].ttft_s : what == 1 ? r[i].e2el_s
-                 : what == 2 ? r[i].start_s : what == 3 ? r[i].arrival_s
-                 : what == 4 ? (r[i].start_s > r[i].arrival_s ? r[i].start_s - r[i].arrival_s : 0)
-                             : (r[i].success ? pl_bench_serve_tpot(&r[i]) : 0);
-        json_array_append_new(a, json_real(v));
-    }
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_real(f(&r[i])));
     return a;
 }
 
@@ -536,11 +542,11 @@ static json_t *result_json(const opts *o, bool chat, const char *base, const cha
     }
     json_object_set_new(j, "input_lens", in);
     json_object_set_new(j, "output_lens", outl);
-    json_object_set_new(j, "ttfts", real_array(w->n, r, 0));
+    json_object_set_new(j, "ttfts", figure_array(r, w->n, ttft_of));
     json_object_set_new(j, "itls", itls);
-    json_object_set_new(j, "latencies", real_array(w->n, r, 1));
-    json_object_set_new(j, "start_times", real_array(w->n, r, 2));
-    json_object_set_new(j, "queue_times", real_array(w->n, r, 4));
+    json_object_set_new(j, "latencies", figure_array(r, w->n, e2el_of));
+    json_object_set_new(j, "start_times", figure_array(r, w->n, start_of));
+    json_object_set_new(j, "queue_times", figure_array(r, w->n, queue_of));
     json_object_set_new(j, "generated_texts", texts);
     json_object_set_new(j, "errors", errs);
     for (int k = 0; k < PL_BENCH_N_METRICS; k++) {
@@ -562,8 +568,8 @@ static json_t *result_json(const opts *o, bool chat, const char *base, const cha
     /* pagellm's: where it ran, the schedule, TPOT per request, the objectives, the build */
     json_object_set_new(j, "base_url", json_string(base));
     json_object_set_new(j, "endpoint", json_string(o->endpoint));
-    json_object_set_new(j, "arrival_times", real_array(w->n, r, 3));
-    json_object_set_new(j, "tpots", real_array(w->n, r, 5));
+    json_object_set_new(j, "arrival_times", figure_array(r, w->n, arrival_of));
+    json_object_set_new(j, "tpots", figure_array(r, w->n, tpot_of));
     json_object_set_new(j, "good_requests", o->goodput.set ? json_integer((json_int_t)m->good)
                                                            : json_null());
     json_t *slo = json_object();

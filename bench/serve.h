@@ -153,9 +153,11 @@ void pl_bench_arrivals(size_t n, double rate, double burstiness, uint64_t seed, 
 enum { PL_BENCH_METRIC_TTFT, PL_BENCH_METRIC_TPOT, PL_BENCH_METRIC_ITL, PL_BENCH_METRIC_E2EL,
        PL_BENCH_N_METRICS };
 
+#define PL_BENCH_MAX_PERCENTILES 16
+
 typedef struct pl_bench_serve_stats {
     double mean_ms, median_ms, std_ms;
-    double pct_ms[16];        /* at the percentiles asked for */
+    double pct_ms[PL_BENCH_MAX_PERCENTILES]; /* at the percentiles asked for */
 } pl_bench_serve_stats;
 
 /* The service level objectives of --goodput, in ms; negative when not set. */
@@ -173,7 +175,8 @@ typedef struct pl_bench_serve_metrics {
     size_t max_concurrent_requests; /* most requests open at one instant */
     size_t good;                    /* requests within every goodput objective */
     pl_bench_serve_stats stats[PL_BENCH_N_METRICS];
-    const double *percentiles;      /* (n_percentiles) as asked, not owned */
+    const double *percentiles;      /* (n_percentiles <= PL_BENCH_MAX_PERCENTILES) as asked,
+                                       not owned */
     size_t n_percentiles;
 } pl_bench_serve_metrics;
 

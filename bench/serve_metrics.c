@@ -111,6 +111,7 @@ int pl_bench_serve_metrics_compute(const pl_bench_serve_result *r, const long lo
                                    size_t n_percentiles, const pl_bench_goodput *goodput,
                                    pl_bench_serve_metrics *out) {
     memset(out, 0, sizeof *out);
+    if (n_percentiles > PL_BENCH_MAX_PERCENTILES) n_percentiles = PL_BENCH_MAX_PERCENTILES;
     out->duration_s = duration_s;
     out->percentiles = percentiles;
     out->n_percentiles = n_percentiles;

@@ -9,7 +9,7 @@
 #ifndef PL_BENCH_BENCH_H
 #define PL_BENCH_BENCH_H
 
-/* `pagellm bench SUB ...`: SUB is throughput, latency, sweep or roofline. */
+/* `pagellm bench SUB ...`: SUB is throughput, latency, sweep, roofline, serve or soak. */
 int pl_bench_main(int argc, char **argv);
 /* `pagellm profile ...`: a workload with profiling on, trace, summary table, overhead. */
 int pl_bench_profile_main(int argc, char **argv);

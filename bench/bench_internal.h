@@ -27,10 +27,12 @@
 
 /* One request: token ids or text, and how many tokens it asks for. */
 typedef struct pl_bench_prompt {
-    int32_t *ids;   /* (n_ids) token ids, owned; NULL when text is set */
+    int32_t *ids;    /* (n_ids) token ids, owned; NULL when text is set */
     size_t n_ids;
-    char *text;     /* NUL-terminated prompt, owned; NULL when ids are set */
-    int output_len; /* max_tokens of the request, >= 1 */
+    char *text;      /* NUL-terminated prompt, owned; NULL when ids are set */
+    size_t n_tokens; /* its length in tokens as counted here: n_ids, or the text's tokens
+                        (with BOS) when a tokenizer counted them; 0 not counted */
+    int output_len;  /* max_tokens of the request, >= 1 */
 } pl_bench_prompt;
 
 typedef struct pl_bench_workload {
@@ -48,6 +50,8 @@ typedef struct pl_bench_workload_opts {
     double range_ratio;       /* lengths uniform in [len*(1-r), len*(1+r)] */
     long long prefix_len;     /* shared random prefix before every prompt */
     const char *dataset;      /* JSONL prompts file or ShareGPT JSON; NULL = random */
+    const char *dataset_name; /* "random", "sharegpt" or "custom" (JSONL); NULL: random
+                                 without a dataset file, else what the file holds */
     uint64_t seed;
     bool ignore_eos;
 } pl_bench_workload_opts;
@@ -58,11 +62,30 @@ void pl_bench_workload_opts_default(pl_bench_workload_opts *o);
 int pl_bench_workload_flag(pl_bench_workload_opts *o, int argc, char **argv, int *i);
 void pl_bench_print_workload_flags(const pl_bench_workload_opts *defaults);
 
+/* What building a workload needs to know of the model: an engine's facts (offline), or what a
+ * client knows of a server (online: a tokenizer loaded alone, the server's model list). */
+typedef struct pl_bench_model_facts {
+    int vocab_size;          /* random ids are drawn from [3, vocab_size) */
+    int max_model_len;       /* bounds prompt + output; 0 unknown (not checked) */
+    const pl_engine *engine; /* the engine that runs the prompts (KV capacity check, its
+                                tokenizer's BOS rule); NULL online */
+    const pl_tokenizer *tok; /* NULL: token ids only */
+    bool text_prompts;       /* online: with tok, random prompts become text of their token
+                                length; a dataset's text prompts need no tokenizer here (the
+                                server has one) and are counted when tok is set */
+} pl_bench_model_facts;
+
 /* Builds the prompts for an engine (its vocabulary and max_model_len bound the random ids and
  * lengths). seed_offset is added to o->seed so repeated runs get fresh prompts. Returns an
  * exit status; on failure *out is left empty. */
 int pl_bench_workload_build(const pl_bench_workload_opts *o, const pl_engine *e,
                             uint64_t seed_offset, pl_bench_workload *out);
+/* Whether the flags agree with each other (--dataset-name and --dataset-path): an exit
+ * status, the message printed. The builders check it too. */
+int pl_bench_workload_check(const pl_bench_workload_opts *o);
+/* The same from facts (pl_bench_workload_build fills them from its engine). */
+int pl_bench_workload_build_for(const pl_bench_workload_opts *o, const pl_bench_model_facts *f,
+                                uint64_t seed_offset, pl_bench_workload *out);
 void pl_bench_workload_free(pl_bench_workload *w);
 /* Describes the workload in one line ("64 random prompts, input 128, output 128"). */
 void pl_bench_workload_describe(const pl_bench_workload_opts *o, const pl_bench_workload *w,
@@ -246,6 +269,7 @@ int pl_bench_throughput_main(int argc, char **argv);
 int pl_bench_latency_main(int argc, char **argv);
 int pl_bench_sweep_main(int argc, char **argv);
 int pl_bench_roofline_main(int argc, char **argv);
+int pl_bench_serve_main(int argc, char **argv); /* bench_serve.c */
 
 /* ------------------------------------------------------------------------------------------
  * Plots (bench_plot.c): a small self-contained SVG line chart, used when gnuplot is absent.

@@ -15,6 +15,8 @@ static void usage(FILE *f) {
                "  sweep       throughput against max batch size and prompt/output lengths:\n"
                "              CSV and a plot\n"
                "  roofline    this machine's memory bandwidth and f32 GEMM peak\n"
+               "  serve       online benchmark of an OpenAI-compatible server (vLLM's\n"
+               "              `bench serve`): TTFT, TPOT, ITL, E2EL at a request rate\n"
                "  soak        10,000 random requests under KV pressure: requests/s, preemptions,\n"
                "              memory\n\n"
                "Every command takes --output-json FILE, and throughput/latency/sweep/soak take\n"
@@ -35,6 +37,7 @@ int pl_bench_main(int argc, char **argv) {
     if (!strcmp(sub, "latency")) return pl_bench_latency_main(argc - 1, argv + 1);
     if (!strcmp(sub, "sweep")) return pl_bench_sweep_main(argc - 1, argv + 1);
     if (!strcmp(sub, "roofline")) return pl_bench_roofline_main(argc - 1, argv + 1);
+    if (!strcmp(sub, "serve")) return pl_bench_serve_main(argc - 1, argv + 1);
     if (!strcmp(sub, "soak")) return cmd_bench_soak(argc - 1, argv + 1);
     fprintf(stderr, "pagellm bench: unknown benchmark '%s'\n", sub);
     usage(stderr);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the loaders and parsers with libFuzzer: scripts/fuzz.sh [SECONDS [TARGET...]]
-#   SECONDS  per target (default 20); TARGET names (default: all seven)
+#   SECONDS  per target (default 20); TARGET names (default: all of them)
 #   env FUZZ_BUILD_DIR  build directory (default build-fuzz)
 # Configures a clang build with ASan+UBSan (UB fatal) and -fsanitize=fuzzer-no-link on the
 # library (coverage), builds tests/fuzz, writes the seed corpora (fuzz_seeds; tokenizer seeds
@@ -14,7 +14,7 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template)
+  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -64,6 +64,9 @@ PY
 mkdir -p "$seeds/tokenizer_json"
 cp tests/fuzz/tokenizer_json/*.json "$seeds/tokenizer_json/"
 for d in tok512_hf tok512_meta; do cp "tests/data/$d/tokenizer.json" "$seeds/tokenizer_json/$d.json"; done
+# bench serve's streamed responses: the committed ones (first byte: the read size)
+mkdir -p "$seeds/sse"
+cp tests/fuzz/sse/* "$seeds/sse/"
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -79,7 +82,7 @@ for t in "${targets[@]}"; do
     fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
     fuzz_tokenizer) sd=tokenizer ;; fuzz_tokenizer_json) sd=tokenizer_json ;;
     fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_fields) sd=fields ;;
-    fuzz_template) sd=template ;;
+    fuzz_template) sd=template ;; fuzz_sse) sd=sse ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

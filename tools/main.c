@@ -18,7 +18,7 @@ static void usage(FILE *f) {
             "  chat        talk with a chat model in the terminal; the reply streams\n"
             "  tokenize    text or a chat to token ids\n"
             "  detokenize  token ids to text\n"
-            "  bench       benchmarks: throughput, latency, sweep, roofline, soak\n"
+            "  bench       benchmarks: throughput, latency, sweep, roofline, serve, soak\n"
             "  profile     run a workload with profiling on: trace, time per phase and op\n"
             "  version     print the version (also --version)\n"
             "  help        this text (also --help, -h)\n",

@@ -6,6 +6,7 @@
 #define PL_TOOLS_COMMANDS_H
 
 int cmd_generate(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* `bench` and `profile` are implemented in bench/ (library pl_bench): pl_bench_main and
  * pl_bench_profile_main, same convention. */

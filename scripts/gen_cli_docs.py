@@ -25,10 +25,10 @@ REGENERATE = "scripts/gen_cli_docs.py build/tools/pagellm"
 
 # Text that is not a flag's: the same in both files.
 DESCRIPTION = """pagellm runs LLaMA-family decoder models (llama2.c checkpoints, Hugging Face
-safetensors directories, or seeded dummy weights) on many requests at once, with continuous
-batching and a paged KV cache. generate runs prompts and prints their completions; bench
-measures throughput, latency and this machine's ceilings; profile shows where a workload's
-time goes."""
+safetensors directories, GGUF files, or seeded dummy weights) on many requests at once, with
+continuous batching and a paged KV cache. generate runs prompts and prints their completions;
+bench measures throughput, latency and this machine's ceilings; profile shows where a
+workload's time goes; quantize writes a model as a GGUF file in another weight type."""
 
 EXIT_STATUS = [
     ("0", "success"),

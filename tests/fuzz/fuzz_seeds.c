@@ -96,9 +96,10 @@ static void llama2c_seeds(const char *out, const char *tmp) {
 
 /* A tiny vocabulary of each GGUF kind, for the tokenizer half of fuzz_gguf. */
 static pl_status add_vocab(pl_gguf_writer *w, int kind, int vocab) {
-    static const char *const gpt2[] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0ab", "<|end|>"};
+    static const char *const gpt2[] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0\x61\x62",
+                                       "<|end|>"};
     static const char *const spm[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b",
-                                      "\xE2\x96\x81a", "ab", "<0x0A>"};
+                                      "\xE2\x96\x81\x61", "ab", "<0x0A>"};
     if (kind == 1) {
         if (vocab < 6) return PL_OK;
         PL_TRY(pl_gguf_add_str(w, "tokenizer.ggml.model", "gpt2", 4));

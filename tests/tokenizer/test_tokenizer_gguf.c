@@ -318,7 +318,7 @@ Test(tokenizer_gguf, hostile_metadata_is_refused_by_key) {
 static pl_status h_tiny(pl_gguf_writer *w) {
     PL_TRY(pl_gguf_add_str(w, "tokenizer.ggml.model", "gpt2", 4));
     PL_TRY(pl_gguf_add_str(w, "tokenizer.ggml.pre", "gpt2", 4));
-    const char *t[6] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0" "ab", "<|end|>"};
+    const char *t[6] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0\x61\x62", "<|end|>"};
     PL_TRY(pl_gguf_add_str_array(w, "tokenizer.ggml.tokens", t, NULL, 6));
     int32_t types[6] = {1, 1, 1, 1, 1, 3};
     PL_TRY(pl_gguf_add_array(w, "tokenizer.ggml.token_type", PL_GGUF_I32, types, 6));

@@ -264,7 +264,8 @@ Test(gguf, reader_refuses_hostile_tensors) {
     uint64_t ok[2] = {4, 2};
     one_tensor(&b, "t", 2, ok, 0, 0);
     expect_parse(&b, PL_OK, NULL, NULL);
-    one_tensor(&b, "t", 5, ok, 0, 0);
+    uint64_t five[5] = {4, 2, 1, 1, 1};
+    one_tensor(&b, "t", 5, five, 0, 0);
     expect_parse(&b, PL_ERR_FORMAT, "tensor t", "n_dims");
     one_tensor(&b, "t", 0, ok, 0, 0);
     expect_parse(&b, PL_ERR_FORMAT, "tensor t", "n_dims");

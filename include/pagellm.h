@@ -197,12 +197,14 @@ typedef enum pl_overflow_policy {
 #define PL_ENGINE_CONFIG_FIELDS(X)                                                             \
     X(STRING, const char *, model_path, NULL, PL_RANGE_NONE, "--model", 'm', "PATH",           \
       "model (required): a llama2.c .bin file, a Hugging Face directory (config.json + "       \
-      "safetensors: Llama, Mistral, Qwen2, Qwen3), or dummy:NAME for seeded random weights (dummy:tiny, dummy:stories15m, "  \
+      "safetensors: Llama, Mistral, Qwen2, Qwen3), a GGUF file (llama, qwen2, qwen3; its "     \
+      "own tokenizer), or dummy:NAME for seeded random weights (dummy:tiny, dummy:stories15m, "  \
       "dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b)")                             \
     X(STRING, const char *, tokenizer_path, NULL, PL_RANGE_NONE, "--tokenizer", 0, "PATH",     \
       "tokenizer: a tokenizer.json (tokenizer_config.json read beside it), a directory "     \
-      "holding one, or a SentencePiece .model; unset: the one beside the model (a Hugging "    \
-      "Face directory's tokenizer.json, else tokenizer.model; beside a llama2.c file "         \
+      "holding one, a SentencePiece .model, or a GGUF file's vocabulary; unset: the model's "  \
+      "(a GGUF file's own; a Hugging Face directory's tokenizer.json, else tokenizer.model; "  \
+      "beside a llama2.c file "                                                                \
       "tok<vocab>.model, else tokenizer.model), else token ids only")            \
     X(STRING, const char *, chat_template, NULL, PL_RANGE_NONE, "--chat-template", 0,          \
       "FILE", "Jinja chat template (a file, or the template text itself) used instead of the "  \
@@ -457,7 +459,8 @@ typedef uint64_t pl_request_id; /* 0 is never a valid id */
 /* Loads the model (and tokenizer) named by cfg and sizes the KV pool.
  * Errors: PL_ERR_INVALID_ARGUMENT (cfg, see pl_engine_config_validate), PL_ERR_IO,
  * PL_ERR_FORMAT, PL_ERR_NOT_FOUND (model/tokenizer), PL_ERR_UNSUPPORTED (a model feature or a
- * backend this build lacks; GGUF files), PL_ERR_OUT_OF_MEMORY (the model or the KV pool does
+ * backend this build lacks; a GGUF tensor type this build has no weight type for),
+ * PL_ERR_OUT_OF_MEMORY (the model or the KV pool does
  * not fit: the message gives the numbers), PL_ERR_BACKEND. On failure *out is untouched and
  * nothing needs cleaning up. The engine does not keep cfg's strings. */
 PL_API pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out);
@@ -776,6 +779,39 @@ PL_API pl_status pl_engine_submit_chat_json(pl_engine *e, const char *messages_j
 PL_API pl_status pl_engine_submit_chat(pl_engine *e, const pl_chat_message *messages,
                                        size_t n_messages, const pl_chat_options *opt,
                                        const pl_sampling_params *params, pl_request_id *out_id);
+
+/* ------------------------------------------------------------------------------------------
+ * Model files
+ * ---------------------------------------------------------------------------------------- */
+
+/* Options of pl_model_quantize. */
+typedef struct pl_quantize_options {
+    size_t struct_size;         /* set by pl_quantize_options_default */
+    const char *tokenizer_path; /* the tokenizer to store (any pl_engine_config.tokenizer_path
+                                   form); NULL: the model's own (a GGUF's metadata, else the
+                                   one beside the model) */
+    bool no_tokenizer;          /* store no tokenizer */
+} pl_quantize_options;
+
+static inline void pl_quantize_options_default(pl_quantize_options *o) {
+    o->struct_size = sizeof *o;
+    o->tokenizer_path = NULL;
+    o->no_tokenizer = false;
+}
+
+/* Writes the model at in_path (any model_path form: llama2.c, Hugging Face directory, GGUF,
+ * dummy:NAME) as a GGUF file at out_path whose matrices are stored as `type` ("f32", "f16",
+ * "bf16", and the block-quantised GGUF types this build has weight types for; case does not
+ * matter). Norms and biases stay f32, as llama.cpp keeps them. The file holds the
+ * hyperparameters and, unless opt->no_tokenizer, the tokenizer (vocabulary, BOS/EOS, chat
+ * templates) so pl_engine_create needs no tokenizer_path for it; from a GGUF the source's
+ * tokenizer and general.* metadata are copied. Written as out_path.tmp, then renamed.
+ * opt NULL = defaults. Errors: PL_ERR_INVALID_ARGUMENT (NULL path, an options struct_size no
+ * pagellm version had), PL_ERR_UNSUPPORTED (a type this build cannot write; a tensor whose rows
+ * are not whole blocks of it; a tokenizer GGUF cannot describe: the message says what), and
+ * the loading errors of pl_engine_create (IO, FORMAT, NOT_FOUND, OUT_OF_MEMORY). */
+PL_API pl_status pl_model_quantize(const char *in_path, const char *out_path, const char *type,
+                                   const pl_quantize_options *opt);
 
 /* ------------------------------------------------------------------------------------------
  * Profiling

@@ -84,6 +84,12 @@ const pl_arch_info *pl_arch_by_model_type(const char *name) {
     return NULL;
 }
 
+const pl_arch_info *pl_arch_by_gguf(const char *name) {
+    for (int i = 0; name && i < PL_ARCH_COUNT; i++)
+        if (strcmp(name, k_archs[i].gguf) == 0) return &k_archs[i];
+    return NULL;
+}
+
 const char *pl_arch_hf_class_list(void) {
     static _Thread_local char list[256];
     if (!list[0])
@@ -95,4 +101,18 @@ const char *pl_arch_hf_class_list(void) {
 
 const pl_tensor_spec *pl_tensor_spec_of(pl_tensor_role role) {
     return (int)role >= 0 && (int)role < PL_T_COUNT ? &k_tensors[role] : NULL;
+}
+
+bool pl_tensor_name_match(const char *pattern, const char *name, long *layer) {
+    const char *pct = strstr(pattern, "%d");
+    *layer = -1;
+    if (!pct) return strcmp(pattern, name) == 0;
+    size_t pre = (size_t)(pct - pattern);
+    if (strncmp(pattern, name, pre) != 0) return false;
+    const char *p = name + pre;
+    if (*p < '0' || *p > '9') return false;
+    long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) v = v < 100000000 ? v * 10 + (*p - '0') : 100000000;
+    *layer = v;
+    return strcmp(p, pct + 2) == 0;
 }

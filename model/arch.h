@@ -118,11 +118,19 @@ const pl_arch_info *pl_arch_get(pl_arch arch);
 /* The architecture whose hf_class (or model_type) is name; NULL when none. */
 const pl_arch_info *pl_arch_by_hf_class(const char *name);
 const pl_arch_info *pl_arch_by_model_type(const char *name);
+/* The first architecture whose GGUF general.architecture is name (Mistral files say "llama":
+ * the loader tells them apart by the sliding window); NULL when none. */
+const pl_arch_info *pl_arch_by_gguf(const char *name);
 /* "LlamaForCausalLM, MistralForCausalLM, ..." (static storage), for messages. */
 const char *pl_arch_hf_class_list(void);
 
 /* The tensor table row of role (the table is indexed by role). */
 const pl_tensor_spec *pl_tensor_spec_of(pl_tensor_role role);
+
+/* Whether name is pattern (a column of the tensor table) with its "%d" (if any) replaced by
+ * a decimal number, stored in *layer (-1 for a pattern without one; a number too large for
+ * int saturates at 10^8, beyond any layer count). */
+bool pl_tensor_name_match(const char *pattern, const char *name, long *layer);
 
 #ifdef __cplusplus
 }

@@ -157,22 +157,6 @@ static pl_status load_weights_files(hf_files *h, const char *dir, const char *we
 // ----------------------------------------------------------------------------
 // binding tensors to the model
 
-/* Whether name is pattern with its "%d" (if any) replaced by a decimal number, stored in
- * *layer (-1 for a pattern without one). A number too large for int is out of any range. */
-static bool match_name(const char *pattern, const char *name, long *layer) {
-    const char *pct = strstr(pattern, "%d");
-    *layer = -1;
-    if (!pct) return strcmp(pattern, name) == 0;
-    size_t pre = (size_t)(pct - pattern);
-    if (strncmp(pattern, name, pre) != 0) return false;
-    const char *p = name + pre;
-    if (*p < '0' || *p > '9') return false;
-    long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) v = v < 100000000 ? v * 10 + (*p - '0') : 100000000;
-    *layer = v;
-    return strcmp(p, pct + 2) == 0;
-}
-
 /* Tensors the loader knows and skips: buffers of old transformers checkpoints. */
 static bool ignorable(const char *name) {
     static const char suffix[] = "rotary_emb.inv_freq";
@@ -192,7 +176,8 @@ static pl_status check_unexpected(const pl_model *m, const hf_files *h) {
         bool known = false;
         for (int r = 0; r < PL_T_COUNT && !known; r++) {
             long layer;
-            if (!match_name(pl_tensor_spec_of((pl_tensor_role)r)->hf, name, &layer)) continue;
+            if (!pl_tensor_name_match(pl_tensor_spec_of((pl_tensor_role)r)->hf, name, &layer))
+                continue;
             if (!pl_model_has_tensor(c, (pl_tensor_role)r))
                 return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is not part of a %s model", file,
                                name, arch->hf_class);

@@ -1,11 +1,11 @@
 /*
  * model/model.c - the model module's front door: pl_model_load picks a loader from the path.
  * It calls the loaders and nothing calls it back: what loaders share lives in the helpers
- * (model_internal.h), so a new format (GGUF next) is one more loader and one more branch here.
+ * (model_internal.h), so a new format is one more loader and one more branch here.
  *
  * Which loader: "dummy:NAME" -> dummy.c; a directory, or a file inside one that is a
  * safetensors file, its index or config.json -> load_hf.c; a file starting with "GGUF" ->
- * refused (not supported yet); anything else -> load_llama2c.c, which tells the "ak42"
+ * load_gguf.c; anything else -> load_llama2c.c, which tells the "ak42"
  * versioned format from the legacy one by its magic.
  */
 #include <errno.h>
@@ -67,6 +67,6 @@ pl_status pl_model_load_within(const char *path, const pl_model_load_options *op
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
     if (got == 4 && memcmp(magic, "GGUF", 4) == 0)
-        return pl_fail(PL_ERR_UNSUPPORTED, "%s: GGUF files are not supported yet", path);
+        return pl_model_load_gguf(path, opt, limit, out);
     return pl_model_load_llama2c(path, opt, limit, out);
 }

@@ -13,8 +13,9 @@
  * asked for. Nothing here knows about backends: the runner uploads what it needs.
  *
  * The module: model.c (the front door: picks a loader by path) -> load_hf.c, load_llama2c.c,
- * dummy.c (one per source) -> the helpers they share (config.c, weights.c, backing.c,
- * file_map.c, safetensors.c, arch.c); the arrows run one way.
+ * load_gguf.c, dummy.c (one per source; save_gguf.c writes GGUF) -> the helpers they share
+ * (config.c, weights.c, backing.c, file_map.c, safetensors.c, gguf_rope.c, arch.c); the
+ * arrows run one way.
  */
 #ifndef PL_MODEL_H
 #define PL_MODEL_H
@@ -185,6 +186,19 @@ void pl_model_rope_inv_freq(const pl_model_config *cfg, float *out);
  * PL_ERR_OUT_OF_MEMORY (the size overflows 64 bits). */
 pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matrices,
                                        uint64_t *out);
+
+/* Writes m as a GGUF file at path (llama.cpp's layout: general.architecture and the <arch>.*
+ * hyperparameters, then every tensor by its GGUF name), adding them to w, which may already
+ * hold other metadata (a tokenizer's; keys already there are left alone). Matrices are
+ * stored as `type` (a weight type with a quantiser and a GGUF type id), norms and biases as
+ * F32, as llama.cpp does; q and k rows are permuted to the RoPE layout llama.cpp's rope
+ * expects for the architecture (interleaved for llama/Mistral, rotate-half for Qwen), and
+ * Llama 3 RoPE scaling becomes rope_freqs.weight. Converts one tensor at a time.
+ * Errors: PL_ERR_UNSUPPORTED (a type GGUF or this build cannot write; a row that is not whole
+ * blocks of it: the message names the tensor), PL_ERR_IO naming the path. */
+typedef struct pl_gguf_writer pl_gguf_writer;
+pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w,
+                             const char *path);
 
 /* Bytes of the matrices decode streams per token (every matrix but the embedding, which is
  * gathered, not multiplied; a tied output projection counts once), for benchmarks. */

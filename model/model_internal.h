@@ -114,6 +114,17 @@ bool pl_model_config_add_eos(pl_model_config *cfg, int id);
 pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
                                       pl_wtype matrices, uint64_t max_weight_bytes);
 
+/* ---- RoPE frequency factors, as GGUF stores Llama 3 scaling (gguf_rope.c) ---- */
+/* llama.cpp keeps Llama 3.1's scaling as a tensor, rope_freqs.weight: head_dim / 2 factors
+ * that divide the unscaled frequencies. The factors of c's scaling into out (head_dim / 2). */
+void pl_model_rope_freq_factors(const pl_model_config *c, float *out);
+/* Sets c's rope scaling (none, linear or llama3; theta and head_dim set already) to one that
+ * reproduces factors[0 .. head_dim / 2) to 1e-5, with orig_ctx as llama3's original context
+ * (its thresholds are only defined relative to it). PL_ERR_UNSUPPORTED naming `what` when no
+ * such scaling exists. */
+pl_status pl_model_rope_from_factors(pl_model_config *c, const float *factors, int orig_ctx,
+                                     const char *what);
+
 /* ---- the tokenizer beside a model (tokenizer_beside.c) ---- */
 /* Sets m->tokenizer_path to the first of names (NULL-terminated) that is a readable file in
  * dir, or leaves it NULL. Fails only with PL_ERR_OUT_OF_MEMORY. */
@@ -126,6 +137,10 @@ pl_status pl_model_load_llama2c(const char *path, const pl_model_load_options *o
  * the directory's model.safetensors.index.json, else model.safetensors. */
 pl_status pl_model_load_hf(const char *dir, const char *weights, const pl_model_load_options *opt,
                            uint64_t max_weight_bytes, pl_model **out);
+/* A GGUF file (load_gguf.c): llama, qwen2 and qwen3 files with F32/F16/BF16 tensors (and
+ * any block type util/wtype.h has a row for). */
+pl_status pl_model_load_gguf(const char *path, const pl_model_load_options *opt,
+                             uint64_t max_weight_bytes, pl_model **out);
 pl_status pl_model_load_dummy(const char *preset, const pl_model_load_options *opt,
                               uint64_t max_weight_bytes, pl_model **out);
 

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-20}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_index fuzz_tokenizer
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
   fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
@@ -79,7 +79,7 @@ for t in "${targets[@]}"; do
   art="$dir/fuzz-artifacts"
   mkdir -p "$corpus" "$art"
   case "$t" in
-    fuzz_llama2c) sd=llama2c ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
+    fuzz_llama2c) sd=llama2c ;; fuzz_gguf) sd=gguf ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
     fuzz_tokenizer) sd=tokenizer ;; fuzz_tokenizer_json) sd=tokenizer_json ;;
     fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_fields) sd=fields ;;
     fuzz_template) sd=template ;; fuzz_sse) sd=sse ;;

@@ -26,12 +26,12 @@ REGENERATE = "scripts/gen_cli_docs.py build/tools/pagellm"
 # Text that is not a flag's: the same in both files.
 SHARED_NOTE = "A flag's default, where it has one, ends its line in [brackets]."
 DESCRIPTION = """pagellm runs LLaMA-family decoder models (llama2.c checkpoints, Hugging Face
-safetensors directories of Llama, Mistral, Qwen2 and Qwen3, or seeded dummy weights) on many
-requests at once, with continuous batching and a paged KV cache. generate runs prompts and
-chats and prints their completions; chat talks with a chat model in the terminal; tokenize and
-detokenize show what the tokenizer and the chat template make of a text or a chat; bench
-measures throughput, latency and this machine's ceilings; profile shows where a workload's
-time goes."""
+safetensors directories of Llama, Mistral, Qwen2 and Qwen3, GGUF files, or seeded dummy
+weights) on many requests at once, with continuous batching and a paged KV cache. generate
+runs prompts and chats and prints their completions; chat talks with a chat model in the
+terminal; tokenize and detokenize show what the tokenizer and the chat template make of a text
+or a chat; bench measures throughput, latency and this machine's ceilings; profile shows where
+a workload's time goes; quantize writes a model as a GGUF file in another weight type."""
 
 EXIT_STATUS = [
     ("0", "success"),

@@ -119,6 +119,9 @@ typedef enum { PL_HF_PREPEND_ALWAYS, PL_HF_PREPEND_FIRST, PL_HF_PREPEND_NEVER } 
 
 typedef struct pl_hf_pre {
     pl_hf_pre_kind kind;
+    char *pattern;           /* Split: the pattern's text (for describing the tokenizer) */
+    size_t pattern_len;
+    bool literal;            /* Split: a String pattern */
     pl_tok_regex re;         /* Split; ByteLevel with use_regex (the GPT-2 pattern) */
     pl_hf_behavior behavior; /* Split */
     bool invert;             /* Split */
@@ -206,6 +209,30 @@ extern const char PL_HF_GPT2_PATTERN[];
 
 /* hf_load.c */
 void pl_hf_free(pl_hf *h);
+
+/* A byte-level BPE tokenizer given as parts instead of a tokenizer.json (GGUF's "gpt2"
+ * vocabularies): pl_tok_hf_open_parts builds the same pl_hf the JSON loader does (byte-level
+ * pre-tokenization after the regex splits, merges by rank, added tokens, a ByteLevel decoder),
+ * so encoding and decoding are this implementation's. Tokens are valid UTF-8 without NUL
+ * (the caller checks); key names are only for messages. */
+typedef struct pl_hf_parts {
+    size_t n_tokens;
+    const char *const *token;      /* (n_tokens) token strings, byte-level alphabet */
+    const size_t *token_len;
+    const uint8_t *added;          /* (n_tokens) 0 vocabulary, 1 added, 2 added and special */
+    size_t n_model;                /* ids below it form the BPE model's vocabulary */
+    size_t n_merges;
+    const char *const *merge;      /* (n_merges) "a b", in rank order */
+    const size_t *merge_len;
+    const char *const *regex;      /* (n_regex) Split (Isolated) patterns, in order */
+    size_t n_regex;
+    bool nfc;                      /* an NFC normalizer first */
+    bool ignore_merges;
+    int32_t bos_id, eos_id;        /* -1 when none */
+    bool add_bos, add_eos;
+    const char *tokens_key, *merges_key, *pre_key; /* for messages */
+} pl_hf_parts;
+pl_status pl_tok_hf_open_parts(pl_tokenizer *t, const char *file, const pl_hf_parts *parts);
 
 /* hf_normalize.c: applies the normalizer chain to s[0..len), result in out (cleared first). */
 pl_status pl_hf_normalize(const pl_hf *h, pl_tok_matcher *m, const char *s, size_t len,

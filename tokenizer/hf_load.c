@@ -538,6 +538,9 @@ static pl_status read_pre(loader *L, json_t *obj, const char *jp, int depth) {
         jp_key(q, jp, regex ? "pattern.Regex" : "pattern.String");
         if (plen == 0) return unsupported(L, q, "an empty pattern");
         h->n_pre++;
+        if (!(p->pattern = dup_bytes(pat, plen))) return oom(L, "pre-tokenizer");
+        p->pattern_len = plen;
+        p->literal = !regex;
         return pl_tok_regex_compile(&p->re, pat, plen, !regex, L->file, q);
     }
     if (strcmp(type, "ByteLevel") == 0) {
@@ -647,20 +650,39 @@ static pl_status merge_part(loader *L, const char *jp, const char *s, size_t n, 
     return PL_OK;
 }
 
-static pl_status read_merges(loader *L, json_t *model) {
+/* The pair table, sized for n merges. */
+static pl_status alloc_pairs(loader *L, size_t n, const char *jp) {
     pl_hf_model *m = &L->h->model;
-    json_t *merges = json_object_get(model, "merges");
-    if (is_null(merges)) merges = NULL;
-    if (merges && !json_is_array(merges)) return bad(L, "model.merges", "expected a list");
-    size_t n = merges ? json_array_size(merges) : 0;
-    if (n > (size_t)PL_TOK_MAX_VOCAB * 4)
-        return unsupported(L, "model.merges", "%zu merges", n);
+    if (n > (size_t)PL_TOK_MAX_VOCAB * 4) return unsupported(L, jp, "%zu merges", n);
     size_t slots = 16;
     while (slots < 2 * n) slots *= 2;
     m->pairs = pl_malloc(slots * sizeof *m->pairs);
     if (!m->pairs) return oom(L, "merges");
     for (size_t i = 0; i < slots; i++) m->pairs[i].key = UINT64_MAX;
     m->pair_mask = slots - 1;
+    return PL_OK;
+}
+
+/* Merge a + b of rank `rank`: both parts and their concatenation must be tokens of the model
+ * vocabulary. cat has room for 2 * PL_HF_MAX_PIECE_BYTES bytes. */
+static pl_status add_merge(loader *L, const char *jp, const char *a, size_t na, const char *b,
+                           size_t nb, uint32_t rank, char *cat) {
+    int32_t ia, ib, iab;
+    PL_TRY(merge_part(L, jp, a, na, &ia));
+    PL_TRY(merge_part(L, jp, b, nb, &ib));
+    memcpy(cat, a, na);
+    memcpy(cat + na, b, nb);
+    PL_TRY(merge_part(L, jp, cat, na + nb, &iab));
+    /* A pair listed twice keeps its last rank, as both Rust's and the JavaScript maps do. */
+    return pl_hf_pairs_put(&L->h->model, ia, ib, rank, iab);
+}
+
+static pl_status read_merges(loader *L, json_t *model) {
+    json_t *merges = json_object_get(model, "merges");
+    if (is_null(merges)) merges = NULL;
+    if (merges && !json_is_array(merges)) return bad(L, "model.merges", "expected a list");
+    size_t n = merges ? json_array_size(merges) : 0;
+    PL_TRY(alloc_pairs(L, n, "model.merges"));
     char *cat = pl_malloc(2 * PL_HF_MAX_PIECE_BYTES + 1);
     if (!cat) return oom(L, "merges");
     pl_status s = PL_OK;
@@ -689,14 +711,7 @@ static pl_status read_merges(loader *L, json_t *model) {
             s = bad(L, p, "expected \"a b\" or [\"a\", \"b\"]");
             break;
         }
-        int32_t ia, ib, iab;
-        if ((s = merge_part(L, p, a, na, &ia)) != PL_OK) break;
-        if ((s = merge_part(L, p, b, nb, &ib)) != PL_OK) break;
-        memcpy(cat, a, na);
-        memcpy(cat + na, b, nb);
-        if ((s = merge_part(L, p, cat, na + nb, &iab)) != PL_OK) break;
-        /* A pair listed twice keeps its last rank, as both Rust's and the JavaScript maps do. */
-        s = pl_hf_pairs_put(m, ia, ib, (uint32_t)i, iab);
+        s = add_merge(L, p, a, na, b, nb, (uint32_t)i, cat);
     }
     pl_free(cat);
     return s;
@@ -985,7 +1000,10 @@ void pl_hf_free(pl_hf *h) {
         pl_free(h->norm[i].pat);
         pl_tok_regex_free(&h->norm[i].re);
     }
-    for (int i = 0; i < h->n_pre; i++) pl_tok_regex_free(&h->pre[i].re);
+    for (int i = 0; i < h->n_pre; i++) {
+        pl_tok_regex_free(&h->pre[i].re);
+        pl_free(h->pre[i].pattern);
+    }
     for (size_t i = 0; i < h->n_added; i++) pl_free(h->added[i].norm);
     pl_free(h->added);
     pl_tok_trie_free(&h->trie_raw);
@@ -1025,6 +1043,126 @@ pl_status pl_tok_hf_open(pl_tokenizer *t, const char *path, const char *config_p
     pl_status s = read_all(&L, root, config_path);
     json_decref(root);
     return s;
+}
+
+// ---- a byte-level BPE from parts (GGUF "gpt2" vocabularies) -----------------------------------
+
+/* Fixes the ids from the parts: the tokens in order, the added ones (and their specialness)
+ * as flagged; every token string names one id. */
+static pl_status parts_vocab(loader *L, const pl_hf_parts *P) {
+    pl_tokenizer *t = L->t;
+    pl_hf *h = L->h;
+    size_t n = P->n_tokens, total = 0, n_added = 0;
+    if (n == 0) return bad(L, P->tokens_key, "empty");
+    if (n > PL_TOK_MAX_VOCAB)
+        return unsupported(L, P->tokens_key, "%zu tokens (at most %d)", n, PL_TOK_MAX_VOCAB);
+    if (P->n_model == 0 || P->n_model > n)
+        return bad(L, P->tokens_key, "no token of the BPE vocabulary");
+    for (size_t id = 0; id < n; id++) {
+        size_t max = P->added[id] ? PL_HF_MAX_ADDED_BYTES : PL_HF_MAX_PIECE_BYTES;
+        if (P->token_len[id] == 0 || P->token_len[id] > max) {
+            char p[JP];
+            jp_idx(p, P->tokens_key, id);
+            return (P->token_len[id] ? unsupported : bad)(L, p, "a token of %zu bytes (1 .. %zu "
+                                                          "supported)", P->token_len[id], max);
+        }
+        total += P->token_len[id] + 1;
+        n_added += P->added[id] != 0;
+    }
+    t->n_vocab = (int)n;
+    h->model.n_vocab = (int)P->n_model;
+    t->piece_of = pl_calloc(n, sizeof *t->piece_of);
+    t->special = pl_calloc(n, 1);
+    h->strings = pl_malloc(total);
+    h->added = pl_calloc(n_added ? n_added : 1, sizeof *h->added);
+    if (!t->piece_of || !t->special || !h->strings || !h->added) return oom(L, "vocabulary");
+    size_t at = 0;
+    for (size_t id = 0; id < n; id++) {
+        memcpy(h->strings + at, P->token[id], P->token_len[id]);
+        h->strings[at + P->token_len[id]] = '\0';
+        t->piece_of[id] = h->strings + at;
+        at += P->token_len[id] + 1;
+        if (!P->added[id]) continue;
+        /* GGUF keeps no lstrip/rstrip/normalized flags: plain matches on the raw text, which
+         * is what the tokenizer.json files of these vocabularies say */
+        pl_hf_added *a = &h->added[h->n_added++];
+        *a = (pl_hf_added){.id = (int32_t)id, .content = t->piece_of[id],
+                           .len = P->token_len[id], .special = P->added[id] == 2};
+        t->special[id] = a->special;
+    }
+    PL_TRY(pl_tok_strmap_init(&t->pieces, n));
+    for (int32_t id = 0; id < (int32_t)n; id++) {
+        int32_t prev;
+        PL_TRY(pl_tok_strmap_put(&t->pieces, t->piece_of[id], P->token_len[id], id, &prev));
+        if (prev >= 0) {
+            char p[JP];
+            jp_idx(p, P->tokens_key, (size_t)id);
+            return bad(L, p, "\"%.64s\" is also token %d", t->piece_of[id], (int)prev);
+        }
+    }
+    return PL_OK;
+}
+
+/* "a b" merges in rank order; as llama.cpp reads them, the first space after the first byte
+ * separates the parts. */
+static pl_status parts_merges(loader *L, const pl_hf_parts *P) {
+    PL_TRY(alloc_pairs(L, P->n_merges, P->merges_key));
+    char *cat = pl_malloc(2 * PL_HF_MAX_PIECE_BYTES + 1);
+    if (!cat) return oom(L, "merges");
+    pl_status s = PL_OK;
+    for (size_t i = 0; i < P->n_merges && s == PL_OK; i++) {
+        char p[JP];
+        jp_idx(p, P->merges_key, i);
+        const char *str = P->merge[i];
+        size_t len = P->merge_len[i];
+        const char *sp = len > 1 ? memchr(str + 1, ' ', len - 1) : NULL;
+        if (!sp) {
+            s = bad(L, p, "\"%.*s\" is not two tokens separated by a space",
+                    (int)(len > 64 ? 64 : len), str);
+            break;
+        }
+        size_t na = (size_t)(sp - str);
+        s = add_merge(L, p, str, na, sp + 1, len - na - 1, (uint32_t)i, cat);
+    }
+    pl_free(cat);
+    return s;
+}
+
+pl_status pl_tok_hf_open_parts(pl_tokenizer *t, const char *file, const pl_hf_parts *P) {
+    pl_hf *h = pl_calloc(1, sizeof *h);
+    if (!h) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s", file);
+    t->ops = &hf_ops;
+    t->impl = h; /* freed with t by the caller on failure */
+    loader L = {.file = file, .t = t, .h = h};
+    PL_TRY(parts_vocab(&L, P));
+    if (P->nfc) h->norm[h->n_norm++] = (pl_hf_norm){.kind = PL_HF_NFC};
+    if (P->n_regex >= PL_HF_MAX_STEPS)
+        return unsupported(&L, P->pre_key, "%zu regexes", P->n_regex);
+    for (size_t i = 0; i < P->n_regex; i++) {
+        pl_hf_pre *p = &h->pre[h->n_pre++];
+        *p = (pl_hf_pre){.kind = PL_HF_SPLIT, .behavior = PL_HF_ISOLATED};
+        p->pattern_len = strlen(P->regex[i]);
+        if (!(p->pattern = dup_bytes(P->regex[i], p->pattern_len))) return oom(&L, "regex");
+        PL_TRY(pl_tok_regex_compile(&p->re, P->regex[i], strlen(P->regex[i]), false, file,
+                                    P->pre_key));
+    }
+    h->pre[h->n_pre++] = (pl_hf_pre){.kind = PL_HF_BYTE_LEVEL};
+    h->model.byte_level = true;
+    h->model.ignore_merges = P->ignore_merges;
+    h->model.unk_id = -1;
+    PL_TRY(build_model_vocab(&L));
+    PL_TRY(parts_merges(&L, P));
+    PL_TRY(build_added(&L));
+    h->dec[h->n_dec++] = (pl_hf_dec){.kind = PL_HF_DEC_BYTE_LEVEL};
+    t->bos_id = P->bos_id;
+    t->eos_id = P->eos_id;
+    if (P->add_bos && t->bos_id >= 0) PL_TRY(list_add(&L, &h->prefix, &h->n_prefix, &t->bos_id,
+                                                      1, false));
+    if (P->add_eos && t->eos_id >= 0) PL_TRY(list_add(&L, &h->suffix, &h->n_suffix, &t->eos_id,
+                                                      1, false));
+    t->add_bos = h->n_prefix > 0;
+    t->add_eos = h->n_suffix > 0;
+    return pl_tok_finish_facts(t, file);
 }
 
 static const pl_tok_ops hf_ops = {

@@ -41,6 +41,8 @@ typedef struct spm_impl {
     char *pieces;             /* every raw piece, NUL-terminated, back to back */
     char *surfaces;           /* every NORMAL/UNKNOWN surface, back to back */
     pl_tok_trie specials;     /* control pieces' strings, for PL_TOK_PARSE_SPECIAL */
+    pl_tok_spm_spec spec;     /* from the ModelProto's bytes */
+    uint8_t *ptype;           /* (n_vocab) each piece's ModelProto type, from the bytes */
 } spm_impl;
 
 static const pl_tok_ops spm_ops;
@@ -113,6 +115,98 @@ static bool has_denormalizer(const unsigned char *bytes, size_t n) {
     size_t charsmap_len = 0;
     walk_fields(bytes, bytes + n, 5, on_denormalizer, &charsmap_len);
     return charsmap_len > 0;
+}
+
+// ---- the specs -------------------------------------------------------------------------------
+//
+// TrainerSpec (ModelProto field 2): model_type 3, byte_fallback 35, treat_whitespace_as_suffix
+// 24. NormalizerSpec (field 3): precompiled_charsmap 2, add_dummy_prefix 3,
+// remove_extra_whitespaces 4, escape_whitespaces 5. Varints; the last occurrence wins.
+
+typedef void (*any_fn)(uint64_t field, uint64_t v, const unsigned char *p, size_t n, void *ctx);
+
+/* Walks one message calling fn for every varint (p NULL) and length-delimited field. */
+static bool walk_all(const unsigned char *p, const unsigned char *end, any_fn fn, void *ctx) {
+    while (p < end) {
+        uint64_t key, v;
+        if (!read_varint(&p, end, &key)) return false;
+        switch (key & 7) {
+        case 0:
+            if (!read_varint(&p, end, &v)) return false;
+            fn(key >> 3, v, NULL, 0, ctx);
+            break;
+        case 1:
+            if ((size_t)(end - p) < 8) return false;
+            p += 8;
+            break;
+        case 5:
+            if ((size_t)(end - p) < 4) return false;
+            p += 4;
+            break;
+        case 2:
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return false;
+            fn(key >> 3, v, p, (size_t)v, ctx);
+            p += v;
+            break;
+        default:
+            return false;
+        }
+    }
+    return true;
+}
+
+static void on_trainer(uint64_t f, uint64_t v, const unsigned char *p, size_t n, void *ctx) {
+    pl_tok_spm_spec *s = ctx;
+    (void)n;
+    if (p) return;
+    if (f == 3) s->model_type = (int)v;
+    if (f == 35) s->byte_fallback = v != 0;
+    if (f == 24) s->treat_whitespace_as_suffix = v != 0;
+}
+
+static void on_normalizer(uint64_t f, uint64_t v, const unsigned char *p, size_t n, void *ctx) {
+    pl_tok_spm_spec *s = ctx;
+    if (p) {
+        if (f == 2) s->has_charsmap = n > 0;
+        return;
+    }
+    if (f == 3) s->add_dummy_prefix = v != 0;
+    if (f == 4) s->remove_extra_whitespaces = v != 0;
+    if (f == 5) s->escape_whitespaces = v != 0;
+}
+
+static void on_model(uint64_t f, uint64_t v, const unsigned char *p, size_t n, void *ctx) {
+    (void)v;
+    if (p && f == 2) walk_all(p, p + n, on_trainer, ctx);
+    if (p && f == 3) walk_all(p, p + n, on_normalizer, ctx);
+}
+
+/* Each piece's type (SentencePiece.type, field 3; NORMAL = 1 when absent), in order. */
+typedef struct types_ctx {
+    uint8_t *out;
+    size_t n, i;
+    int cur;
+} types_ctx;
+
+static void on_piece_field(uint64_t f, uint64_t v, const unsigned char *p, size_t n, void *ctx) {
+    (void)n;
+    if (!p && f == 3) ((types_ctx *)ctx)->cur = (int)(v > 6 ? 0 : v);
+}
+
+static void on_piece(uint64_t f, uint64_t v, const unsigned char *p, size_t n, void *ctx) {
+    types_ctx *x = ctx;
+    (void)v;
+    if (!p || f != 1 || x->i >= x->n) return;
+    x->cur = 1;
+    walk_all(p, p + n, on_piece_field, x);
+    x->out[x->i++] = (uint8_t)x->cur;
+}
+
+static pl_tok_spm_spec read_spec(const unsigned char *bytes, size_t n) {
+    pl_tok_spm_spec s = {.model_type = 1, .add_dummy_prefix = true,
+                         .remove_extra_whitespaces = true, .escape_whitespaces = true};
+    walk_all(bytes, bytes + n, on_model, &s);
+    return s;
 }
 
 // ---- the decode table ----------------------------------------------------------------------
@@ -368,6 +462,7 @@ static void spm_destroy(void *p) {
     pl_free(s->piece_ptrs);
     pl_free(s->pieces);
     pl_free(s->surfaces);
+    pl_free(s->ptype);
     pl_free(s);
 }
 
@@ -395,15 +490,11 @@ static pl_status fill_facts(pl_tokenizer *t, spm_impl *s, const char *path) {
     return PL_OK;
 }
 
-pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_path) {
-    char *bytes = NULL;
-    size_t n_bytes = 0;
-    PL_TRY(pl_tok_read_file(path, &bytes, &n_bytes));
+/* Everything but the facts' last step: the library, the tables, t's common fields. */
+static pl_status load_bytes(pl_tokenizer *t, const char *path, const char *bytes,
+                            size_t n_bytes) {
     spm_impl *s = pl_calloc(1, sizeof *s);
-    if (!s) {
-        pl_free(bytes);
-        return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s", path);
-    }
+    if (!s) return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s", path);
     pl_status st = PL_OK;
     char err[256] = "";
     int rc = pl_tok_spm_load(bytes, n_bytes, &s->spm, err, sizeof err);
@@ -419,6 +510,7 @@ pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_
                      "(denormalizer_spec) are not supported", path);
         goto fail;
     }
+    s->spec = read_spec((const unsigned char *)bytes, n_bytes);
     s->n_vocab = pl_tok_spm_piece_count(s->spm);
     s->bos_id = pl_tok_spm_bos_id(s->spm);
     s->eos_id = pl_tok_spm_eos_id(s->spm);
@@ -429,19 +521,45 @@ pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_
     }
     st = build_table(s, path);
     if (st != PL_OK) goto fail;
-    pl_free(bytes);
-    bytes = NULL;
+    if (!(s->ptype = pl_calloc((size_t)s->n_vocab, 1))) {
+        st = pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s: piece types", path);
+        goto fail;
+    }
+    walk_all((const unsigned char *)bytes, (const unsigned char *)bytes + n_bytes, on_piece,
+             &(types_ctx){s->ptype, (size_t)s->n_vocab, 0, 1});
     t->ops = &spm_ops;
     t->impl = s;
-    st = fill_facts(t, s, path);
-    if (st == PL_OK && config_path)
-        st = pl_tok_read_config(t, config_path, NULL, NULL, NULL);
-    if (st == PL_OK) st = pl_tok_finish_facts(t, path);
-    return st; /* on failure the caller frees t, and with it s */
+    return fill_facts(t, s, path); /* on failure the caller frees t, and with it s */
 fail:
-    pl_free(bytes);
     spm_destroy(s);
     return st;
+}
+
+pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_path) {
+    char *bytes = NULL;
+    size_t n_bytes = 0;
+    PL_TRY(pl_tok_read_file(path, &bytes, &n_bytes));
+    pl_status st = load_bytes(t, path, bytes, n_bytes);
+    pl_free(bytes);
+    if (st == PL_OK && config_path) st = pl_tok_read_config(t, config_path, NULL, NULL, NULL);
+    if (st == PL_OK) st = pl_tok_finish_facts(t, path);
+    return st;
+}
+
+pl_status pl_tok_spm_open_proto(pl_tokenizer *t, const char *name, const void *bytes, size_t n) {
+    return load_bytes(t, name, bytes, n);
+}
+
+const pl_tok_spm_spec *pl_tok_spm_spec_of(const pl_tokenizer *t) {
+    return t->ops == &spm_ops ? &impl_of(t)->spec : NULL;
+}
+
+float pl_tok_spm_score_of(const pl_tokenizer *t, int32_t id) {
+    return t->ops == &spm_ops ? pl_tok_spm_score(impl_of(t)->spm, id) : 0.0f;
+}
+
+int pl_tok_spm_type_of(const pl_tokenizer *t, int32_t id) {
+    return t->ops == &spm_ops && id >= 0 && id < t->n_vocab ? impl_of(t)->ptype[id] : 0;
 }
 
 // ---- the decode table, for spm_detok.c ------------------------------------------------------

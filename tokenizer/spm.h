@@ -39,6 +39,30 @@ const pl_tok_entry *pl_tok_entry_of(const pl_tokenizer *t, int32_t id);
 /* KEEP for a tokenizer that is not SentencePiece. */
 pl_tok_ws_rule pl_tok_ws_rule_of(const pl_tokenizer *t);
 
+/* What a SentencePiece model says about how it normalises and segments, read from its
+ * ModelProto (the library's API does not expose it): for describing the model elsewhere
+ * (GGUF's "llama" vocabularies). Absent fields take protobuf's defaults. */
+typedef struct pl_tok_spm_spec {
+    int model_type;                /* TrainerSpec.model_type: 1 unigram, 2 BPE, 3 word, 4 char */
+    bool byte_fallback;
+    bool add_dummy_prefix;         /* NormalizerSpec */
+    bool remove_extra_whitespaces;
+    bool escape_whitespaces;
+    bool has_charsmap;             /* a precompiled normalisation map (not "identity") */
+    bool treat_whitespace_as_suffix;
+} pl_tok_spm_spec;
+
+/* NULL when t is not a SentencePiece tokenizer. */
+const pl_tok_spm_spec *pl_tok_spm_spec_of(const pl_tokenizer *t);
+/* The library's score and ModelProto piece type (1 normal .. 6 byte) of id. */
+float pl_tok_spm_score_of(const pl_tokenizer *t, int32_t id);
+int pl_tok_spm_type_of(const pl_tokenizer *t, int32_t id);
+
+/* Loads a serialized ModelProto (bytes[0..n), copied) into t as pl_tok_spm_open does a file,
+ * but leaves the facts unfinished: the caller sets BOS/EOS and the add flags, then calls
+ * pl_tok_finish_facts. name is for messages. */
+pl_status pl_tok_spm_open_proto(pl_tokenizer *t, const char *name, const void *bytes, size_t n);
+
 /* Strict UTF-8 (RFC 3629, which is also what SentencePiece's decoder accepts): the length
  * (1..4) of the sequence at b[0..n) when complete and valid, 0 when b[0..n) is a proper
  * prefix of a valid sequence, -1 when b[0] cannot start one given the bytes present. n >= 1. */

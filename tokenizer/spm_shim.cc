@@ -141,6 +141,15 @@ extern "C" const char *pl_tok_spm_piece(const pl_tok_spm *s, int id, size_t *out
     }
 }
 
+extern "C" float pl_tok_spm_score(const pl_tok_spm *s, int id) {
+    if (id < 0 || id >= s->n_pieces) return 0.0f;
+    try {
+        return s->sp.GetScore(id);
+    } catch (...) {
+        return 0.0f;
+    }
+}
+
 // ---- encode / decode ------------------------------------------------------------------------
 
 extern "C" int pl_tok_spm_encode(const pl_tok_spm *s, const char *text, size_t len,

@@ -54,6 +54,9 @@ int pl_tok_spm_eos_id(const pl_tok_spm *s); /* -1 when the model has no EOS cont
  * for an id out of range. */
 const char *pl_tok_spm_piece(const pl_tok_spm *s, int id, size_t *out_len, int *out_kind);
 
+/* The score of id (0 for an id out of range). */
+float pl_tok_spm_score(const pl_tok_spm *s, int id);
+
 /* Encodes text[0..len) into *out_ids (pl_malloc, n entries, caller frees), with bos_id first
  * when bos_id >= 0. Does not validate UTF-8: the caller does. */
 int pl_tok_spm_encode(const pl_tok_spm *s, const char *text, size_t len, int32_t bos_id,

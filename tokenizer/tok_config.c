@@ -23,7 +23,7 @@
 
 #define MAX_TEMPLATES 1024
 
-static pl_status add_template(pl_tokenizer *t, const char *path, const char *name,
+pl_status pl_tok_add_template(pl_tokenizer *t, const char *path, const char *name,
                               const char *text, size_t text_len) {
     if (t->n_templates >= MAX_TEMPLATES)
         return pl_fail(PL_ERR_FORMAT, "%s: chat_template: more than %d templates", path,
@@ -49,7 +49,7 @@ static pl_status add_template(pl_tokenizer *t, const char *path, const char *nam
 
 static pl_status read_templates(pl_tokenizer *t, const char *path, json_t *v) {
     if (json_is_string(v))
-        return add_template(t, path, "default", json_string_value(v), json_string_length(v));
+        return pl_tok_add_template(t, path, "default", json_string_value(v), json_string_length(v));
     if (!json_is_array(v))
         return pl_fail(PL_ERR_FORMAT, "%s: chat_template: expected a string or a list of "
                        "{\"name\", \"template\"}", path);
@@ -60,7 +60,7 @@ static pl_status read_templates(pl_tokenizer *t, const char *path, json_t *v) {
         if (!json_is_string(name) || !json_is_string(tpl))
             return pl_fail(PL_ERR_FORMAT, "%s: chat_template[%zu]: expected {\"name\": string, "
                            "\"template\": string}", path, i);
-        PL_TRY(add_template(t, path, json_string_value(name), json_string_value(tpl),
+        PL_TRY(pl_tok_add_template(t, path, json_string_value(name), json_string_value(tpl),
                             json_string_length(tpl)));
     }
     return PL_OK;
@@ -123,7 +123,7 @@ static pl_status read_jinja(pl_tokenizer *t, const char *config_path) {
             if (memchr(text, '\0', n))
                 s = pl_fail(PL_ERR_FORMAT, "%s: a NUL byte in the template", p);
             else
-                s = add_template(t, p, "default", text, n);
+                s = pl_tok_add_template(t, p, "default", text, n);
             pl_free(text);
         }
     }

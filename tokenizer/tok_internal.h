@@ -138,6 +138,11 @@ pl_status pl_tok_finish_facts(pl_tokenizer *t, const char *path);
 pl_status pl_tok_read_config(pl_tokenizer *t, const char *path, char **out_class,
                              bool *out_has_add_bos, bool *out_has_add_eos);
 
+/* Adds a chat template named name (copied; text need not be NUL-terminated). PL_ERR_FORMAT
+ * for a second template of the same name or too many, naming path. */
+pl_status pl_tok_add_template(pl_tokenizer *t, const char *path, const char *name,
+                              const char *text, size_t text_len);
+
 // ---- files ----------------------------------------------------------------------------------
 
 /* Reads a whole regular file (at most PL_TOK_MAX_FILE_BYTES) into *out (pl_malloc'd, with a
@@ -151,6 +156,8 @@ bool pl_tok_file_exists(const char *path);
  * leaves nothing for the caller to free besides t's common fields. */
 pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_path);
 pl_status pl_tok_hf_open(pl_tokenizer *t, const char *path, const char *config_path);
+/* The vocabulary inside a GGUF file (gguf_vocab.c). */
+pl_status pl_tok_gguf_open(pl_tokenizer *t, const char *path);
 
 // ---- UTF-8 and Unicode ---------------------------------------------------------------------
 

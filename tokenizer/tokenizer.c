@@ -41,6 +41,16 @@ static bool looks_like_json(const char *path) {
     return c == '{' || c == '[';
 }
 
+/* A GGUF file: its vocabulary is in its metadata. */
+static bool is_gguf(const char *path) {
+    unsigned char m[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(m, 1, 4, f);
+    fclose(f);
+    return n == 4 && memcmp(m, "GGUF", 4) == 0;
+}
+
 static void free_facts(pl_tokenizer *t) {
     pl_free(t->piece_of);
     pl_free(t->special);
@@ -62,7 +72,7 @@ pl_status pl_tok_load(const char *path, pl_tokenizer **out) {
     if (!t) return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s", path);
     t->bos_id = t->eos_id = -1;
     char *file = NULL, *config = NULL;
-    bool json = false;
+    bool json = false, gguf = false;
     pl_status s = PL_OK;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -85,7 +95,8 @@ pl_status pl_tok_load(const char *path, pl_tokenizer **out) {
     } else {
         file = pl_strdup(path);
         if (!file) goto oom;
-        json = looks_like_json(path);
+        gguf = is_gguf(path);
+        json = !gguf && looks_like_json(path);
         if (json) { /* its tokenizer_config.json is read from the same folder */
             const char *slash = strrchr(path, '/');
             config = slash ? join(path, (size_t)(slash - path), "tokenizer_config.json")
@@ -97,7 +108,9 @@ pl_status pl_tok_load(const char *path, pl_tokenizer **out) {
         pl_free(config);
         config = NULL;
     }
-    s = json ? pl_tok_hf_open(t, file, config) : pl_tok_spm_open(t, file, config);
+    s = gguf   ? pl_tok_gguf_open(t, file)
+        : json ? pl_tok_hf_open(t, file, config)
+               : pl_tok_spm_open(t, file, config);
     if (s != PL_OK) goto fail;
     pl_free(file);
     pl_free(config);

@@ -41,7 +41,10 @@ typedef struct pl_detok pl_detok;
  * - a Hugging Face tokenizer.json file (recognised by its content, a JSON object); its
  *   tokenizer_config.json (and chat_template.jinja) are read from the same folder when present;
  * - a directory holding tokenizer.json (preferred) or tokenizer.model, with
- *   tokenizer_config.json beside it when present.
+ *   tokenizer_config.json beside it when present;
+ * - a GGUF file (recognised by its magic): the vocabulary in its tokenizer.* metadata
+ *   (tokenizer.ggml.model "llama" through SentencePiece, "gpt2" through the tokenizer.json
+ *   implementation; see gguf_vocab.c), with its chat templates.
  * PL_ERR_IO (cannot open or read, or a directory with neither file; the message names the
  * path), PL_ERR_FORMAT (empty, truncated, not a model, inconsistent: the message names the
  * file and, for JSON, the field), PL_ERR_UNSUPPORTED (a component or option this code does
@@ -49,6 +52,17 @@ typedef struct pl_detok pl_detok;
  * untouched and nothing is left to free. */
 pl_status pl_tok_load(const char *path, pl_tokenizer **out);
 void pl_tok_free(pl_tokenizer *t); /* NULL is a no-op */
+
+/* Adds t's vocabulary to a GGUF file being written as tokenizer.* metadata, the way
+ * llama.cpp's converters store it, so that loading the file gives the same ids: a
+ * SentencePiece BPE model as "llama" (tokens, scores, token types, add_space_prefix,
+ * remove_extra_whitespaces), a byte-level BPE tokenizer.json as "gpt2" (tokens, token types,
+ * merges by rank, and tokenizer.ggml.pre naming its pre-tokenizer); BOS/EOS/unknown ids (each
+ * unless w has that key already), add_bos/add_eos, and every chat template.
+ * PL_ERR_UNSUPPORTED naming what GGUF cannot say (a unigram model, a normalisation map, a
+ * pre-tokenizer with no GGUF name, added tokens with lstrip/rstrip), PL_ERR_OUT_OF_MEMORY. */
+typedef struct pl_gguf_writer pl_gguf_writer;
+pl_status pl_tok_gguf_export(const pl_tokenizer *t, pl_gguf_writer *w);
 
 /* "sentencepiece" or "bpe". */
 const char *pl_tok_type(const pl_tokenizer *t);

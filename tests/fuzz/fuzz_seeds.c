@@ -4,6 +4,9 @@
  *   fuzz_seeds OUTDIR
  *
  * OUTDIR/llama2c/      [dtype byte] + llama2.c legacy and ak42 files of tiny random models
+ * OUTDIR/gguf/         [dtype byte] + GGUF files (model/save_gguf.c's writer): tiny random
+ *                      models of every family in F32/F16/BF16, with a hand-made "gpt2" or
+ *                      "llama" vocabulary and a chat template in some
  * OUTDIR/safetensors/  [dtype byte][u16 config length] + config.json + model.safetensors
  *                      (f32, f16, bf16, misaligned header, tied with lm_head, no tie key;
  *                      Mistral with a window, Qwen2 with biases, Qwen3 with q/k norms)
@@ -28,6 +31,7 @@
 #include <sys/stat.h>
 
 #include "fuzz_config_codec.h"
+#include "gguf/gguf.h"
 #include "model_fixtures.h"
 
 static _Noreturn void die(const char *what) {
@@ -88,6 +92,66 @@ static void llama2c_seeds(const char *out, const char *tmp) {
         }
         pl_model_free(m);
     }
+}
+
+/* A tiny vocabulary of each GGUF kind, for the tokenizer half of fuzz_gguf. */
+static pl_status add_vocab(pl_gguf_writer *w, int kind, int vocab) {
+    static const char *const gpt2[] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0\x61\x62",
+                                       "<|end|>"};
+    static const char *const spm[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b",
+                                      "\xE2\x96\x81\x61", "ab", "<0x0A>"};
+    if (kind == 1) {
+        if (vocab < 6) return PL_OK;
+        PL_TRY(pl_gguf_add_str(w, "tokenizer.ggml.model", "gpt2", 4));
+        PL_TRY(pl_gguf_add_str(w, "tokenizer.ggml.pre", "llama-bpe", 9));
+        PL_TRY(pl_gguf_add_str_array(w, "tokenizer.ggml.tokens", gpt2, NULL, 6));
+        int32_t types[6] = {1, 1, 1, 1, 1, 3};
+        PL_TRY(pl_gguf_add_array(w, "tokenizer.ggml.token_type", PL_GGUF_I32, types, 6));
+        const char *merges[2] = {"a b", "\xC4\xA0 ab"};
+        PL_TRY(pl_gguf_add_str_array(w, "tokenizer.ggml.merges", merges, NULL, 2));
+    } else {
+        if (vocab < 9) return PL_OK;
+        PL_TRY(pl_gguf_add_str(w, "tokenizer.ggml.model", "llama", 5));
+        PL_TRY(pl_gguf_add_str_array(w, "tokenizer.ggml.tokens", spm, NULL, 9));
+        float scores[9] = {0, 0, 0, -1, -2, -3, -4, -5, 0};
+        int32_t types[9] = {2, 3, 3, 1, 1, 1, 1, 1, 6};
+        PL_TRY(pl_gguf_add_array(w, "tokenizer.ggml.scores", PL_GGUF_F32, scores, 9));
+        PL_TRY(pl_gguf_add_array(w, "tokenizer.ggml.token_type", PL_GGUF_I32, types, 9));
+    }
+    PL_TRY(pl_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", true));
+    return pl_gguf_add_str(w, "tokenizer.chat_template", "{{ messages }}", 14);
+}
+
+static void gguf_seeds(const char *out, const char *tmp) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/gguf", out);
+    mkdir_p(dir);
+    const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16, PL_WTYPE_BF16};
+    for (int a = 0; a < PL_ARCH_COUNT; a++)
+        for (int t = 0; t < 3; t++) {
+            pl_model_config c;
+            tiny_config(&c, t);
+            c.arch = (pl_arch)a;
+            c.rope_layout = 1;
+            if (a == PL_ARCH_MISTRAL) c.sliding_window = 4;
+            pl_model *m = pl_fixture_model(&c, 3000 + (uint64_t)(a * 3 + t));
+            if (!m) die("fixture model");
+            const char *p = pl_fixture_path(tmp, "m.gguf");
+            pl_gguf_writer *w;
+            if (pl_gguf_writer_create(&w) != PL_OK || add_vocab(w, (a + t) % 2, c.vocab_size) !=
+                PL_OK || pl_model_save_gguf(m, types[t], w, p) != PL_OK)
+                die(pl_last_error());
+            pl_gguf_writer_free(w);
+            uint8_t *bytes;
+            size_t n;
+            if (!pl_fixture_read_file(p, &bytes, &n)) die("gguf writer");
+            char name[64];
+            uint8_t dt = (uint8_t)(t == 0 ? 2 : 0);
+            snprintf(name, sizeof name, "arch%d_%s.gguf", a, pl_wtype_name(types[t]));
+            write_seed(dir, name, &dt, 1, bytes, n);
+            free(bytes);
+            pl_model_free(m);
+        }
 }
 
 static void safetensors_seeds(const char *out, const char *tmp) {
@@ -377,6 +441,7 @@ int main(int argc, char **argv) {
     char tmpdir[512];
     snprintf(tmpdir, sizeof tmpdir, "%s", tmp);
     llama2c_seeds(out, tmpdir);
+    gguf_seeds(out, tmpdir);
     safetensors_seeds(out, tmpdir);
     hf_index_seeds(out, tmpdir);
     prompts_seeds(out);

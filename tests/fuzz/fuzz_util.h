@@ -21,7 +21,8 @@
 /* The scratch directory, made on first use; removed (with the files the targets write, whose
  * names are fixed) at exit. */
 static char g_fuzz_dir[64];
-static const char *const k_fuzz_files[] = {"model.bin", "model.safetensors", "config.json",
+static const char *const k_fuzz_files[] = {"model.bin", "model.gguf", "model.safetensors",
+                                           "config.json",
                                            "tok.model", "tokenizer.json", NULL};
 
 static inline void fuzz_cleanup(void) {

@@ -716,7 +716,7 @@ def case_version():
         check(re.search(rf"\b{sub}\b", bench_line.group(1)),
               f"pagellm --help does not list bench {sub}: {bench_line.group(0)!r}")
     cmds = re.findall(r"^  (\w+)  ", top, re.M)
-    for cmd in ("generate", "bench", "profile", "version", "help"):
+    for cmd in ("generate", "bench", "profile", "quantize", "version", "help"):
         check(cmd in cmds, f"pagellm --help does not list {cmd}")
 
 
@@ -793,6 +793,52 @@ def case_sharegpt():
     js = load_json(out)
     check(js["num_requests"] == 2, f"expected the 2 two-turn conversations, got {js}")
     check_throughput_consistent(p.stdout, js)
+
+
+def case_quantize():
+    """quantize writes a GGUF that generate runs with the same tokens as its source; its
+    refusals name the problem and exit 2 (usage) or 1 (a model or type it cannot write)."""
+    out = tmp("tiny.gguf")
+    p = run(["quantize", "dummy:tiny", out, "f32"])
+    check(os.path.getsize(out) > 1000 and open(out, "rb").read(4) == b"GGUF",
+          f"quantize wrote no GGUF file:\n{p.stderr}")
+    gen = ["generate", "--prompt-ids", "1,5,9", "--temperature", "0", "--max-tokens", "12",
+           "--json"]
+    a = json.loads(run(gen + ["--model", "dummy:tiny"]).stdout)
+    b = json.loads(run(gen + ["--model", out]).stdout)
+    check(a["output_token_ids"] == b["output_token_ids"],
+          f"dummy:tiny and its GGUF differ: {a['output_token_ids']} {b['output_token_ids']}")
+    out16 = tmp("tiny16.gguf")
+    run(["quantize", out, out16, "BF16"])
+    check(os.path.getsize(out16) < os.path.getsize(out), "bf16 is not smaller than f32")
+    e = run(["quantize", "dummy:tiny", tmp("x.gguf"), "q7_z"], expect_rc=1).stderr
+    check("q7_z" in e and "f16" in e, f"an unknown type's message: {e}")
+    e = run(["quantize", "dummy:tiny", tmp("x.gguf")], expect_rc=2).stderr
+    check("IN, OUT and TYPE" in e, e)
+    e = run(["quantize", "dummy:tiny", tmp("x.gguf"), "f16", "--frobnicate"], expect_rc=2).stderr
+    check("--frobnicate" in e, e)
+    e = run(["quantize", "dummy:tiny", tmp("x.gguf"), "f16", "--tokenizer", "t.json",
+             "--no-tokenizer"], expect_rc=2).stderr
+    check("contradict" in e, e)
+    check(not os.path.exists(tmp("x.gguf")), "a refused quantize wrote a file")
+    check("quantize" in run(["quantize", "--help"]).stdout, "quantize --help")
+
+
+def case_quantize_stories():
+    """stories260K.bin to GGUF: generate needs no --tokenizer and prints the .bin's story."""
+    models = os.environ.get("PAGELLM_TEST_MODELS")
+    if not models:
+        print("PAGELLM_TEST_MODELS is not set: skipping")
+        sys.exit(77)
+    model = os.path.join(models, "stories260K.bin")
+    out = tmp("stories.gguf")
+    run(["quantize", model, out, "f16"])
+    gen = ["generate", "--prompt", "Once upon a time", "--temperature", "0",
+           "--max-tokens", "60", "--dtype", "f16"]
+    a = run(gen + ["--model", model, "--tokenizer", os.path.join(models, "tok512.model")])
+    b = run(gen + ["--model", out])
+    check(a.stdout == b.stdout and "Once upon a time" in b.stdout,
+          f"the .bin and its GGUF print different stories:\n{a.stdout}\n---\n{b.stdout}")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

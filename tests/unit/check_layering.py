@@ -9,18 +9,19 @@ import re
 import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels", "engine",
+MODULES = ["util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels", "engine",
            "cli", "tools", "bench", "tests"]
 ALLOWED = {
     "util": {"util"},
-    "tokenizer": {"util", "tokenizer"},
+    "gguf": {"util", "gguf"},
+    "tokenizer": {"util", "gguf", "tokenizer"},
     "template": {"util", "template"},
     "kvcache": {"util", "kvcache"},
     "scheduler": {"util", "kvcache", "scheduler"},
-    "model": {"util", "model"},
+    "model": {"util", "gguf", "model"},
     "kernels": {"util", "kernels"},
-    "engine": {"util", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels",
-               "engine"},
+    "engine": {"util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model",
+               "kernels", "engine"},
     # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/ <- tools/
     "cli": {"cli"},
     "bench": {"bench", "cli"},

@@ -1,0 +1,137 @@
+/*
+ * engine/quantize.c - pl_model_quantize: any model the loaders read, written as a GGUF file
+ * with its tokenizer (see pagellm.h). The engine is the one part that sees both the model and
+ * the tokenizer, so it joins their halves of the file:
+ *
+ *   metadata  the source GGUF's tokenizer.* and general.* keys copied as they are (a GGUF
+ *             source), or the tokenizer's export (tokenizer/gguf_export.c) preceded by the
+ *             end-of-text ids; then the model's hyperparameters and tensors
+ *             (model/save_gguf.c), which leave keys already written alone.
+ *   ids       GGUF has one EOS id plus an end-of-turn and an end-of-message id; the model's
+ *             EOS set (config.json's list, llama2.c's {EOS, BOS}) goes there with the
+ *             tokenizer's EOS first when the set holds it, so loading the file gives back the
+ *             same set and the same tokenizer EOS.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/alloc.h"
+
+/* The weight type named `type`, writable to GGUF by this build. */
+static pl_status resolve_type(const char *type, pl_wtype *out) {
+    const pl_gguf_type_info *ti = pl_gguf_type_by_name(type);
+    pl_wtype w = pl_gguf_wtype(ti);
+    const pl_wtype_traits *tr = pl_wtype_traits_of(w);
+    if (tr && tr->from_f32) {
+        *out = w;
+        return PL_OK;
+    }
+    char list[256] = "";
+    for (int i = PL_WTYPE_NONE + 1; i < PL_WTYPE_COUNT; i++) {
+        const pl_wtype_traits *t = pl_wtype_traits_of((pl_wtype)i);
+        if (!t || !t->from_f32 || !pl_gguf_type_of_wtype((pl_wtype)i)) continue;
+        size_t o = strlen(list);
+        snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", t->name);
+    }
+    return pl_fail(PL_ERR_UNSUPPORTED, "quantize: type %s is not one this build can write (%s)",
+                   type, list);
+}
+
+/* general.* (but the layout keys) and tokenizer.* of a GGUF source. */
+static pl_status copy_metadata(const char *path, pl_gguf_writer *w) {
+    pl_gguf_file f;
+    PL_TRY(pl_gguf_open(path, &f));
+    pl_status s = PL_OK;
+    for (size_t i = 0; i < f.g.n_kv && s == PL_OK; i++) {
+        const pl_gguf_kv *kv = &f.g.kv[i];
+        bool general = kv->key.n > 8 && memcmp(kv->key.p, "general.", 8) == 0;
+        bool tok = kv->key.n > 10 && memcmp(kv->key.p, "tokenizer.", 10) == 0;
+        if (pl_gguf_str_eq(kv->key, "general.alignment") ||
+            pl_gguf_str_eq(kv->key, "general.file_type") ||
+            pl_gguf_str_eq(kv->key, "general.architecture") ||
+            pl_gguf_str_eq(kv->key, "general.quantization_version") || (!general && !tok))
+            continue;
+        s = pl_gguf_add_kv_copy(w, kv);
+    }
+    pl_gguf_close(&f);
+    return s;
+}
+
+static pl_status add_eos_ids(const pl_model_config *c, const pl_tokenizer *tok,
+                             pl_gguf_writer *w) {
+    int ids[PL_MODEL_MAX_EOS], n = 0, first = pl_tok_eos_id(tok);
+    bool has_first = false;
+    for (int i = 0; i < c->n_eos; i++) has_first |= c->eos_ids[i] == first;
+    if (has_first || c->n_eos == 0) {
+        if (first >= 0) ids[n++] = first;
+    }
+    for (int i = 0; i < c->n_eos; i++)
+        if (!(n > 0 && ids[0] == c->eos_ids[i])) ids[n++] = c->eos_ids[i];
+    static const char *const keys[] = {"tokenizer.ggml.eos_token_id",
+                                       "tokenizer.ggml.eot_token_id",
+                                       "tokenizer.ggml.eom_token_id"};
+    for (int i = 0; i < n && i < 3; i++) PL_TRY(pl_gguf_add_u32(w, keys[i], (uint32_t)ids[i]));
+    if (c->bos_id >= 0) PL_TRY(pl_gguf_add_u32(w, "tokenizer.ggml.bos_token_id",
+                                               (uint32_t)c->bos_id));
+    return PL_OK;
+}
+
+static bool is_gguf_file(const char *path) {
+    unsigned char m[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(m, 1, 4, f);
+    fclose(f);
+    return n == 4 && pl_gguf_has_magic(m, 4);
+}
+
+static pl_status add_tokenizer(const pl_model *m, const char *in_path,
+                               const pl_quantize_options *opt, pl_gguf_writer *w) {
+    if (opt->no_tokenizer) return PL_OK;
+    if (!opt->tokenizer_path && is_gguf_file(in_path)) return copy_metadata(in_path, w);
+    const char *path = opt->tokenizer_path ? opt->tokenizer_path : m->tokenizer_path;
+    if (!path) return PL_OK; /* nothing to store: the file will hold token ids only */
+    pl_tokenizer *tok;
+    PL_TRY(pl_tok_load(path, &tok));
+    pl_status s = PL_OK;
+    if (pl_tok_vocab_size(tok) > m->cfg.vocab_size)
+        s = pl_fail(PL_ERR_FORMAT, "quantize: tokenizer %s has %d tokens but the model's "
+                    "vocabulary is %d", path, pl_tok_vocab_size(tok), m->cfg.vocab_size);
+    if (s == PL_OK) s = add_eos_ids(&m->cfg, tok, w);
+    if (s == PL_OK) s = pl_tok_gguf_export(tok, w);
+    if (s != PL_OK) pl_fail_prefix(s, "%s", path);
+    pl_tok_free(tok);
+    return s;
+}
+
+pl_status pl_model_quantize(const char *in_path, const char *out_path, const char *type,
+                            const pl_quantize_options *opt) {
+    if (!in_path || !out_path || !type)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_quantize: NULL %s",
+                       !in_path ? "in_path" : !out_path ? "out_path" : "type");
+    pl_quantize_options dflt;
+    pl_quantize_options_default(&dflt);
+    if (!opt) opt = &dflt;
+    if (opt->struct_size != sizeof *opt)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_quantize: opt->struct_size = %zu is not "
+                       "a pl_quantize_options size (%zu; use pl_quantize_options_default)",
+                       opt->struct_size, sizeof *opt);
+    pl_wtype wt = PL_WTYPE_NONE;
+    PL_TRY(resolve_type(type, &wt));
+    /* dummy: weights as an engine with the default config draws them */
+    pl_engine_config ec;
+    pl_engine_config_default(&ec);
+    pl_model_load_options lo = {.dtype = PL_DTYPE_AUTO, .dummy_seed = ec.dummy_seed};
+    pl_model *m;
+    PL_TRY(pl_model_load(in_path, &lo, &m));
+    pl_gguf_writer *w = NULL;
+    pl_status s = pl_gguf_writer_create(&w);
+    if (s == PL_OK) s = add_tokenizer(m, in_path, opt, w);
+    if (s == PL_OK) s = pl_model_save_gguf(m, wt, w, out_path);
+    pl_gguf_writer_free(w);
+    pl_model_free(m);
+    return s;
+}

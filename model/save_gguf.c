@@ -1,0 +1,230 @@
+/*
+ * model/save_gguf.c - writing a model as a GGUF file laid out as llama.cpp's converters do,
+ * so that llama.cpp reads it and load_gguf.c reads it back as the same model.
+ *
+ * Metadata: general.architecture (Mistral is "llama" with attention.sliding_window), the
+ * <arch>.* hyperparameters, general.file_type, and the EOS set as tokenizer.ggml.eos/eot/
+ * eom_token_id (the first three ids; GGUF has no list) with bos_token_id, each unless the
+ * writer holds the key already (a tokenizer's export wrote it). Tensors in model order by
+ * their GGUF names; matrices in the asked type, norms and biases F32; rope_freqs.weight for
+ * Llama 3 scaling, rope.scaling.* for linear.
+ *
+ * Each tensor is produced row by row when the writer asks for it (pl_gguf_fill_fn): the
+ * source row (through the RoPE permutation for q and k when the source layout is not the one
+ * the architecture's GGUF expects) to f32, then to the stored type with its quantiser, so
+ * only one row of f32 is ever held.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/model_internal.h"
+#include "util/alloc.h"
+
+typedef struct save_item {
+    pl_tensor_role role;
+    int layer;
+    pl_wtype type; /* as stored in the file */
+} save_item;
+
+typedef struct save_ctx {
+    const pl_model *m;
+    save_item *items; /* (n) in the order added to the writer; rope_freqs has role -1 */
+    size_t n;
+    bool permute;     /* q/k rows change RoPE layout */
+    float *row;       /* (cols) f32 scratch */
+} save_ctx;
+
+/* llama.cpp's general.file_type for files whose matrices are all of one type. */
+static int file_type(const pl_gguf_type_info *ti) {
+    static const struct {
+        const char *name;
+        int ftype;
+    } k[] = {{"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q8_0", 7}, {"Q4_K", 14},
+             {"Q5_K", 16}, {"Q6_K", 18}, {"BF16", 32}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(k[i].name, ti->name) == 0) return k[i].ftype;
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// metadata
+
+typedef struct meta {
+    pl_gguf_writer *w;
+    const char *arch;
+    char key[128];
+} meta;
+
+static const char *K(meta *x, const char *k) {
+    snprintf(x->key, sizeof x->key, "%s.%s", x->arch, k);
+    return x->key;
+}
+
+static pl_status u32(meta *x, const char *key, uint32_t v) {
+    return pl_gguf_writer_has(x->w, key) ? PL_OK : pl_gguf_add_u32(x->w, key, v);
+}
+
+static pl_status f32(meta *x, const char *key, float v) {
+    return pl_gguf_writer_has(x->w, key) ? PL_OK : pl_gguf_add_f32(x->w, key, v);
+}
+
+static pl_status write_meta(meta *x, const pl_model *m, const pl_gguf_type_info *ti) {
+    const pl_model_config *c = &m->cfg;
+    if (!pl_gguf_writer_has(x->w, "general.architecture"))
+        PL_TRY(pl_gguf_add_str(x->w, "general.architecture", x->arch, strlen(x->arch)));
+    if (!pl_gguf_writer_has(x->w, "general.name")) {
+        const char *slash = strrchr(m->name, '/');
+        const char *name = slash && slash[1] ? slash + 1 : m->name;
+        PL_TRY(pl_gguf_add_str(x->w, "general.name", name, strlen(name)));
+    }
+    if (file_type(ti) >= 0) PL_TRY(u32(x, "general.file_type", (uint32_t)file_type(ti)));
+    PL_TRY(u32(x, K(x, "context_length"), (uint32_t)c->max_seq_len));
+    PL_TRY(u32(x, K(x, "embedding_length"), (uint32_t)c->dim));
+    PL_TRY(u32(x, K(x, "block_count"), (uint32_t)c->n_layers));
+    PL_TRY(u32(x, K(x, "feed_forward_length"), (uint32_t)c->hidden_dim));
+    PL_TRY(u32(x, K(x, "attention.head_count"), (uint32_t)c->n_heads));
+    PL_TRY(u32(x, K(x, "attention.head_count_kv"), (uint32_t)c->n_kv_heads));
+    PL_TRY(u32(x, K(x, "attention.key_length"), (uint32_t)c->head_dim));
+    PL_TRY(u32(x, K(x, "attention.value_length"), (uint32_t)c->head_dim));
+    PL_TRY(u32(x, K(x, "rope.dimension_count"), (uint32_t)c->head_dim));
+    PL_TRY(u32(x, K(x, "vocab_size"), (uint32_t)c->vocab_size));
+    PL_TRY(f32(x, K(x, "attention.layer_norm_rms_epsilon"), c->norm_eps));
+    PL_TRY(f32(x, K(x, "rope.freq_base"), c->rope_theta));
+    if (c->sliding_window > 0)
+        PL_TRY(u32(x, K(x, "attention.sliding_window"), (uint32_t)c->sliding_window));
+    if (c->rope_scaling == PL_ROPE_SCALING_LINEAR) {
+        const char *k = K(x, "rope.scaling.type");
+        if (!pl_gguf_writer_has(x->w, k)) PL_TRY(pl_gguf_add_str(x->w, k, "linear", 6));
+        PL_TRY(f32(x, K(x, "rope.scaling.factor"), c->rope_factor));
+    } else if (c->rope_scaling == PL_ROPE_SCALING_LLAMA3) {
+        PL_TRY(u32(x, K(x, "rope.scaling.original_context_length"),
+                   (uint32_t)c->rope_original_max_pos));
+    }
+    if (c->bos_id >= 0) PL_TRY(u32(x, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos_id));
+    static const char *const eos_keys[] = {"tokenizer.ggml.eos_token_id",
+                                           "tokenizer.ggml.eot_token_id",
+                                           "tokenizer.ggml.eom_token_id"};
+    for (int i = 0; i < c->n_eos && i < 3; i++)
+        PL_TRY(u32(x, eos_keys[i], (uint32_t)c->eos_ids[i]));
+    return PL_OK;
+}
+
+// ----------------------------------------------------------------------------
+// tensors
+
+/* Heads a q/k-like tensor rotates over, 0 for any other tensor. */
+static int rope_heads(const pl_model_config *c, pl_tensor_role r) {
+    switch (r) {
+    case PL_T_ATTN_Q: case PL_T_ATTN_Q_BIAS: return c->n_heads;
+    case PL_T_ATTN_K: case PL_T_ATTN_K_BIAS: return c->n_kv_heads;
+    case PL_T_ATTN_Q_NORM: case PL_T_ATTN_K_NORM: return 1;
+    default: return 0;
+    }
+}
+
+/* The source row (or element, for a vector) that holds output row/element i of a head-
+ * structured tensor stored in the other RoPE layout. half: rotate-half row h*hd + p*hd/2 + j
+ * is interleaved row h*hd + 2j + p. */
+static int source_index(int i, int head_dim, bool to_interleaved) {
+    int h = i / head_dim, r = i % head_dim, half = head_dim / 2;
+    int src = to_interleaved ? (r % 2) * half + r / 2  /* out 2j+p <- in p*half+j */
+                             : 2 * (r % half) + r / half; /* out p*half+j <- in 2j+p */
+    return h * head_dim + src;
+}
+
+static pl_status fill(void *vctx, size_t index, void *dst, size_t n_bytes) {
+    save_ctx *x = vctx;
+    const pl_model *m = x->m;
+    const save_item *it = &x->items[index];
+    const pl_wtype_traits *tt = pl_wtype_traits_of(it->type);
+    if (it->layer < -1) { /* rope_freqs.weight */
+        float f[PL_MODEL_MAX_HEAD_DIM / 2];
+        pl_model_rope_freq_factors(&m->cfg, f);
+        memcpy(dst, f, n_bytes);
+        return PL_OK;
+    }
+    const pl_weight *w = pl_model_weight(m, it->role, it->layer);
+    const pl_wtype_traits *st = pl_wtype_traits_of(w->type);
+    bool vector = pl_tensor_spec_of(it->role)->rows == PL_DIM_NONE;
+    int heads = x->permute ? rope_heads(&m->cfg, it->role) : 0;
+    bool to_inter = m->cfg.rope_layout != 0;
+    size_t src_row = (size_t)w->cols / (size_t)st->block_elems * (size_t)st->block_bytes;
+    size_t dst_row = (size_t)w->cols / (size_t)tt->block_elems * (size_t)tt->block_bytes;
+    uint8_t *out = dst;
+    const uint8_t *in = w->data;
+    if (vector) { /* one row; permuted element-wise */
+        st->to_f32(in, x->row, (size_t)w->cols);
+        if (heads) {
+            float *tmp = x->row + w->cols;
+            for (int i = 0; i < w->cols; i++)
+                tmp[i] = x->row[source_index(i, m->cfg.head_dim, to_inter)];
+            memcpy(x->row, tmp, (size_t)w->cols * sizeof *tmp);
+        }
+        tt->from_f32(x->row, out, (size_t)w->cols);
+        return PL_OK;
+    }
+    for (int r = 0; r < w->rows; r++) {
+        int sr = heads ? source_index(r, m->cfg.head_dim, to_inter) : r;
+        st->to_f32(in + (size_t)sr * src_row, x->row, (size_t)w->cols);
+        tt->from_f32(x->row, out + (size_t)r * dst_row, (size_t)w->cols);
+    }
+    return PL_OK;
+}
+
+static pl_status add_tensors(save_ctx *x, pl_gguf_writer *w, pl_wtype type) {
+    const pl_model_config *c = &x->m->cfg;
+    size_t n = pl_model_n_slots(c);
+    x->items = pl_calloc(n + 1, sizeof *x->items);
+    if (!x->items) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: tensor list", x->m->name);
+    for (size_t s = 0; s < n; s++) {
+        int layer, rows, cols;
+        pl_tensor_role r = pl_model_slot_role(c, s, &layer);
+        if (!pl_model_stores_tensor(c, r)) continue;
+        pl_wtype t = pl_model_tensor_type(r, type);
+        const pl_gguf_type_info *ti = pl_gguf_type_of_wtype(t);
+        pl_model_tensor_shape(c, r, &rows, &cols);
+        char name[128];
+        snprintf(name, sizeof name, pl_tensor_spec_of(r)->gguf, layer);
+        if (cols % ti->block_elems != 0)
+            return pl_fail(PL_ERR_UNSUPPORTED, "%s: tensor %s: rows of %d elements are not whole "
+                           "blocks of %s (%d)", x->m->name, name, cols, ti->name,
+                           ti->block_elems);
+        bool vector = pl_tensor_spec_of(r)->rows == PL_DIM_NONE;
+        uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+        PL_TRY(pl_gguf_add_tensor(w, name, ti, vector ? 1 : 2, ne, NULL));
+        x->items[x->n++] = (save_item){r, layer, t};
+    }
+    if (c->rope_scaling == PL_ROPE_SCALING_LLAMA3) {
+        uint64_t ne[1] = {(uint64_t)c->head_dim / 2};
+        PL_TRY(pl_gguf_add_tensor(w, "rope_freqs.weight", pl_gguf_type_of_wtype(PL_WTYPE_F32), 1,
+                                  ne, NULL));
+        x->items[x->n++] = (save_item){PL_T_COUNT, -2, PL_WTYPE_F32};
+    }
+    return PL_OK;
+}
+
+pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w,
+                             const char *path) {
+    const pl_wtype_traits *tr = pl_wtype_traits_of(type);
+    const pl_gguf_type_info *ti = pl_gguf_type_of_wtype(type);
+    if (!tr || !tr->from_f32 || !ti)
+        return pl_fail(PL_ERR_UNSUPPORTED, "%s: weight type %s cannot be written to GGUF by this "
+                       "build", path, pl_wtype_name(type));
+    const pl_arch_info *arch = pl_arch_get(m->cfg.arch);
+    meta mx = {.w = w, .arch = arch->gguf};
+    PL_TRY(write_meta(&mx, m, ti));
+    int target_layout = m->cfg.arch == PL_ARCH_QWEN2 || m->cfg.arch == PL_ARCH_QWEN3 ? 1 : 0;
+    save_ctx x = {.m = m, .permute = m->cfg.rope_layout != target_layout};
+    /* a row of the widest tensor, twice (a vector's permutation needs a second copy) */
+    int widest = m->cfg.dim;
+    if (m->cfg.hidden_dim > widest) widest = m->cfg.hidden_dim;
+    if (m->cfg.n_heads * m->cfg.head_dim > widest) widest = m->cfg.n_heads * m->cfg.head_dim;
+    x.row = pl_malloc(2 * (size_t)widest * sizeof *x.row);
+    pl_status s = x.row ? add_tensors(&x, w, type)
+                        : pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: row buffer", m->name);
+    if (s == PL_OK) s = pl_gguf_writer_write(w, path, fill, &x);
+    pl_free(x.row);
+    pl_free(x.items);
+    return s;
+}

@@ -48,6 +48,14 @@ pl_cpu_isa pl_cpu_detect_isa(void) {
     return PL_CPU_ISA_SCALAR;
 }
 
+static bool has_avx512_vnni(void) {
+#ifdef PL_CPU_X86
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
 const char *pl_cpu_isa_name(pl_cpu_isa isa) {
     switch (isa) {
     case PL_CPU_ISA_AVX512: return "avx512";
@@ -158,6 +166,7 @@ static void cpu_destroy(pl_backend *be) {
         pl_free(c->scratch);
         pl_free(c->ints);
         pl_free_aligned(c->shared);
+        pl_free_aligned(c->qbuf);
         pl_free(c);
     }
     pl_free(be);
@@ -215,6 +224,10 @@ static const pl_backend_ops cpu_ops = {
  * to 48 rows. In the engine the f32 GEMV stays ahead at 32 rows too (issue 8's throughput
  * command, 32 sequences, alternating builds: GEMV 457/453/505, own 450/435/458 total
  * tokens/s), so the own GEMM starts at 48 rows for both. */
+/* Quantised weights: below this many rows the integer GEMV (qgemv.c), from it the own GEMM on
+ * dequantised chunks. Provisional, measured later in this file's history. */
+#define VNNI_OWN_MIN_ROWS_QUANT 16
+#define AVX2_OWN_MIN_ROWS_QUANT 16
 #define AVX2_OWN_MIN_ROWS_F32 48
 #define AVX2_OWN_MIN_ROWS_HALF 48
 #define AVX2_OWN_MAX_ROWS 96
@@ -256,15 +269,17 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     be->kv_dtype = kv;
     pl_cpu_isa best = pl_cpu_detect_isa();
     c->isa = isa < best ? isa : best;
+    c->vnni = c->isa == PL_CPU_ISA_AVX512 && has_avx512_vnni();
     c->gemm_min_rows = DEFAULT_GEMM_MIN_ROWS;
     c->own_min_rows[0] = DEFAULT_OWN_MIN_ROWS_F32;
     c->own_min_rows[1] = DEFAULT_OWN_MIN_ROWS_HALF;
+    c->own_min_rows[2] = c->vnni ? VNNI_OWN_MIN_ROWS_QUANT : AVX2_OWN_MIN_ROWS_QUANT;
     c->own_max_rows[0] = DEFAULT_OWN_MAX_ROWS_F32;
-    c->own_max_rows[1] = 0;
+    c->own_max_rows[1] = c->own_max_rows[2] = 0;
     if (c->isa == PL_CPU_ISA_AVX2) {
         c->own_min_rows[0] = AVX2_OWN_MIN_ROWS_F32;
         c->own_min_rows[1] = AVX2_OWN_MIN_ROWS_HALF;
-        c->own_max_rows[0] = c->own_max_rows[1] = AVX2_OWN_MAX_ROWS;
+        c->own_max_rows[0] = c->own_max_rows[1] = c->own_max_rows[2] = AVX2_OWN_MAX_ROWS;
     }
     if (c->isa == PL_CPU_ISA_AVX512 && !blas_runs_avx512()) {
         c->own_max_rows[0] = 0; /* the own GEMM beats OpenBLAS's AVX2 kernels at every size */

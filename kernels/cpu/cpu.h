@@ -54,6 +54,13 @@ typedef enum pl_cpu_mm_path {
     PL_CPU_MM_BLAS = 3,
 } pl_cpu_mm_path;
 
+/* The matmul thresholds' classes of weight types: 0 f32, 1 f16/bf16, 2 + the quantised type's
+ * place from Q8_0 (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). */
+#define PL_CPU_MM_CLASSES (2 + PL_WTYPE_COUNT - PL_WTYPE_Q8_0)
+static inline int pl_cpu_mm_class(pl_wtype t) {
+    return t == PL_WTYPE_F32 ? 0 : pl_wtype_is_quant(t) ? 2 + (int)t - (int)PL_WTYPE_Q8_0 : 1;
+}
+
 typedef struct pl_cpu_ctx {
     pl_threadpool *pool;
     int n_threads;
@@ -63,13 +70,13 @@ typedef struct pl_cpu_ctx {
     bool vnni;
 
     /* matmul regime by activation rows R (see matmul.c), unless mm_force names one:
-     * - AVX-512 and AVX2, index [0] for f32 weights, [1] for f16/bf16, [2] for the quantised
-     *   types: R < own_min_rows streams the weights through the GEMV kernel; up to
-     *   own_max_rows (0: no limit) the own register-tiled GEMM runs; beyond, OpenBLAS sgemm
-     *   on tiles.
+     * - AVX-512 and AVX2, indexed by pl_cpu_mm_class (f32; f16/bf16; each quantised type):
+     *   R < own_min_rows streams the weights through the GEMV kernel (for the quantised
+     *   types the integer one, qgemv.c); up to own_max_rows (0: no limit) the own
+     *   register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
      * - scalar: R < gemm_min_rows GEMV, otherwise OpenBLAS. */
     pl_cpu_mm_path mm_force;
-    int own_min_rows[3], own_max_rows[3];
+    int own_min_rows[PL_CPU_MM_CLASSES], own_max_rows[PL_CPU_MM_CLASSES];
     int gemm_min_rows;
     /* Own GEMM work ranges per call, 0: one per thread (tests set more than the threads, so
      * that finished tasks must steal from the others' ranges). */
@@ -135,17 +142,29 @@ void pl_cpu_dequant(pl_cpu_isa isa, float *dst, const void *src, pl_wtype t, siz
  * block b scaled by d[b] = max |x| / 127 to int8 q (rounded to nearest even, the same on
  * every ISA). Row r lives at base + r * stride: q (K int8), dl (K/4 f32: the block scale of
  * each lane of 4 values), s4n (K/4 int32: minus the sum of each 4 consecutive q), d (K/32),
- * ds (K/32: d[b] * sum of block b's q). Valid until the next matmul of the backend. */
+ * ds (K/32: d[b] * sum of block b's q); then the extra layouts (qgemv.c). Valid until the
+ * next matmul of the backend. */
 typedef struct pl_cpu_qact {
     int n_rows, K;
+    unsigned layouts;
     size_t stride;
     unsigned char *base;
 } pl_cpu_qact;
 
+/* The layouts beyond the natural one that the integer GEMV of type t reads on this ctx
+ * (bits: PL_CPU_QA_HALVES for the 512-bit Q8_0/Q4_0 kernel, PL_CPU_QA_PAIRS for its
+ * Q4_K/Q5_K one). */
+#define PL_CPU_QA_HALVES 1u
+#define PL_CPU_QA_PAIRS 2u
+unsigned pl_cpu_qact_layouts(const pl_cpu_ctx *c, pl_wtype t);
+
+/* Most x rows quantised at once (matmul.c runs larger products in blocks of these). */
+#define PL_CPU_QGEMV_BLOCK_ROWS 256
+
 /* Quantises x (n_rows, K), K a multiple of 32, into the ctx's qbuf (grown; on the pool when
- * large). */
+ * large), with the natural layout and the extra ones in layouts. */
 pl_status pl_cpu_qact_quantize(pl_cpu_ctx *c, const float *x, int n_rows, int K,
-                               pl_cpu_qact *out);
+                               unsigned layouts, pl_cpu_qact *out);
 
 /* One GEMV product of quantised weights: the activations a (n_rows, d_in) against w (d_out,
  * d_in) of type wt, out (n_rows, d_out). Weight rows go 4 at a time, one from each quarter

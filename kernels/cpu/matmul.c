@@ -305,7 +305,7 @@ static pl_cpu_mm_path choose_path(const pl_cpu_ctx *c, pl_wtype wt, int n_rows) 
     bool own_ok = c->isa >= PL_CPU_ISA_AVX2;
     if (path == PL_CPU_MM_OWN && !own_ok) path = PL_CPU_MM_AUTO;
     if (path != PL_CPU_MM_AUTO) return path;
-    int d = wt == PL_WTYPE_F32 ? 0 : pl_wtype_is_quant(wt) ? 2 : 1;
+    int d = pl_cpu_mm_class(wt);
     if (!own_ok) return n_rows >= c->gemm_min_rows ? PL_CPU_MM_BLAS : PL_CPU_MM_GEMV;
     if (n_rows < c->own_min_rows[d]) return PL_CPU_MM_GEMV;
     return c->own_max_rows[d] > 0 && n_rows > c->own_max_rows[d] ? PL_CPU_MM_BLAS : PL_CPU_MM_OWN;
@@ -372,8 +372,8 @@ pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n
     if (n_rows == 0) return PL_OK;
     pl_cpu_ctx *c = be->ctx;
     gemv_group G = {.n_parts = 0};
-    pl_cpu_qact qa;
-    bool have_qa = false;
+    int quant[PL_MATMUL_MAX_PARTS], n_quant = 0;
+    unsigned layouts = 0;
     for (int p = 0; p < n_parts; p++) {
         mm_job J = {.c = c, .out = parts[p].out, .x = x, .w = parts[p].w,
                     .wt = parts[p].w_type, .dt = pl_wtype_dtype(parts[p].w_type),
@@ -382,21 +382,40 @@ pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n
         case PL_CPU_MM_OWN: PL_TRY(run_own(c, &J)); break;
         case PL_CPU_MM_BLAS: PL_TRY(run_blas(c, &J)); break;
         default: /* GEMV: gathered into one pool call below */
-            if (pl_wtype_is_quant(J.wt)) { /* x quantised once for all such parts */
-                if (!have_qa) PL_TRY(pl_cpu_qact_quantize(c, x, n_rows, d_in, &qa));
-                have_qa = true;
-                J.qa = &qa;
-            } else if (c->isa == PL_CPU_ISA_SCALAR && J.dt != PL_DTYPE_F32) {
-                PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
+            if (pl_wtype_is_quant(J.wt)) { /* after the others, on x quantised once */
+                quant[n_quant++] = p;
+                layouts |= pl_cpu_qact_layouts(c, J.wt);
+                break;
             }
+            if (c->isa == PL_CPU_ISA_SCALAR && J.dt != PL_DTYPE_F32)
+                PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
             G.first_chunk[G.n_parts + 1] = G.first_chunk[G.n_parts] + gemv_chunks(c, &J);
             G.part[G.n_parts++] = J;
             break;
         }
     }
-    if (G.n_parts == 0) return PL_OK;
-    pl_ranges_init(&G.chunks, G.first_chunk[G.n_parts], c->n_threads);
-    pl_threadpool_run(c->pool, G.chunks.n, gemv_task, &G);
+    if (G.n_parts > 0) {
+        pl_ranges_init(&G.chunks, G.first_chunk[G.n_parts], c->n_threads);
+        pl_threadpool_run(c->pool, G.chunks.n, gemv_task, &G);
+    }
+    /* The integer GEMV parts, in blocks of rows whose quantised x (a few bytes a value) stays
+     * small, each block one pool call for all of them. */
+    for (int r0 = 0; n_quant > 0 && r0 < n_rows; r0 += PL_CPU_QGEMV_BLOCK_ROWS) {
+        int rb = n_rows - r0 < PL_CPU_QGEMV_BLOCK_ROWS ? n_rows - r0 : PL_CPU_QGEMV_BLOCK_ROWS;
+        pl_cpu_qact qa;
+        PL_TRY(pl_cpu_qact_quantize(c, x + (size_t)r0 * d_in, rb, d_in, layouts, &qa));
+        gemv_group Q = {.n_parts = 0};
+        for (int k = 0; k < n_quant; k++) {
+            const pl_matmul_part *pp = &parts[quant[k]];
+            mm_job J = {.c = c, .out = pp->out + (size_t)r0 * pp->d_out, .x = NULL, .w = pp->w,
+                        .wt = pp->w_type, .dt = PL_DTYPE_AUTO, .qa = &qa, .n_rows = rb,
+                        .d_in = d_in, .d_out = pp->d_out};
+            Q.first_chunk[Q.n_parts + 1] = Q.first_chunk[Q.n_parts] + gemv_chunks(c, &J);
+            Q.part[Q.n_parts++] = J;
+        }
+        pl_ranges_init(&Q.chunks, Q.first_chunk[Q.n_parts], c->n_threads);
+        pl_threadpool_run(c->pool, Q.chunks.n, gemv_task, &Q);
+    }
     return PL_OK;
 }
 

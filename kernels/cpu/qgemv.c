@@ -225,15 +225,19 @@ static void qa_task(void *arg, int task, int thread) {
     if (r1 > J->a->n_rows) r1 = J->a->n_rows;
     for (int r = task * J->rows_per_task; r < r1; r++) {
         quantize_row(J->c, J->x, J->a, r);
-        if (J->c->vnni) {
-            quantize_row_halves(J->a, r);
-            quantize_row_pairs(J->a, r);
-        }
+        if (J->a->layouts & PL_CPU_QA_HALVES) quantize_row_halves(J->a, r);
+        if (J->a->layouts & PL_CPU_QA_PAIRS) quantize_row_pairs(J->a, r);
     }
 }
 
+unsigned pl_cpu_qact_layouts(const pl_cpu_ctx *c, pl_wtype t) {
+    if (!c->vnni || c->isa != PL_CPU_ISA_AVX512) return 0;
+    if (t == PL_WTYPE_Q8_0 || t == PL_WTYPE_Q4_0) return PL_CPU_QA_HALVES;
+    return t == PL_WTYPE_Q4_K || t == PL_WTYPE_Q5_K ? PL_CPU_QA_PAIRS : 0;
+}
+
 pl_status pl_cpu_qact_quantize(pl_cpu_ctx *c, const float *x, int n_rows, int K,
-                               pl_cpu_qact *out) {
+                               unsigned layouts, pl_cpu_qact *out) {
     if (K % 32 != 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "quantised matmul: d_in %d is not a multiple "
                        "of 32", K);
@@ -248,7 +252,8 @@ pl_status pl_cpu_qact_quantize(pl_cpu_ctx *c, const float *x, int n_rows, int K,
         c->qbuf = p;
         c->qbuf_cap = cap;
     }
-    *out = (pl_cpu_qact){.n_rows = n_rows, .K = K, .stride = stride, .base = c->qbuf};
+    *out = (pl_cpu_qact){.n_rows = n_rows, .K = K, .layouts = layouts, .stride = stride,
+                         .base = c->qbuf};
     /* a row of 4096 values takes ~1 us: a pool wake-up is only worth it for many */
     int n_tasks = pl_cpu_n_tasks(c, (size_t)n_rows * K, 1u << 15);
     qa_job J = {.c = c, .x = x, .a = out, .rows_per_task = (n_rows + n_tasks - 1) / n_tasks};

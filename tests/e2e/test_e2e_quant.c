@@ -4,8 +4,9 @@
  * mix) runs through the runner on a fast backend (cpu here; with -DPL_QUANT_CUDA the CUDA
  * backend, emulated in suite 'cuda') and on ref with the SAME weights dequantised to f32
  * (util/quant.h's reference dequantiser). Both see the same prompts; three sequences decode
- * together, so decode runs the integer GEMV on several rows while the prompts (20-27 tokens)
- * run the dequantising GEMM (cpu) or dequantise-to-f16 + cuBLAS (CUDA).
+ * together, so decode runs the integer GEMV on several rows, and the prompts (70 rows in all)
+ * take the integer GEMV too on a CPU with AVX-512 VNNI (with AVX2 alone the dequantising own
+ * GEMM, from 8-24 rows: kernels/cpu/backend_cpu.c) and dequantise-to-f16 + cuBLAS on CUDA.
  *
  * What must hold (the model is pl_fixture_model's, vocabulary 64, untied):
  * 1. Free greedy runs: the fast backend picks ref's token at every step of every sequence up

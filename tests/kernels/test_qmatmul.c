@@ -269,6 +269,41 @@ Test(qmatmul, group_of_mixed_types) {
     PL_ASSERT_NO_LEAKS();
 }
 
+/* More x rows than one quantisation block (PL_CPU_QGEMV_BLOCK_ROWS): the integer GEMV runs
+ * them block by block, each within its bound, on every path. */
+Test(qmatmul, rows_past_one_block) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 89);
+    const int rows = PL_CPU_QGEMV_BLOCK_ROWS + 45, d_in = 256, d_out = 20;
+    for (int ti = 0; ti < N_QTYPES; ti++) {
+        float *wf;
+        void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, QTYPES[ti], &wf);
+        float *x = pl_kt_rand(&r, (size_t)rows * d_in, 1.0f);
+        size_t n = (size_t)rows * d_out;
+        float *want = malloc(n * 4), *got = malloc(n * 4), *bound = malloc(n * 4);
+        cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, QTYPES[ti], rows, d_in, d_out), PL_OK);
+        act_bound(x, wf, rows, d_in, d_out, bound);
+        for (int b = 0; b < e.n_cpu; b++) {
+            pl_cpu_ctx *c = e.cpu[b]->ctx;
+            for (int m = PL_CPU_MM_AUTO; m <= PL_CPU_MM_GEMV; m++) {
+                c->mm_force = (pl_cpu_mm_path)m;
+                memset(got, 0xff, n * 4);
+                cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, QTYPES[ti], rows, d_in,
+                                                   d_out),
+                             PL_OK);
+                cr_assert(q_close(e.name[b], want, got, bound, n), "%s %s path %d",
+                          e.name[b], pl_wtype_name(QTYPES[ti]), m);
+            }
+            c->mm_force = PL_CPU_MM_AUTO;
+        }
+        free(w), free(wf), free(x), free(want), free(got), free(bound);
+    }
+    pl_kt_env_fini(&e);
+    PL_ASSERT_NO_LEAKS();
+}
+
 /* Rows that are not whole blocks, and types without a row, are refused before anything is
  * written. */
 Test(qmatmul, refuses_partial_blocks) {

@@ -260,7 +260,7 @@ static void bench_batch(pl_backend *be, const unsigned char *arena, float *x, fl
 /* Quantised weights (decode and small batches): per shape and row count, the automatic path
  * (what the engine runs) as weight GB/s, % of the stream roof and speed against f16 weights
  * at the same rows; with more than one row also the integer GEMV and the own GEMM on
- * dequantised chunks forced (the data behind own_min_rows[2]). Shapes: stories110m's and
+ * dequantised chunks forced (the data behind own_min_rows of the quantised types). Shapes: stories110m's and
  * TinyLlama-1.1B's feed-forward matrices, both ways round (out x in). */
 static void bench_qgemv(pl_backend *be, const unsigned char *arena, float *x, float *out,
                         timing stream_gbs) {
@@ -436,7 +436,7 @@ int main(int argc, char **argv) {
     check(pl_cpu_backend_create_isa(&opt, isa, &be16), "cpu backend (f16 KV)");
     pl_cpu_ctx *c = be->ctx;
     printf("config buildtype=%s isa=%s vnni=%d threads=%d gemm_min_rows=%d "
-           "own_min_rows=%d/%d/%d\n",
+           "own_min_rows=%d/%d/q%d\n",
            PL_BUILDTYPE, pl_cpu_isa_name(c->isa), c->vnni, c->n_threads, c->gemm_min_rows,
            c->own_min_rows[0], c->own_min_rows[1], c->own_min_rows[2]);
 

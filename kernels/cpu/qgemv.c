@@ -134,6 +134,47 @@ static PL_TARGET_AVX2 void quantize_block_avx2(const float *x, int8_t *q, float 
 }
 #endif
 
+#ifdef PL_CPU_X86
+/* minus the sums of each 4 consecutive of 32 int8 (8 lanes), and their total */
+PL_INLINE PL_TARGET_AVX2 __m256i sums4_avx2(__m256i q) {
+    __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q); /* pairs: within 16 bits */
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+}
+
+static PL_TARGET_AVX2 void block_sums_avx2(const int8_t *q, float d, int32_t *s4n, float *dl,
+                                           float *ds) {
+    __m256i s = sums4_avx2(_mm256_loadu_si256((const __m256i *)q));
+    _mm256_storeu_si256((__m256i *)s4n, _mm256_sub_epi32(_mm256_setzero_si256(), s));
+    _mm256_storeu_ps(dl, _mm256_set1_ps(d));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    *ds = d * (float)_mm_cvtsi128_si32(h);
+}
+
+/* One group of the halves layout (see quantize_row_halves) from its n_blk (1..4) blocks. */
+static PL_TARGET_AVX2 void halves_group_avx2(const int8_t *q, const float *d, int n_blk,
+                                             unsigned char *h) {
+    for (int i = 0; i < 4; i++) {
+        const __m128i z = _mm_setzero_si128();
+        __m128i a = i < n_blk ? _mm_loadu_si128((const __m128i *)(q + 32 * i)) : z;
+        __m128i b = i < n_blk ? _mm_loadu_si128((const __m128i *)(q + 32 * i + 16)) : z;
+        _mm_storeu_si128((__m128i *)(h + 16 * i), a);
+        _mm_storeu_si128((__m128i *)(h + 64 + 16 * i), b);
+        ((float *)(h + 192))[4 * i] = ((float *)(h + 192))[4 * i + 1] =
+            ((float *)(h + 192))[4 * i + 2] = ((float *)(h + 192))[4 * i + 3] =
+                i < n_blk ? d[i] : 0.0f;
+    }
+    for (int k = 0; k < 2; k++) { /* lanes 8k .. 8k + 7 */
+        __m256i xa = _mm256_loadu_si256((const __m256i *)(h + 32 * k));
+        __m256i xb = _mm256_loadu_si256((const __m256i *)(h + 64 + 32 * k));
+        __m256i s = _mm256_add_epi32(sums4_avx2(xa), sums4_avx2(xb));
+        _mm256_storeu_si256((__m256i *)(h + 128 + 32 * k),
+                            _mm256_sub_epi32(_mm256_setzero_si256(), s));
+    }
+}
+#endif
+
 typedef struct qa_job {
     const pl_cpu_ctx *c;
     const float *x;
@@ -155,6 +196,12 @@ static void quantize_row(const pl_cpu_ctx *c, const float *x, const pl_cpu_qact 
 #endif
         default: quantize_block_scalar(xb, q + 32 * b, &d[b]); break;
         }
+#ifdef PL_CPU_X86
+        if (c->isa >= PL_CPU_ISA_AVX2) {
+            block_sums_avx2(q + 32 * b, d[b], s4n + 8 * b, dl + 8 * b, ds + b);
+            continue;
+        }
+#endif
         int sum = 0;
         for (int l = 0; l < 8; l++) {
             const int8_t *g = q + 32 * b + 4 * l;
@@ -173,11 +220,20 @@ static void quantize_row(const pl_cpu_ctx *c, const float *x, const pl_cpu_qact 
  * values of each 32-bit lane, and 16 f32 DL = the scale of each lane's block. A Q4_0 block's
  * bytes hold value i in the low and value i + 16 in the high nibble, so the weights' low
  * nibbles of 4 blocks line up with XA and their high nibbles with XB, lane for lane. */
-static void quantize_row_halves(const pl_cpu_qact *a, int r) {
+static void quantize_row_halves(const pl_cpu_ctx *c, const pl_cpu_qact *a, int r) {
     const int K = a->K, n_blocks = K / 32;
     const int8_t *q = qa_q(a, r);
     const float *d = qa_d(a, r);
     unsigned char *h = (unsigned char *)qa_h(a, r);
+#ifdef PL_CPU_X86
+    if (c->isa >= PL_CPU_ISA_AVX2) {
+        for (int g = 0; g < (K + 127) / 128; g++, h += 256) {
+            int n_blk = n_blocks - 4 * g < 4 ? n_blocks - 4 * g : 4;
+            halves_group_avx2(q + 128 * g, d + 4 * g, n_blk, h);
+        }
+        return;
+    }
+#endif
     for (int g = 0; g < (K + 127) / 128; g++, h += 256) {
         int8_t *xa = (int8_t *)h, *xb = (int8_t *)h + 64;
         int32_t *off = (int32_t *)(h + 128);
@@ -225,7 +281,7 @@ static void qa_task(void *arg, int task, int thread) {
     if (r1 > J->a->n_rows) r1 = J->a->n_rows;
     for (int r = task * J->rows_per_task; r < r1; r++) {
         quantize_row(J->c, J->x, J->a, r);
-        if (J->a->layouts & PL_CPU_QA_HALVES) quantize_row_halves(J->a, r);
+        if (J->a->layouts & PL_CPU_QA_HALVES) quantize_row_halves(J->c, J->a, r);
         if (J->a->layouts & PL_CPU_QA_PAIRS) quantize_row_pairs(J->a, r);
     }
 }

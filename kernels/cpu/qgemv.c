@@ -646,7 +646,11 @@ PL_INLINE PL_TARGET_AVX512_VNNI void qblk_h512(const pl_cpu_qgemv_job *J,
         for (int j = 0; j < W; j++) {
             __m512i A, B;
             __m512 wsc;
-            group_h512(wr[j] + (size_t)b0 * bb, nblk, t, &A, &B, &wsc);
+            const uint8_t *wg = wr[j] + (size_t)b0 * bb;
+            if (r0 == 0 && J->n_rows > 4 && b0 + 12 <= n_blocks) /* as qblk_512 */
+                for (size_t l = 0; l < 4 * bb; l += 64)
+                    _mm_prefetch((const char *)wg + 8 * bb + l, _MM_HINT_T0);
+            group_h512(wg, nblk, t, &A, &B, &wsc);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const unsigned char *x = h[r] + (size_t)g * 256;
@@ -760,6 +764,14 @@ PL_INLINE PL_TARGET_AVX512_VNNI void qblk_512(const pl_cpu_qgemv_job *J, const u
 #pragma GCC unroll 4
         for (int j = 0; j < W; j++) {
             const uint8_t *u = wr[j] + (size_t)un * bb;
+            /* with more than one pass over the weights (more than 4 x rows), the first one
+             * brings them in: the super-block two ahead, into L1 (Q6_K at 8 rows from DRAM:
+             * 3.3-4.2 -> 1.8-2.2 TSC cycles per 32 weights and x row; with one pass it slowed
+             * Q4_K/Q5_K at 1 row, 2.5 -> 3.1 and 3.0 -> 3.9: the hardware prefetcher keeps
+             * up there) */
+            if (r0 == 0 && J->n_rows > 4 && un + 2 < n_units)
+                for (size_t l = 0; l < bb; l += 64)
+                    _mm_prefetch((const char *)u + 2 * bb + l, _MM_HINT_T0);
             unit_512 s;
             if (k4) {
                 __m256 sc8, mn8;

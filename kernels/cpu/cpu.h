@@ -3,7 +3,8 @@
  * and the SIMD helpers its op files share.
  *
  * Every op exists in up to three builds chosen at run time from the CPU's features: AVX-512
- * (F, BW, VL, DQ with FMA and F16C), AVX2 (with FMA and F16C) and portable scalar C. The
+ * (F, BW, VL, DQ with FMA and F16C), AVX2 (with FMA and F16C) and portable scalar C (the
+ * quantised GEMV's 512-bit kernels also need AVX-512 VNNI, else it runs its AVX2 ones). The
  * SIMD variants are compiled with per-function target attributes (PL_TARGET_AVX512/AVX2), so
  * the library itself needs no -march flag and runs on any x86-64 (or other) machine.
  *

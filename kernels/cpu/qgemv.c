@@ -1,6 +1,8 @@
 /*
- * kernels/cpu/qgemv.c - decode-sized products of block-quantised weights: integer dot
- * products of the blocks as stored against activations quantised to 8 bits per block of 32.
+ * kernels/cpu/qgemv.c - products of block-quantised weights: integer dot products of the
+ * blocks as stored against activations quantised to 8 bits per block of 32. Decode sizes on
+ * every ISA, and with AVX-512 VNNI batches and prompts too (the int8 GEMM: backend_cpu.c's
+ * thresholds).
  *
  * Activations (pl_cpu_qact): each x row's block b of 32 values becomes int8 q = x / d[b]
  * rounded, d[b] = max |x| / 127, as ggml's q8_0. A 32-element piece of a weight row (one
@@ -16,13 +18,21 @@
  * largest) is the only approximation beyond f32 accumulation; tests/kernels/tolerances.h
  * states the bound against ref's f32 activations.
  *
+ * Besides the natural layout x can be stored in two others, built only for the types a call
+ * has: "halves" (Q8_0/Q4_0: the first and last 16 values of each block apart, so a Q4_0
+ * block's low and high nibbles line up with them lane for lane) and "pairs" (Q4_K/Q5_K on
+ * VNNI: blocks in the order 0, 2, 1, 3 within each 128 values, matching one 64-byte load of
+ * levels split into nibbles).
+ *
  * Kernels, by ISA (ctx->isa, ctx->vnni):
- * - AVX-512 VNNI: 64 weights per step, vpdpbusd (unsigned weight bytes x signed activation
- *   bytes, 4 products summed per 32-bit lane, no intermediate saturation), 16 lanes of f32
- *   accumulators per (weight row, x row): up to 4 x 4 of them in registers.
- * - AVX2 (and AVX-512 CPUs without VNNI): 32 weights per step, vpmaddubsw + vpmaddwd.
- *   vpmaddubsw saturates pairs at 16 bits, fine for levels below 64 (2 x 63 x 127 < 32767),
- *   not for Q8_0 shifted to 0..255: Q8_0 uses |w| and sign(x, w) instead.
+ * - AVX-512 VNNI: vpdpbusd (unsigned weight bytes x signed activation bytes, 4 products
+ *   summed per 32-bit lane, no intermediate saturation), 16 lanes of f32 accumulators per
+ *   (weight row, x row): up to 4 x 4 of them in registers. Q8_0/Q4_0 128 weights a step
+ *   (halves), Q4_K/Q5_K 128 (pairs), Q6_K 64.
+ * - AVX2 (and AVX-512 CPUs without VNNI): vpmaddubsw + vpmaddwd, Q8_0/Q4_0 64 weights a step
+ *   (halves), the K-quants 32. vpmaddubsw saturates pairs at 16 bits, fine for levels below
+ *   64 (2 x 63 x 127 < 32767), not for Q8_0 shifted to 0..255: Q8_0 uses |w| and sign(x, w)
+ *   instead.
  * - Portable C: the same integer sums, one piece at a time.
  * Weight rows come 4 at a time from the 4 quarters of the matrix as in the f16 GEMV
  * (matmul.c); within a group the kernel walks units of 256 elements (a K-quant super-block,

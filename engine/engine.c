@@ -39,8 +39,8 @@ static pl_status available_memory(pl_engine *e, size_t *out) {
  * keeps f16), so counting the host copy would shrink the pool and refuse models that fit. */
 static pl_status stored_weight_bytes(const pl_engine *e, uint64_t *out) {
     pl_wtype wt = pl_model_weight(e->model, PL_T_TOKEN_EMBD, 0)->type;
-    if (wt == PL_WTYPE_F32 && e->be->f32_weight_dtype != PL_DTYPE_AUTO)
-        wt = pl_wtype_of_dtype(e->be->f32_weight_dtype);
+    if (wt == PL_WTYPE_F32 && e->be->f32_weight_type != PL_WTYPE_NONE)
+        wt = e->be->f32_weight_type;
     return pl_model_config_weight_bytes(&e->model->cfg, wt, out);
 }
 

@@ -29,7 +29,7 @@
 typedef struct dev_weight {
     void *data;     /* backend memory (== host data for zero-copy backends); NULL: absent */
     const void *src;/* the host data it came from */
-    pl_dtype dtype;
+    pl_wtype type;  /* as stored on the backend */
     bool vector;    /* an f32 buffer from alloc (norms, biases), freed with free */
     bool alias;     /* the tied output projection: the embedding's handle, not freed twice */
 } dev_weight;
@@ -149,15 +149,14 @@ static pl_status up_weight(pl_runner *r, const pl_weight *w, bool vector, dev_we
     out->vector = vector;
     if (vector) {
         PL_TRY(be->ops->alloc(be, n * sizeof(float), &out->data));
-        out->dtype = PL_DTYPE_F32;
+        out->type = PL_WTYPE_F32;
         return be->ops->upload(be, out->data, w->data, n * sizeof(float));
     }
     const pl_wtype_traits *t = pl_wtype_traits_of(w->type);
-    pl_dtype dt = pl_wtype_dtype(w->type);
-    if (!t || dt == PL_DTYPE_AUTO || !(t->backends & be->wtype_bit))
+    if (!t || !(t->backends & be->wtype_bit))
         return pl_fail(PL_ERR_UNSUPPORTED, "backend %s cannot multiply %s weights",
                        be->ops->name, pl_wtype_name(w->type));
-    return be->ops->upload_weight(be, w->data, dt, n, &out->data, &out->dtype);
+    return be->ops->upload_weight(be, w->data, w->type, n, &out->data, &out->type);
 }
 
 static void down_weight(pl_runner *r, dev_weight *w) {
@@ -293,14 +292,15 @@ void pl_runner_set_op_hook(pl_runner *r, pl_runner_op_hook fn, void *ctx) {
         }                                                                                     \
     } while (0)
 
-static void count_matmul(pl_runner *r, int rows, int d_in, int d_out, pl_dtype dt) {
+static void count_matmul(pl_runner *r, int rows, int d_in, int d_out, pl_wtype wt) {
+    const pl_wtype_traits *t = pl_wtype_traits_of(wt);
     r->prof.matmul_flops += 2.0 * rows * d_in * (double)d_out;
-    r->prof.matmul_bytes += (double)d_in * d_out * (double)pl_dtype_size(dt) +
+    r->prof.matmul_bytes += (double)d_in * d_out * t->block_bytes / t->block_elems +
                             4.0 * rows * ((double)d_in + d_out);
 }
 
 static pl_matmul_part part(float *out, const dev_weight *w, int d_out) {
-    return (pl_matmul_part){.out = out, .w = w->data, .w_dtype = w->dtype, .d_out = d_out};
+    return (pl_matmul_part){.out = out, .w = w->data, .w_type = w->type, .d_out = d_out};
 }
 
 /* The products of one input in one backend op (see pl_backend_matmul_group). */
@@ -309,7 +309,7 @@ static pl_status matmul_group(pl_runner *r, const pl_matmul_part *parts, int n_p
     pl_backend *be = r->be;
     if (r->profiling)
         for (int i = 0; i < n_parts; i++)
-            count_matmul(r, rows, d_in, parts[i].d_out, parts[i].w_dtype);
+            count_matmul(r, rows, d_in, parts[i].d_out, parts[i].w_type);
     OP(PL_OP_MATMUL, pl_backend_matmul_group(be, parts, n_parts, x, rows, d_in));
     return PL_OK;
 }
@@ -376,7 +376,7 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
     };
     const dev_weight *embd = dw(r, PL_T_TOKEN_EMBD, 0);
 
-    OP(PL_OP_EMBED, be->ops->embed(be, r->x, r->d_ids, T, embd->data, embd->dtype, D));
+    OP(PL_OP_EMBED, be->ops->embed(be, r->x, r->d_ids, T, embd->data, embd->type, D));
     OP(PL_OP_NORM, be->ops->rmsnorm(be, r->xb, r->x, dvec(r, PL_T_ATTN_NORM, 0), T, D,
                                     c->norm_eps));
     for (int l = 0; l < c->n_layers; l++) {

@@ -8,8 +8,10 @@
  * Conventions for every op
  * - All pointers are this backend's memory (see alloc/upload), except the int arguments and
  *   the host-side fields of pl_attn_batch marked "host".
- * - Matrices are row-major. Activations are f32. Weights are f32, f16 or bf16 as the handle
- *   from upload_weight says; norm weights and rope frequencies are always f32.
+ * - Matrices are row-major. Activations are f32. Weights are of any pl_wtype (util/wtype.h:
+ *   f32, f16, bf16 and the block-quantised types) as the handle from upload_weight says; a
+ *   row of a weight is a whole number of its type's blocks (d_in, dim a multiple of the
+ *   block). Norm weights and rope frequencies are always f32.
  * - Ops are asynchronous on device backends: errors of an op may surface at the next sync.
  * - Unless an op says "out may alias", outputs must not overlap inputs.
  * - No size is assumed to be a multiple of anything (head_dim 8, hidden 172 must work).
@@ -88,11 +90,11 @@ static inline int pl_attn_window_start(int pos, int sliding_window) {
     return sliding_window > 0 && first > 0 ? first : 0;
 }
 
-/* One product of a matmul group: out (n_rows, d_out) = x @ w^T, w (d_out, d_in) of w_dtype. */
+/* One product of a matmul group: out (n_rows, d_out) = x @ w^T, w (d_out, d_in) of w_type. */
 typedef struct pl_matmul_part {
     float *out;
     const void *w;
-    pl_dtype w_dtype;
+    pl_wtype w_type;
     int d_out;
 } pl_matmul_part;
 
@@ -112,18 +114,18 @@ typedef struct pl_backend_ops {
     /* Memory the backend may still use: device free/total on CUDA, host RAM on CPU backends. */
     pl_status (*memory_info)(pl_backend *be, size_t *out_free, size_t *out_total);
 
-    /* Makes host weights (n_elems of src_dtype, row-major) usable by matmul/embed. Host
-     * backends may return src itself (*out == src: zero copy; the caller keeps src alive);
-     * device backends copy (and may convert, reporting the stored type in *out_dtype).
-     * Release with free_weight. */
-    pl_status (*upload_weight)(pl_backend *be, const void *src, pl_dtype src_dtype,
-                               size_t n_elems, void **out, pl_dtype *out_dtype);
+    /* Makes host weights (n_elems of src_type, row-major, whole blocks) usable by
+     * matmul/embed. Host backends may return src itself (*out == src: zero copy; the caller
+     * keeps src alive); device backends copy (and may convert, reporting the stored type in
+     * *out_type). Release with free_weight. */
+    pl_status (*upload_weight)(pl_backend *be, const void *src, pl_wtype src_type,
+                               size_t n_elems, void **out, pl_wtype *out_type);
     void (*free_weight)(pl_backend *be, void *w, const void *src);
 
     /* ---- ops ---- */
-    /* out (n_tokens, dim) = table[ids[i]] (table: (vocab, dim) of dtype). ids are in range. */
+    /* out (n_tokens, dim) = table[ids[i]] (table: (vocab, dim) of type). ids are in range. */
     pl_status (*embed)(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
-                       const void *table, pl_dtype dtype, int dim);
+                       const void *table, pl_wtype type, int dim);
 
     /* out (n_rows, dim) = x / sqrt(mean(x^2) + eps) * w (w: (dim) f32). out may alias x. */
     pl_status (*rmsnorm)(pl_backend *be, float *out, const float *x, const float *w, int n_rows,
@@ -133,9 +135,9 @@ typedef struct pl_backend_ops {
     pl_status (*add_rmsnorm)(pl_backend *be, float *out, float *residual, const float *delta,
                              const float *w, int n_rows, int dim, float eps);
 
-    /* out (n_rows, d_out) = x (n_rows, d_in) @ w^T, w: (d_out, d_in) of w_dtype. */
+    /* out (n_rows, d_out) = x (n_rows, d_in) @ w^T, w: (d_out, d_in) of w_type. */
     pl_status (*matmul)(pl_backend *be, float *out, const float *x, const void *w,
-                        pl_dtype w_dtype, int n_rows, int d_in, int d_out);
+                        pl_wtype w_type, int n_rows, int d_in, int d_out);
 
     /* In place. q (n_tokens, n_heads, head_dim), k (n_tokens, n_kv_heads, head_dim); token i
      * is at positions[i]; pair j (0 <= j < head_dim/2) rotates by positions[i] * inv_freq[j]. */
@@ -182,9 +184,9 @@ struct pl_backend {
     void *ctx;          /* the implementation's state */
     bool is_host;       /* memory is host memory: upload/download are plain copies */
     pl_dtype kv_dtype;  /* element type of the KV cache this backend reads and writes */
-    /* What upload_weight stores an f32 weight as; AUTO = as given (f32). CUDA: f16. The engine
+    /* What upload_weight stores an f32 weight as; NONE = as given (f32). CUDA: f16. The engine
      * sizes memory from it before any weight is uploaded. */
-    pl_dtype f32_weight_dtype;
+    pl_wtype f32_weight_type;
     /* This backend's bit in util/wtype.h's table (PL_WTYPE_ON_REF/CPU/CUDA): the weight types
      * whose row has it are the ones its matmul and embed take as stored. */
     unsigned wtype_bit;
@@ -228,7 +230,7 @@ static inline pl_status pl_backend_matmul_group(pl_backend *be, const pl_matmul_
     PL_TRY(pl_check_matmul_parts(parts, n_parts));
     for (int i = 0; i < n_parts; i++) {
         const pl_matmul_part *p = &parts[i];
-        PL_TRY(be->ops->matmul(be, p->out, x, p->w, p->w_dtype, n_rows, d_in, p->d_out));
+        PL_TRY(be->ops->matmul(be, p->out, x, p->w, p->w_type, n_rows, d_in, p->d_out));
     }
     return PL_OK;
 }

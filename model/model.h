@@ -160,7 +160,8 @@ pl_status pl_model_config_validate(const pl_model_config *cfg);
 
 /* Allocates a model for cfg with every tensor its architecture has, zeroed, model-owned and
  * writable (cast away the const of pl_weight.data): norms and biases f32, matrices of
- * `matrices` (a type with a quantiser: F32/F16/BF16), the output projection sharing the
+ * `matrices` (a type with a quantiser: F32/F16/BF16 or a quantised type, whose matrices'
+ * rows must then be whole blocks), the output projection sharing the
  * embedding's data when cfg->tied_embeddings. For dummy models and test fixtures that fill
  * weights themselves. name is copied (for messages).
  * Errors: PL_ERR_INVALID_ARGUMENT (bad config or type), PL_ERR_OUT_OF_MEMORY (the message

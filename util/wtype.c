@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "util/dtype.h"
+#include "util/quant.h"
 
 _Static_assert((int)PL_WTYPE_F32 == (int)PL_DTYPE_F32 && (int)PL_WTYPE_F16 == (int)PL_DTYPE_F16 &&
                    (int)PL_WTYPE_BF16 == (int)PL_DTYPE_BF16,
@@ -64,6 +65,16 @@ static const pl_wtype_traits k_traits[PL_WTYPE_COUNT] = {
     [PL_WTYPE_F32] = {"f32", 1, 4, f32_to_f32, f32_from_f32, ALL_BACKENDS},
     [PL_WTYPE_F16] = {"f16", 1, 2, f16_to_f32, f16_from_f32, ALL_BACKENDS},
     [PL_WTYPE_BF16] = {"bf16", 1, 2, bf16_to_f32, bf16_from_f32, ALL_BACKENDS},
+    [PL_WTYPE_Q8_0] = {"q8_0", PL_QK, sizeof(pl_block_q8_0), pl_q8_0_to_f32, pl_q8_0_from_f32,
+                       ALL_BACKENDS},
+    [PL_WTYPE_Q4_0] = {"q4_0", PL_QK, sizeof(pl_block_q4_0), pl_q4_0_to_f32, pl_q4_0_from_f32,
+                       ALL_BACKENDS},
+    [PL_WTYPE_Q4_K] = {"q4_k", PL_QK_K, sizeof(pl_block_q4_k), pl_q4_k_to_f32,
+                       pl_q4_k_from_f32, ALL_BACKENDS},
+    [PL_WTYPE_Q5_K] = {"q5_k", PL_QK_K, sizeof(pl_block_q5_k), pl_q5_k_to_f32,
+                       pl_q5_k_from_f32, ALL_BACKENDS},
+    [PL_WTYPE_Q6_K] = {"q6_k", PL_QK_K, sizeof(pl_block_q6_k), pl_q6_k_to_f32,
+                       pl_q6_k_from_f32, ALL_BACKENDS},
 };
 
 const pl_wtype_traits *pl_wtype_traits_of(pl_wtype t) {

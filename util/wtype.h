@@ -4,8 +4,9 @@
  * A weight tensor is stored row by row; each row is a run of blocks, and every size is
  * computed from blocks (elements per block, bytes per block), never as elements x element
  * size, so a block-quantised type (GGUF's Q8_0: 32 elements in 34 bytes, a scale and 32
- * int8) is one more row of the table. Today the rows are the plain floats F32, F16 and BF16
- * (one element per block); the GGUF issue adds Q8_0, Q4_0, Q4_K, Q5_K and Q6_K.
+ * int8) is one more row of the table. The rows: the plain floats F32, F16 and BF16 (one
+ * element per block) and GGUF's block-quantised Q8_0, Q4_0 (32 elements per block), Q4_K,
+ * Q5_K and Q6_K (256), whose layouts util/quant.h gives.
  *
  * pl_wtype is internal. Its first values equal the public pl_dtype values of the same name
  * (checked in wtype.c), so an f32/f16/bf16 pl_dtype converts with pl_wtype_of_dtype and back with
@@ -34,6 +35,11 @@ typedef enum pl_wtype {
     PL_WTYPE_F32 = 1,
     PL_WTYPE_F16 = 2,
     PL_WTYPE_BF16 = 3,
+    PL_WTYPE_Q8_0 = 4,
+    PL_WTYPE_Q4_0 = 5,
+    PL_WTYPE_Q4_K = 6,
+    PL_WTYPE_Q5_K = 7,
+    PL_WTYPE_Q6_K = 8,
     PL_WTYPE_COUNT
 } pl_wtype;
 
@@ -43,7 +49,7 @@ typedef enum pl_wtype {
 #define PL_WTYPE_ON_CUDA 4u
 
 typedef struct pl_wtype_traits {
-    const char *name;  /* "f32", "f16", "bf16" (lower case, as in messages and GGUF) */
+    const char *name;  /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k" */
     int block_elems;   /* elements per block; a row's length must be a multiple */
     int block_bytes;   /* bytes per block */
     /* Reference dequantiser: out (n_elems) f32 from src (n_elems / block_elems blocks, any
@@ -64,6 +70,11 @@ const char *pl_wtype_name(pl_wtype t);
 /* Bytes of n_elems elements of t: false when t has no row, n_elems is not a whole number of
  * blocks, or the size overflows 64 bits. */
 bool pl_wtype_bytes(pl_wtype t, uint64_t n_elems, uint64_t *out);
+
+/* True for the block-quantised types (Q8_0 .. Q6_K). */
+static inline bool pl_wtype_is_quant(pl_wtype t) {
+    return (int)t >= (int)PL_WTYPE_Q8_0 && (int)t < (int)PL_WTYPE_COUNT;
+}
 
 /* The pl_dtype of an f32/f16/bf16 type; PL_DTYPE_AUTO for any other. */
 static inline pl_dtype pl_wtype_dtype(pl_wtype t) {

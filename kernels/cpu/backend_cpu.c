@@ -48,6 +48,14 @@ pl_cpu_isa pl_cpu_detect_isa(void) {
     return PL_CPU_ISA_SCALAR;
 }
 
+static bool has_avx512_vnni(void) {
+#ifdef PL_CPU_X86
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
 const char *pl_cpu_isa_name(pl_cpu_isa isa) {
     switch (isa) {
     case PL_CPU_ISA_AVX512: return "avx512";
@@ -158,6 +166,7 @@ static void cpu_destroy(pl_backend *be) {
         pl_free(c->scratch);
         pl_free(c->ints);
         pl_free_aligned(c->shared);
+        pl_free_aligned(c->qbuf);
         pl_free(c);
     }
     pl_free(be);
@@ -215,6 +224,18 @@ static const pl_backend_ops cpu_ops = {
  * to 48 rows. In the engine the f32 GEMV stays ahead at 32 rows too (issue 8's throughput
  * command, 32 sequences, alternating builds: GEMV 457/453/505, own 450/435/458 total
  * tokens/s), so the own GEMM starts at 48 rows for both. */
+/* Quantised weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): below this many rows the integer GEMV
+ * (qgemv.c), from it the own GEMM on dequantised chunks. With VNNI the integer kernel, which
+ * walks each group of 4 weight rows once for all x rows in fours, is the faster int8 GEMM
+ * for whole prefill chunks of Q8_0/Q4_0/Q4_K (Zen 4, one thread, weights in L2/L3, TSC
+ * cycles per 32 values per x row, integer/own: 2048x2048 Q4_0 0.96/2.31 at 16 rows,
+ * 0.99/1.76 at 64; 1024x2048 at 256 rows Q8_0 1.31/1.84, Q4_0 1.09/1.67, Q4_K 1.97/2.34),
+ * while Q5_K and Q6_K cross at ~128 rows (Q6_K 1.86/2.05 at 128, 1.98/1.77 at 256). The
+ * AVX2 kernels (vpmaddubsw) cross far sooner (1024x2048, same machine, 16 rows: Q8_0
+ * 2.50/2.62, Q4_0 2.90/2.68, Q4_K 2.55/3.07, Q5_K 3.35/3.25, Q6_K 3.96/3.00; 4 rows: all
+ * 2.5-4 against 7-9). */
+static const int VNNI_OWN_MIN_ROWS_QUANT[5] = {1 << 20, 1 << 20, 1 << 20, 128, 128};
+static const int AVX2_OWN_MIN_ROWS_QUANT[5] = {24, 12, 24, 12, 8};
 #define AVX2_OWN_MIN_ROWS_F32 48
 #define AVX2_OWN_MIN_ROWS_HALF 48
 #define AVX2_OWN_MAX_ROWS 96
@@ -256,15 +277,17 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     be->kv_dtype = kv;
     pl_cpu_isa best = pl_cpu_detect_isa();
     c->isa = isa < best ? isa : best;
+    c->vnni = c->isa == PL_CPU_ISA_AVX512 && has_avx512_vnni();
     c->gemm_min_rows = DEFAULT_GEMM_MIN_ROWS;
     c->own_min_rows[0] = DEFAULT_OWN_MIN_ROWS_F32;
     c->own_min_rows[1] = DEFAULT_OWN_MIN_ROWS_HALF;
+    for (int q = 0; q < PL_CPU_MM_CLASSES - 2; q++)
+        c->own_min_rows[2 + q] = c->vnni ? VNNI_OWN_MIN_ROWS_QUANT[q] : AVX2_OWN_MIN_ROWS_QUANT[q];
     c->own_max_rows[0] = DEFAULT_OWN_MAX_ROWS_F32;
-    c->own_max_rows[1] = 0;
     if (c->isa == PL_CPU_ISA_AVX2) {
         c->own_min_rows[0] = AVX2_OWN_MIN_ROWS_F32;
         c->own_min_rows[1] = AVX2_OWN_MIN_ROWS_HALF;
-        c->own_max_rows[0] = c->own_max_rows[1] = AVX2_OWN_MAX_ROWS;
+        for (int k = 0; k < PL_CPU_MM_CLASSES; k++) c->own_max_rows[k] = AVX2_OWN_MAX_ROWS;
     }
     if (c->isa == PL_CPU_ISA_AVX512 && !blas_runs_avx512()) {
         c->own_max_rows[0] = 0; /* the own GEMM beats OpenBLAS's AVX2 kernels at every size */

@@ -3,7 +3,8 @@
  * and the SIMD helpers its op files share.
  *
  * Every op exists in up to three builds chosen at run time from the CPU's features: AVX-512
- * (F, BW, VL, DQ with FMA and F16C), AVX2 (with FMA and F16C) and portable scalar C. The
+ * (F, BW, VL, DQ with FMA and F16C), AVX2 (with FMA and F16C) and portable scalar C (the
+ * quantised GEMV's 512-bit kernels also need AVX-512 VNNI, else it runs its AVX2 ones). The
  * SIMD variants are compiled with per-function target attributes (PL_TARGET_AVX512/AVX2), so
  * the library itself needs no -march flag and runs on any x86-64 (or other) machine.
  *
@@ -54,18 +55,29 @@ typedef enum pl_cpu_mm_path {
     PL_CPU_MM_BLAS = 3,
 } pl_cpu_mm_path;
 
+/* The matmul thresholds' classes of weight types: 0 f32, 1 f16/bf16, 2 + the quantised type's
+ * place from Q8_0 (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). */
+#define PL_CPU_MM_CLASSES (2 + PL_WTYPE_COUNT - PL_WTYPE_Q8_0)
+static inline int pl_cpu_mm_class(pl_wtype t) {
+    return t == PL_WTYPE_F32 ? 0 : pl_wtype_is_quant(t) ? 2 + (int)t - (int)PL_WTYPE_Q8_0 : 1;
+}
+
 typedef struct pl_cpu_ctx {
     pl_threadpool *pool;
     int n_threads;
     pl_cpu_isa isa;
+    /* AVX-512 VNNI (vpdpbusd) present: the quantised GEMV uses its 512-bit kernels; without
+     * it an AVX-512 CPU runs the AVX2 ones (tests clear it to run those). */
+    bool vnni;
 
     /* matmul regime by activation rows R (see matmul.c), unless mm_force names one:
-     * - AVX-512 and AVX2, index [0] for f32 weights, [1] for f16/bf16: R < own_min_rows
-     *   streams the weights through the GEMV kernel; up to own_max_rows (0: no limit) the
-     *   own register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
+     * - AVX-512 and AVX2, indexed by pl_cpu_mm_class (f32; f16/bf16; each quantised type):
+     *   R < own_min_rows streams the weights through the GEMV kernel (for the quantised
+     *   types the integer one, qgemv.c); up to own_max_rows (0: no limit) the own
+     *   register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
      * - scalar: R < gemm_min_rows GEMV, otherwise OpenBLAS. */
     pl_cpu_mm_path mm_force;
-    int own_min_rows[2], own_max_rows[2];
+    int own_min_rows[PL_CPU_MM_CLASSES], own_max_rows[PL_CPU_MM_CLASSES];
     int gemm_min_rows;
     /* Own GEMM work ranges per call, 0: one per thread (tests set more than the threads, so
      * that finished tasks must steal from the others' ranges). */
@@ -81,6 +93,9 @@ typedef struct pl_cpu_ctx {
      * floats, 64-byte aligned; written in one pool run and read in the next. */
     float *shared;
     size_t shared_cap;
+    /* The quantised GEMV's activations (pl_cpu_qact), qbuf_cap bytes, 64-byte aligned. */
+    unsigned char *qbuf;
+    size_t qbuf_cap;
 } pl_cpu_ctx;
 
 /* The best ISA this machine supports. */
@@ -108,23 +123,75 @@ static inline int pl_cpu_round_up(int v, int m) { return (v + m - 1) / m * m; }
 #define PL_CPU_OWN_MAX_ROWS 256
 
 /* out (R, N) = x (R, K) @ w^T with the own register-tiled GEMM (own_gemm.c), R in [1,
- * PL_CPU_OWN_MAX_ROWS], isa AVX2 or AVX-512 (PL_ERR_UNSUPPORTED otherwise). */
-pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_dtype dt,
+ * PL_CPU_OWN_MAX_ROWS], isa AVX2 or AVX-512 (PL_ERR_UNSUPPORTED otherwise); w of any weight
+ * type (quantised rows are dequantised chunk by chunk into its f32 buffers). */
+pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_wtype wt,
                           int R, int K, int N);
 
 /* dst (n) f32 = src (n) of t, widened with the ISA's conversion (exact for f16 and bf16).
  * Defined in embed.c; matmul widens f16/bf16 weight tiles with it. */
 void pl_cpu_convert_row(pl_cpu_isa isa, float *dst, const void *src, pl_dtype t, size_t n);
 
+/* dst (32 n_pieces) f32 = pieces p0 .. p0 + n_pieces - 1 of the quantised row (or run of
+ * whole blocks) src of type t, a piece being 32 consecutive elements (a Q8_0/Q4_0 block, a
+ * K-quant sub-block or half a Q6_K group pair). Equal bit for bit to the type's reference
+ * dequantiser (util/quant.h: every value is rounded once). Defined in dequant.c. */
+void pl_cpu_dequant(pl_cpu_isa isa, float *dst, const void *src, pl_wtype t, size_t p0,
+                    size_t n_pieces);
+
+/* Activations quantised for the integer GEMV (qgemv.c): each x row cut into blocks of 32,
+ * block b scaled by d[b] = max |x| / 127 to int8 q (rounded to nearest even, the same on
+ * every ISA). Row r lives at base + r * stride: q (K int8), dl (K/4 f32: the block scale of
+ * each lane of 4 values), s4n (K/4 int32: minus the sum of each 4 consecutive q), d (K/32),
+ * ds (K/32: d[b] * sum of block b's q); then the extra layouts (qgemv.c). Valid until the
+ * next matmul of the backend. */
+typedef struct pl_cpu_qact {
+    int n_rows, K;
+    unsigned layouts;
+    size_t stride;
+    unsigned char *base;
+} pl_cpu_qact;
+
+/* The layouts beyond the natural one that the integer GEMV of type t reads on this ctx
+ * (bits: PL_CPU_QA_HALVES for the 512-bit Q8_0/Q4_0 kernel, PL_CPU_QA_PAIRS for its
+ * Q4_K/Q5_K one). */
+#define PL_CPU_QA_HALVES 1u
+#define PL_CPU_QA_PAIRS 2u
+unsigned pl_cpu_qact_layouts(const pl_cpu_ctx *c, pl_wtype t);
+
+/* Most x rows quantised at once (matmul.c runs larger products in blocks of these). */
+#define PL_CPU_QGEMV_BLOCK_ROWS 256
+
+/* Quantises x (n_rows, K), K a multiple of 32, into the ctx's qbuf (grown; on the pool when
+ * large), with the natural layout and the extra ones in layouts. */
+pl_status pl_cpu_qact_quantize(pl_cpu_ctx *c, const float *x, int n_rows, int K,
+                               unsigned layouts, pl_cpu_qact *out);
+
+/* One GEMV product of quantised weights: the activations a (n_rows, d_in) against w (d_out,
+ * d_in) of type wt, out (n_rows, d_out). Weight rows go 4 at a time, one from each quarter
+ * (rows k, k + quarter, k + 2 quarter, k + 3 quarter: see matmul.c), the rows from 4 quarter
+ * up to d_out one at a time (the tail). */
+typedef struct pl_cpu_qgemv_job {
+    const pl_cpu_ctx *c;
+    const pl_cpu_qact *a;
+    const void *w;
+    pl_wtype wt;
+    float *out;
+    int n_rows, d_in, d_out, quarter;
+} pl_cpu_qgemv_job;
+
+/* Rows k0 .. k1-1 of each quarter, and the tail when tail is true. */
+void pl_cpu_qgemv(const pl_cpu_qgemv_job *J, int k0, int k1, bool tail);
+
 /* ---- ops (kernels/cpu/<op>.c), signatures of pl_backend_ops ---- */
 pl_status pl_cpu_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
-                       const void *table, pl_dtype dtype, int dim);
+                       const void *table, pl_wtype type, int dim);
 pl_status pl_cpu_rmsnorm(pl_backend *be, float *out, const float *x, const float *w, int n_rows,
                          int dim, float eps);
 pl_status pl_cpu_add_rmsnorm(pl_backend *be, float *out, float *residual, const float *delta,
                              const float *w, int n_rows, int dim, float eps);
 pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
-                        pl_dtype w_dtype, int n_rows, int d_in, int d_out);
+                        pl_wtype w_type, int n_rows, int d_in, int d_out);
 pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n_parts,
                               const float *x, int n_rows, int d_in);
 pl_status pl_cpu_rope(pl_backend *be, float *q, float *k, const int32_t *positions,
@@ -152,6 +219,8 @@ pl_status pl_cpu_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout 
 #ifdef PL_CPU_X86
 #define PL_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define PL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define PL_TARGET_AVX512_VNNI                                                                 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
 /* ---- AVX-512: 16 floats per vector ---- */
 

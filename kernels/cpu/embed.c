@@ -2,9 +2,10 @@
  * kernels/cpu/embed.c - token embedding lookup, and the f16/bf16 -> f32 row widening that
  * matmul reuses.
  *
- * out (n_tokens, dim) f32 = table[ids[i]], table (vocab, dim) f32/f16/bf16. Widening f16 with
- * F16C and bf16 by a 16-bit shift is exact, so this op equals ref bit for bit. Large batches
- * (prefill) split over tokens.
+ * out (n_tokens, dim) f32 = table[ids[i]], table (vocab, dim) of any weight type. Widening f16
+ * with F16C and bf16 by a 16-bit shift is exact, and quantised rows are dequantised with
+ * dequant.c, which equals the reference dequantiser, so this op equals ref bit for bit. Large
+ * batches (prefill) split over tokens.
  */
 #include <string.h>
 
@@ -67,8 +68,9 @@ typedef struct embed_job {
     pl_cpu_isa isa;
     float *out;           /* (n_tokens, dim) */
     const int32_t *ids;   /* (n_tokens) */
-    const void *table;    /* (vocab, dim) of dtype */
-    pl_dtype dtype;
+    const void *table;    /* (vocab, dim) of type */
+    pl_wtype type;
+    size_t row_bytes;
     int dim, per_task;    /* tokens per task */
     int n_tokens;
 } embed_job;
@@ -76,23 +78,28 @@ typedef struct embed_job {
 static void embed_task(void *arg, int task, int thread) {
     (void)thread;
     const embed_job *J = arg;
-    size_t esize = pl_dtype_size(J->dtype);
     int i1 = (task + 1) * J->per_task < J->n_tokens ? (task + 1) * J->per_task : J->n_tokens;
     for (int i = task * J->per_task; i < i1; i++) {
-        const unsigned char *row = (const unsigned char *)J->table +
-                                   (size_t)J->ids[i] * (size_t)J->dim * esize;
-        pl_cpu_convert_row(J->isa, J->out + (size_t)i * J->dim, row, J->dtype, (size_t)J->dim);
+        const unsigned char *row =
+            (const unsigned char *)J->table + (size_t)J->ids[i] * J->row_bytes;
+        float *dst = J->out + (size_t)i * J->dim;
+        if (pl_wtype_is_quant(J->type))
+            pl_cpu_dequant(J->isa, dst, row, J->type, 0, (size_t)J->dim / 32);
+        else
+            pl_cpu_convert_row(J->isa, dst, row, pl_wtype_dtype(J->type), (size_t)J->dim);
     }
 }
 
 pl_status pl_cpu_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
-                       const void *table, pl_dtype dtype, int dim) {
-    PL_TRY(pl_ref_check_embed(out, ids, n_tokens, table, dtype, dim));
+                       const void *table, pl_wtype type, int dim) {
+    PL_TRY(pl_ref_check_embed(out, ids, n_tokens, table, type, dim));
     if (n_tokens == 0) return PL_OK;
     pl_cpu_ctx *c = be->ctx;
+    uint64_t row_bytes;
+    pl_wtype_bytes(type, (uint64_t)dim, &row_bytes); /* checked: dim is whole blocks */
     int n_tasks = pl_cpu_n_tasks(c, (size_t)n_tokens * dim, 1u << 15);
-    embed_job J = {.isa = c->isa, .out = out, .ids = ids, .table = table, .dtype = dtype,
-                   .dim = dim, .n_tokens = n_tokens,
+    embed_job J = {.isa = c->isa, .out = out, .ids = ids, .table = table, .type = type,
+                   .row_bytes = (size_t)row_bytes, .dim = dim, .n_tokens = n_tokens,
                    .per_task = (n_tokens + n_tasks - 1) / n_tasks};
     pl_threadpool_run(c->pool, (n_tokens + J.per_task - 1) / J.per_task, embed_task, &J);
     return PL_OK;

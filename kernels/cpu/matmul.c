@@ -1,6 +1,6 @@
 /*
  * kernels/cpu/matmul.c - out (n_rows, d_out) = x (n_rows, d_in) @ w^T, w (d_out, d_in) of
- * f32/f16/bf16, on the thread pool.
+ * any weight type (f32, f16, bf16, the quantised types), on the thread pool.
  *
  * Three kernels, because the cost has different limits (the choice: pl_cpu_ctx's thresholds,
  * measured by bench/internal/kernels/bench_kernels):
@@ -17,13 +17,14 @@
  *   f32 stories110m, alternating runs). A chunk (the unit of work stealing) is a run of rows
  *   in each quarter, so a thread's chunks continue its streams. Each output is one chain of
  *   FMAs along d_in whatever the number of x rows, so a row's result does not depend on the
- *   others in the call.
+ *   others in the call. Quantised weights run the integer GEMV of qgemv.c through the same
+ *   chunks and quarters, after x is quantised once per call (pl_cpu_qact).
  * - Own GEMM (AVX-512 and AVX2; batched decode and prefill, own_gemm.c): register-tiled
  *   outer products on a transposed copy of x, every weight element read from memory once per
- *   256 rows.
+ *   256 rows. Quantised weights are dequantised chunk by chunk into its f32 buffers.
  * - OpenBLAS sgemm (single-threaded, one tile of output features per task): large batches
  *   where it measures faster, and every batch on CPUs without AVX2; f16/bf16 tiles are first
- *   widened into the task's thread scratch (TILE_FLOATS).
+ *   widened (quantised tiles dequantised) into the task's thread scratch (TILE_FLOATS).
  * A matmul group (products of one x: q, k, v; gate, up) runs its GEMV products as one pool call
  * (gemv_group); the other kernels run product by product, where each call is long enough that
  * its start and end cost little.
@@ -42,8 +43,10 @@ typedef struct mm_job {
     pl_cpu_ctx *c;
     float *out;      /* (n_rows, d_out) */
     const float *x;  /* (n_rows, d_in) */
-    const void *w;   /* (d_out, d_in) of dt */
-    pl_dtype dt;
+    const void *w;   /* (d_out, d_in) of wt */
+    pl_wtype wt;
+    pl_dtype dt;     /* wt as a pl_dtype for f32/f16/bf16; AUTO for the quantised types */
+    const pl_cpu_qact *qa; /* GEMV of a quantised type: x quantised */
     int n_rows, d_in, d_out;
     int rows_per_task; /* GEMM: output features per task. GEMV: rows per quarter per chunk */
     int quarter;       /* GEMV: d_out / 4; rows 4 * quarter .. d_out - 1 are the tail */
@@ -240,6 +243,13 @@ static void gemv_chunk(mm_job *J, int chunk, int thread) {
     int k0 = chunk * J->rows_per_task, k1 = k0 + J->rows_per_task;
     if (k1 > J->quarter) k1 = J->quarter;
     bool tail = k1 == J->quarter;
+    if (J->qa) {
+        pl_cpu_qgemv_job Q = {.c = J->c, .a = J->qa, .w = J->w, .wt = J->wt, .out = J->out,
+                              .n_rows = J->n_rows, .d_in = J->d_in, .d_out = J->d_out,
+                              .quarter = J->quarter};
+        pl_cpu_qgemv(&Q, k0, k1, tail);
+        return;
+    }
     switch (J->c->isa) {
 #ifdef PL_CPU_X86
     case PL_CPU_ISA_AVX512: gemv_avx512(J, k0, k1, tail); break;
@@ -276,21 +286,26 @@ static void gemm_task(void *arg, int task, int thread) {
         return;
     }
     float *tile = J->c->scratch[thread]; /* (tile_rows, d_in) f32 */
+    uint64_t row_bytes;
+    pl_wtype_bytes(J->wt, (uint64_t)d_in, &row_bytes);
     for (int t0 = o0; t0 < o1; t0 += J->tile_rows) {
         int n = o1 - t0 < J->tile_rows ? o1 - t0 : J->tile_rows;
-        const uint16_t *src = (const uint16_t *)J->w + (size_t)t0 * d_in;
-        pl_cpu_convert_row(J->c->isa, tile, src, J->dt, (size_t)n * d_in);
+        const unsigned char *src = (const unsigned char *)J->w + (size_t)t0 * row_bytes;
+        if (J->dt == PL_DTYPE_AUTO) /* quantised: whole rows are a run of whole blocks */
+            pl_cpu_dequant(J->c->isa, tile, src, J->wt, 0, (size_t)n * d_in / 32);
+        else
+            pl_cpu_convert_row(J->c->isa, tile, src, J->dt, (size_t)n * d_in);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, J->n_rows, n, d_in, 1.0f, J->x, d_in,
                     tile, d_in, 0.0f, J->out + t0, J->d_out);
     }
 }
 
-static pl_cpu_mm_path choose_path(const pl_cpu_ctx *c, pl_dtype w_dtype, int n_rows) {
+static pl_cpu_mm_path choose_path(const pl_cpu_ctx *c, pl_wtype wt, int n_rows) {
     pl_cpu_mm_path path = c->mm_force;
     bool own_ok = c->isa >= PL_CPU_ISA_AVX2;
     if (path == PL_CPU_MM_OWN && !own_ok) path = PL_CPU_MM_AUTO;
     if (path != PL_CPU_MM_AUTO) return path;
-    int d = w_dtype == PL_DTYPE_F32 ? 0 : 1;
+    int d = pl_cpu_mm_class(wt);
     if (!own_ok) return n_rows >= c->gemm_min_rows ? PL_CPU_MM_BLAS : PL_CPU_MM_GEMV;
     if (n_rows < c->own_min_rows[d]) return PL_CPU_MM_GEMV;
     return c->own_max_rows[d] > 0 && n_rows > c->own_max_rows[d] ? PL_CPU_MM_BLAS : PL_CPU_MM_OWN;
@@ -301,7 +316,7 @@ static pl_status run_own(pl_cpu_ctx *c, const mm_job *J) {
     for (int r0 = 0; r0 < J->n_rows; r0 += PL_CPU_OWN_MAX_ROWS) {
         int r = J->n_rows - r0 < PL_CPU_OWN_MAX_ROWS ? J->n_rows - r0 : PL_CPU_OWN_MAX_ROWS;
         PL_TRY(pl_cpu_own_gemm(c, J->out + (size_t)r0 * J->d_out, J->x + (size_t)r0 * J->d_in,
-                               J->w, J->dt, r, J->d_in, J->d_out));
+                               J->w, J->wt, r, J->d_in, J->d_out));
     }
     return PL_OK;
 }
@@ -312,7 +327,7 @@ static pl_status run_blas(pl_cpu_ctx *c, mm_job *J) {
     int n_tasks = pl_cpu_n_tasks(c, (size_t)J->d_out, 64);
     if (n_tasks > 2 * c->n_threads) n_tasks = 2 * c->n_threads;
     J->rows_per_task = pl_cpu_round_up((J->d_out + n_tasks - 1) / n_tasks, 16);
-    if (J->dt != PL_DTYPE_F32) {
+    if (J->wt != PL_WTYPE_F32) {
         int tr = (int)(TILE_FLOATS / (unsigned)J->d_in) / 16 * 16;
         J->tile_rows = tr < 16 ? 16 : tr;
         PL_TRY(pl_cpu_reserve(c, (size_t)J->tile_rows * J->d_in, 0));
@@ -352,19 +367,26 @@ pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n
                               const float *x, int n_rows, int d_in) {
     PL_TRY(pl_check_matmul_parts(parts, n_parts));
     for (int p = 0; p < n_parts; p++)
-        PL_TRY(pl_ref_check_matmul(parts[p].out, x, parts[p].w, parts[p].w_dtype, n_rows, d_in,
+        PL_TRY(pl_ref_check_matmul(parts[p].out, x, parts[p].w, parts[p].w_type, n_rows, d_in,
                                    parts[p].d_out));
     if (n_rows == 0) return PL_OK;
     pl_cpu_ctx *c = be->ctx;
     gemv_group G = {.n_parts = 0};
+    int quant[PL_MATMUL_MAX_PARTS], n_quant = 0;
+    unsigned layouts = 0;
     for (int p = 0; p < n_parts; p++) {
         mm_job J = {.c = c, .out = parts[p].out, .x = x, .w = parts[p].w,
-                    .dt = parts[p].w_dtype, .n_rows = n_rows, .d_in = d_in,
-                    .d_out = parts[p].d_out};
-        switch (choose_path(c, J.dt, n_rows)) {
+                    .wt = parts[p].w_type, .dt = pl_wtype_dtype(parts[p].w_type),
+                    .n_rows = n_rows, .d_in = d_in, .d_out = parts[p].d_out};
+        switch (choose_path(c, J.wt, n_rows)) {
         case PL_CPU_MM_OWN: PL_TRY(run_own(c, &J)); break;
         case PL_CPU_MM_BLAS: PL_TRY(run_blas(c, &J)); break;
         default: /* GEMV: gathered into one pool call below */
+            if (pl_wtype_is_quant(J.wt)) { /* after the others, on x quantised once */
+                quant[n_quant++] = p;
+                layouts |= pl_cpu_qact_layouts(c, J.wt);
+                break;
+            }
             if (c->isa == PL_CPU_ISA_SCALAR && J.dt != PL_DTYPE_F32)
                 PL_TRY(pl_cpu_reserve(c, (size_t)d_in, 0));
             G.first_chunk[G.n_parts + 1] = G.first_chunk[G.n_parts] + gemv_chunks(c, &J);
@@ -372,14 +394,33 @@ pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n
             break;
         }
     }
-    if (G.n_parts == 0) return PL_OK;
-    pl_ranges_init(&G.chunks, G.first_chunk[G.n_parts], c->n_threads);
-    pl_threadpool_run(c->pool, G.chunks.n, gemv_task, &G);
+    if (G.n_parts > 0) {
+        pl_ranges_init(&G.chunks, G.first_chunk[G.n_parts], c->n_threads);
+        pl_threadpool_run(c->pool, G.chunks.n, gemv_task, &G);
+    }
+    /* The integer GEMV parts, in blocks of rows whose quantised x (a few bytes a value) stays
+     * small, each block one pool call for all of them. */
+    for (int r0 = 0; n_quant > 0 && r0 < n_rows; r0 += PL_CPU_QGEMV_BLOCK_ROWS) {
+        int rb = n_rows - r0 < PL_CPU_QGEMV_BLOCK_ROWS ? n_rows - r0 : PL_CPU_QGEMV_BLOCK_ROWS;
+        pl_cpu_qact qa;
+        PL_TRY(pl_cpu_qact_quantize(c, x + (size_t)r0 * d_in, rb, d_in, layouts, &qa));
+        gemv_group Q = {.n_parts = 0};
+        for (int k = 0; k < n_quant; k++) {
+            const pl_matmul_part *pp = &parts[quant[k]];
+            mm_job J = {.c = c, .out = pp->out + (size_t)r0 * pp->d_out, .x = NULL, .w = pp->w,
+                        .wt = pp->w_type, .dt = PL_DTYPE_AUTO, .qa = &qa, .n_rows = rb,
+                        .d_in = d_in, .d_out = pp->d_out};
+            Q.first_chunk[Q.n_parts + 1] = Q.first_chunk[Q.n_parts] + gemv_chunks(c, &J);
+            Q.part[Q.n_parts++] = J;
+        }
+        pl_ranges_init(&Q.chunks, Q.first_chunk[Q.n_parts], c->n_threads);
+        pl_threadpool_run(c->pool, Q.chunks.n, gemv_task, &Q);
+    }
     return PL_OK;
 }
 
 pl_status pl_cpu_matmul(pl_backend *be, float *out, const float *x, const void *w,
-                        pl_dtype w_dtype, int n_rows, int d_in, int d_out) {
-    pl_matmul_part part = {.out = out, .w = w, .w_dtype = w_dtype, .d_out = d_out};
+                        pl_wtype w_type, int n_rows, int d_in, int d_out) {
+    pl_matmul_part part = {.out = out, .w = w, .w_type = w_type, .d_out = d_out};
     return pl_cpu_matmul_group(be, &part, 1, x, n_rows, d_in);
 }

@@ -1,6 +1,6 @@
 /*
  * kernels/cpu/own_gemm.c - the own register-tiled GEMM (AVX-512 and AVX2): out (R, N) = x (R,
- * K) @ w^T, w (N, K) of f32/f16/bf16, R <= PL_CPU_OWN_MAX_ROWS, for batched decode and
+ * K) @ w^T, w (N, K) of any weight type, R <= PL_CPU_OWN_MAX_ROWS, for batched decode and
  * prefill (matmul.c decides when).
  *
  * Outer products of a transposed copy of x with broadcast weights. x is first transposed (on
@@ -18,7 +18,8 @@
  * Blocking. Work comes in groups of GK_GROUP_ROWS weight rows (whole J-blocks of J rows); each
  * thread owns a contiguous range of groups and walks it in order, then steals groups from the
  * back of the others' ranges (ranges.h); k runs in chunks of KC. For each chunk, the group's
- * weights are widened (f16/bf16) or copied (f32) into an L1 buffer (rows, KC), so every
+ * weights are widened (f16/bf16), copied (f32) or dequantised (the quantised types, whose
+ * chunks are whole 32-element pieces: dequant.c) into an L1 buffer (rows, KC), so every
  * broadcast has a constant offset (with 24 row pointers gcc spilled), and each tile's xt
  * slice (KC, L V) is loaded into L1 once and used for all J-blocks of the group. Partial sums
  * wait in a per-(tile, J-block) slot between chunks; after the last chunk the group's sums
@@ -91,8 +92,11 @@ struct gk_job {
     const gk_isa *isa;
     float *out;     /* (R, N) */
     const float *x; /* (R, K) */
-    const void *w;  /* (N, K) of dt */
-    pl_dtype dt;
+    const void *w;  /* (N, K) of wt */
+    pl_wtype wt;
+    pl_dtype dt;    /* wt as a pl_dtype for f32/f16/bf16, AUTO for the quantised types */
+    pl_cpu_isa cpu_isa;
+    size_t row_bytes;
     int R, K, N;
     float *xt;       /* (K, Rp) */
     int Rp, nv;      /* Rp = L nv */
@@ -486,8 +490,11 @@ static size_t scratch_floats(const gk_job *G) {
 static void gk_group(const gk_job *G, float *scratch, int g, int next) {
     const gk_isa *isa = G->isa;
     const int K = G->K, N = G->N, J = G->J, n_chunks = (K + KC - 1) / KC;
-    const size_t es = pl_dtype_size(G->dt), row_bytes = (size_t)K * es;
-    const int near_shift = es == 4 ? 2 : 1; /* log2(lines per row of a chunk: KC es / 64) */
+    const size_t row_bytes = G->row_bytes;
+    /* bytes of a chunk of a row (KC elements: 68 for Q8_0 .. 256 for f32), and log2 of the
+     * cache lines it spans, for the near prefetch */
+    const size_t chunk_bytes = row_bytes * KC / (size_t)K;
+    const int near_shift = chunk_bytes > 128 ? 2 : chunk_bytes > 64 ? 1 : 0;
     float *wbuf = scratch;                           /* (GJ J, KC) */
     float *accs = scratch + (size_t)G->GJ * J * KC;  /* (tiles, GJ, GK_SLOT) */
     const int n_jb = (N + J - 1) / J;
@@ -502,7 +509,15 @@ static void gk_group(const gk_job *G, float *scratch, int g, int next) {
     int l0 = 0;
     for (int c = 0; c < n_chunks; c++) {
         int c0 = c * KC, n = K - c0 < KC ? K - c0 : KC;
-        isa->widen(wbuf, G->w, G->dt, (size_t)K, n0, rows, nb * J, c0, n);
+        if (G->dt != PL_DTYPE_AUTO) {
+            isa->widen(wbuf, G->w, G->dt, (size_t)K, n0, rows, nb * J, c0, n);
+        } else { /* quantised: K and the chunk are whole pieces of 32 */
+            for (int j = 0; j < rows; j++)
+                pl_cpu_dequant(G->cpu_isa, wbuf + (size_t)j * KC,
+                               (const char *)G->w + (size_t)(n0 + j) * row_bytes, G->wt,
+                               (size_t)c0 / 32, (size_t)n / 32);
+            for (int j = rows; j < nb * J; j++) memset(wbuf + (size_t)j * KC, 0, (size_t)n * 4);
+        }
         for (int t = 0; t < G->n_tiles; t++) {
             int v0 = t * isa->tile_v, V = G->nv - v0 < isa->tile_v ? G->nv - v0 : isa->tile_v;
             gk_tile_fn tile = isa->tile_for(V, J);
@@ -516,7 +531,7 @@ static void gk_group(const gk_job *G, float *scratch, int g, int next) {
                      * instructions (AVX-512: measured 3% slower at 64 rows, 5% faster at 32) */
                 } else if (c + 1 < n_chunks) {
                     nr.base = (const char *)G->w + (size_t)(n0 + b * J) * row_bytes +
-                              (size_t)(c0 + KC) * es;
+                              (size_t)(c0 + KC) / KC * chunk_bytes;
                     nr.rows = rows - b * J < J ? rows - b * J : J;
                 } else if (b * J < nrows) {
                     nr.base = (const char *)G->w + (size_t)(nn0 + b * J) * row_bytes;
@@ -539,13 +554,18 @@ static void gk_task(void *arg, int r, int thread) {
         gk_group(G, G->scratch[thread], g, own ? pl_ranges_peek_next(&G->groups, r, g) : -1);
 }
 
-pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_dtype dt,
+pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_wtype wt,
                           int R, int K, int N) {
     if (c->isa < PL_CPU_ISA_AVX2 || R < 1 || R > PL_CPU_OWN_MAX_ROWS)
         return pl_fail(PL_ERR_UNSUPPORTED, "own gemm: %d rows on isa %s", R,
                        pl_cpu_isa_name(c->isa));
     const gk_isa *isa = c->isa == PL_CPU_ISA_AVX512 ? &GK_AVX512 : &GK_AVX2;
-    gk_job G = {.isa = isa, .out = out, .x = x, .w = w, .dt = dt, .R = R, .K = K, .N = N};
+    uint64_t row_bytes;
+    if (!pl_wtype_bytes(wt, (uint64_t)K, &row_bytes) || (pl_wtype_is_quant(wt) && K % 32 != 0))
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "own gemm: rows of %d are not whole %s blocks",
+                       K, pl_wtype_name(wt));
+    gk_job G = {.isa = isa, .out = out, .x = x, .w = w, .wt = wt, .dt = pl_wtype_dtype(wt),
+                .cpu_isa = c->isa, .row_bytes = (size_t)row_bytes, .R = R, .K = K, .N = N};
     G.Rp = pl_cpu_round_up(R, isa->lanes);
     G.nv = G.Rp / isa->lanes;
     G.J = isa->n_acc / (G.nv < isa->tile_v ? G.nv : isa->tile_v);
@@ -575,9 +595,9 @@ pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void 
 
 #else /* !PL_CPU_X86 */
 
-pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_dtype dt,
+pl_status pl_cpu_own_gemm(pl_cpu_ctx *c, float *out, const float *x, const void *w, pl_wtype wt,
                           int R, int K, int N) {
-    (void)c, (void)out, (void)x, (void)w, (void)dt, (void)R, (void)K, (void)N;
+    (void)c, (void)out, (void)x, (void)w, (void)wt, (void)R, (void)K, (void)N;
     return pl_fail(PL_ERR_UNSUPPORTED, "own gemm: not built for this CPU architecture");
 }
 

@@ -17,8 +17,8 @@
  *
  * Memory: alloc is cudaMalloc + an enqueued memset to 0. memory_info is cudaMemGetInfo; the
  * engine sizes the KV pool from it (memory_threshold x free after the weights, minus its
- * workspace). Weights: f32 sources are stored as f16 (out_dtype says so); f16 and bf16 are
- * copied as they are. KV cache: kv_dtype f16 (default), bf16 or f32.
+ * workspace). Weights: f32 sources are stored as f16 (out_type says so); f16, bf16 and the
+ * quantised types are copied as they are. KV cache: kv_dtype f16 (default), bf16 or f32.
  */
 #include <string.h>
 
@@ -135,22 +135,25 @@ static pl_status cuda_memory_info(pl_backend *be, size_t *out_free, size_t *out_
     return PL_OK;
 }
 
-static pl_status cuda_upload_weight(pl_backend *be, const void *src, pl_dtype src_dtype,
-                                    size_t n_elems, void **out, pl_dtype *out_dtype) {
-    if (!out || !out_dtype)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "cuda upload_weight: out or out_dtype is NULL");
+static pl_status cuda_upload_weight(pl_backend *be, const void *src, pl_wtype src_type,
+                                    size_t n_elems, void **out, pl_wtype *out_type) {
+    if (!out || !out_type)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "cuda upload_weight: out or out_type is NULL");
     *out = NULL;
-    if (src_dtype != PL_DTYPE_F32 && src_dtype != PL_DTYPE_F16 && src_dtype != PL_DTYPE_BF16)
+    uint64_t src_bytes = 0;
+    if (!pl_wtype_bytes(src_type, n_elems, &src_bytes))
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "cuda upload_weight: src_dtype %d is not f32/f16/bf16", (int)src_dtype);
+                       "cuda upload_weight: %zu elements are not whole blocks of weight type %d "
+                       "(%s)", n_elems, (int)src_type, pl_wtype_name(src_type));
     if (!src) return pl_fail(PL_ERR_INVALID_ARGUMENT, "cuda upload_weight: src is NULL");
     pl_cuda_ctx *c = pl_cuda_ctx_of(be);
-    const pl_dtype stored = src_dtype == PL_DTYPE_F32 ? PL_DTYPE_F16 : src_dtype;
+    const pl_wtype stored = src_type == PL_WTYPE_F32 ? PL_WTYPE_F16 : src_type;
+    const size_t stored_bytes = src_type == PL_WTYPE_F32 ? n_elems * 2 : (size_t)src_bytes;
     void *w = NULL;
-    PL_TRY(cuda_alloc(be, n_elems * 2, &w));
+    PL_TRY(cuda_alloc(be, stored_bytes, &w));
     pl_status st = PL_OK;
-    if (src_dtype != PL_DTYPE_F32) {
-        cudaError_t e = cudaMemcpyAsync(w, src, n_elems * 2, cudaMemcpyHostToDevice, c->stream);
+    if (src_type != PL_WTYPE_F32) {
+        cudaError_t e = cudaMemcpyAsync(w, src, stored_bytes, cudaMemcpyHostToDevice, c->stream);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             st = pl_fail(PL_ERR_BACKEND, "cuda upload_weight: cudaMemcpyAsync: %s (%s)",
@@ -172,7 +175,7 @@ static pl_status cuda_upload_weight(pl_backend *be, const void *src, pl_dtype sr
                              cudaGetErrorName(e), cudaGetErrorString(e));
                 break;
             }
-            st = pl_cuda_convert_f32(c, (uint16_t *)w + off, stored, c->wstage, n);
+            st = pl_cuda_convert_f32(c, (uint16_t *)w + off, PL_DTYPE_F16, c->wstage, n);
         }
         /* Not kept between uploads: the engine sizes the KV pool from memory_info after the
          * weights, and 16 MiB of idle staging would be taken from it. cudaFree waits for the
@@ -186,7 +189,7 @@ static pl_status cuda_upload_weight(pl_backend *be, const void *src, pl_dtype sr
         return st;
     }
     *out = w;
-    *out_dtype = stored;
+    *out_type = stored;
     return PL_OK;
 }
 
@@ -204,6 +207,7 @@ static void cuda_destroy(pl_backend *be) {
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         cudaFree(c->act16);
+        cudaFree(c->wdeq);
         cudaFree(c->attn_part);
         cudaFree(c->wstage);
         for (int i = 0; i < 2; i++)
@@ -298,7 +302,7 @@ extern "C" pl_status pl_backend_cuda_create(const pl_backend_options *opt, pl_ba
     be->ctx = c;
     be->is_host = false;
     be->wtype_bit = PL_WTYPE_ON_CUDA;
-    be->f32_weight_dtype = PL_DTYPE_F16; /* as cuda_upload_weight stores it */
+    be->f32_weight_type = PL_WTYPE_F16; /* as cuda_upload_weight stores it */
     be->kv_dtype = kv;
     c->device = device;
     c->split_mode = PL_CUDA_SPLIT_AUTO;

@@ -26,6 +26,8 @@ struct pl_cuda_ctx {
     /* device scratch, grown on demand */
     void *act16;              /* matmul: x converted to f16/bf16, (n_rows, d_in) */
     size_t act16_bytes;
+    void *wdeq;               /* matmul of quantised weights: a tile dequantised to f16 */
+    size_t wdeq_bytes;
     float *attn_part;         /* split-K partials: (n_seqs, n_heads, n_parts) x (2 + head_dim) */
     size_t attn_part_bytes;
     float *wstage;            /* upload_weight: one f32 chunk before conversion (freed after) */
@@ -53,15 +55,24 @@ pl_status pl_cuda_scratch(void **buf, size_t *cap, size_t need, const char *what
 pl_status pl_cuda_convert_f32(pl_cuda_ctx *c, void *dst, pl_dtype dtype, const float *src,
                               size_t n);
 
+/* out (n_rows, ld_out) = x (n_rows, d_in) @ w^T into its first d_out columns, x and w both of
+ * type t (f32, f16 or bf16), through cuBLAS (matmul.cu). */
+pl_status pl_cuda_gemm_ld(pl_cuda_ctx *c, float *out, const void *x, const void *w,
+                          cudaDataType_t t, int n_rows, int d_in, int d_out, int ld_out);
+
+/* pl_cuda_matmul for w of a quantised type (qmatmul.cu); arguments already checked. */
+pl_status pl_cuda_qmatmul(pl_cuda_ctx *c, float *out, const float *x, const void *w,
+                          pl_wtype wt, int n_rows, int d_in, int d_out);
+
 /* ---- ops (kernels/cuda/<op>.cu), signatures of pl_backend_ops ---- */
 pl_status pl_cuda_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
-                        const void *table, pl_dtype dtype, int dim);
+                        const void *table, pl_wtype type, int dim);
 pl_status pl_cuda_rmsnorm(pl_backend *be, float *out, const float *x, const float *w, int n_rows,
                           int dim, float eps);
 pl_status pl_cuda_add_rmsnorm(pl_backend *be, float *out, float *residual, const float *delta,
                               const float *w, int n_rows, int dim, float eps);
 pl_status pl_cuda_matmul(pl_backend *be, float *out, const float *x, const void *w,
-                         pl_dtype w_dtype, int n_rows, int d_in, int d_out);
+                         pl_wtype w_type, int n_rows, int d_in, int d_out);
 pl_status pl_cuda_rope(pl_backend *be, float *q, float *k, const int32_t *positions,
                        const float *inv_freq, int n_tokens, int n_heads, int n_kv_heads,
                        int head_dim, pl_rope_layout layout);

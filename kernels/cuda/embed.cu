@@ -1,11 +1,14 @@
 /*
  * kernels/cuda/embed.cu - token embedding gather: out (n_tokens, dim) f32 = table[ids[i]],
- * table (vocab, dim) of f32, f16 or bf16 in device memory.
+ * table (vocab, dim) of any weight type in device memory.
  *
  * One block per token, threads striding over dim (consecutive threads read consecutive
- * elements of one row: coalesced). ids are trusted to be in range (backend.h).
+ * elements of one row: coalesced); quantised rows one 32-element piece per thread, through
+ * the same reader as the matrix products (quant.cuh), exact as the reference dequantiser.
+ * ids are trusted to be in range (backend.h).
  */
 #include "kernels/cuda/backend_cuda.cuh"
+#include "kernels/cuda/quant.cuh"
 #include "kernels/ref/ref.h"
 
 template <typename T>
@@ -17,18 +20,45 @@ embed_kernel(float *__restrict__ out, const int32_t *__restrict__ ids, const T *
     for (int d = (int)threadIdx.x; d < dim; d += (int)blockDim.x) dst[d] = pl_to_f32(src[d]);
 }
 
+template <int T>
+static __global__ void __launch_bounds__(256)
+embed_q_kernel(float *__restrict__ out, const int32_t *__restrict__ ids,
+               const uint8_t *__restrict__ table, size_t row_bytes, int dim) {
+    const uint8_t *src = table + (size_t)ids[blockIdx.x] * row_bytes; /* (dim) quantised */
+    float *dst = out + (size_t)blockIdx.x * (size_t)dim;             /* (dim) */
+    for (int p = (int)threadIdx.x; p < dim / 32; p += (int)blockDim.x) {
+        float v[32];
+        pl_q_piece<T>(src, p, v);
+        float4 *o = reinterpret_cast<float4 *>(dst + 32 * (size_t)p);
+        PL_UNROLL
+        for (int i = 0; i < 8; i++)
+            o[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+}
+
 pl_status pl_cuda_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
-                        const void *table, pl_dtype dtype, int dim) {
-    PL_TRY(pl_ref_check_embed(out, ids, n_tokens, table, dtype, dim));
+                        const void *table, pl_wtype type, int dim) {
+    PL_TRY(pl_ref_check_embed(out, ids, n_tokens, table, type, dim));
     if (n_tokens == 0) return PL_OK;
     pl_cuda_ctx *c = pl_cuda_ctx_of(be);
     const dim3 grid((unsigned)n_tokens), block(256);
-    switch (dtype) {
-    case PL_DTYPE_F16:
+    if (pl_wtype_is_quant(type)) {
+        uint64_t rb = 0;
+        pl_wtype_bytes(type, (uint64_t)dim, &rb); /* checked: whole blocks */
+        const uint8_t *t8 = (const uint8_t *)table;
+#define PL_EMBED_Q(T)                                                                         \
+    PL_CUDA_TRY(launch(embed_q_kernel<T>, grid, block, 0, c->stream, out, ids, t8, (size_t)rb, \
+                       dim))
+        PL_Q_DISPATCH(type, PL_EMBED_Q)
+#undef PL_EMBED_Q
+        return PL_OK;
+    }
+    switch (type) {
+    case PL_WTYPE_F16:
         PL_CUDA_TRY(launch(embed_kernel<__half>, grid, block, 0, c->stream, out, ids,
                            (const __half *)table, dim));
         break;
-    case PL_DTYPE_BF16:
+    case PL_WTYPE_BF16:
         PL_CUDA_TRY(launch(embed_kernel<__nv_bfloat16>, grid, block, 0, c->stream, out, ids,
                            (const __nv_bfloat16 *)table, dim));
         break;

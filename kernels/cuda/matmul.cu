@@ -1,6 +1,6 @@
 /*
  * kernels/cuda/matmul.cu - out (n_rows, d_out) f32 = x (n_rows, d_in) f32 @ w^T, w (d_out, d_in)
- * row-major in device memory, through cuBLAS.
+ * row-major in device memory, through cuBLAS (the quantised types: qmatmul.cu).
  *
  * f16/bf16 weights: x is first converted to the weights' type (a small elementwise kernel into
  * a scratch buffer), then cublasGemmEx multiplies with f32 accumulation (CUBLAS_COMPUTE_32F)
@@ -49,21 +49,30 @@ pl_status pl_cuda_convert_f32(pl_cuda_ctx *c, void *dst, pl_dtype dtype, const f
     return PL_OK;
 }
 
-/* The one cuBLAS call: out (n_rows, d_out) = x (n_rows, d_in) @ w^T, x and w both of type t. */
-static pl_status pl_cuda_gemm(pl_cuda_ctx *c, float *out, const void *x, const void *w,
-                              cudaDataType_t t, int n_rows, int d_in, int d_out) {
+/* The one cuBLAS call: out (n_rows, ld_out) = x (n_rows, d_in) @ w^T (its first d_out
+ * columns), x and w both of type t. */
+pl_status pl_cuda_gemm_ld(pl_cuda_ctx *c, float *out, const void *x, const void *w,
+                          cudaDataType_t t, int n_rows, int d_in, int d_out, int ld_out) {
     const float one = 1.f, zero = 0.f;
     PL_CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, d_out, n_rows, d_in, &one, w, t,
-                               d_in, x, t, d_in, &zero, out, CUDA_R_32F, d_out,
+                               d_in, x, t, d_in, &zero, out, CUDA_R_32F, ld_out,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return PL_OK;
 }
 
+static pl_status pl_cuda_gemm(pl_cuda_ctx *c, float *out, const void *x, const void *w,
+                              cudaDataType_t t, int n_rows, int d_in, int d_out) {
+    return pl_cuda_gemm_ld(c, out, x, w, t, n_rows, d_in, d_out, d_out);
+}
+
 pl_status pl_cuda_matmul(pl_backend *be, float *out, const float *x, const void *w,
-                         pl_dtype w_dtype, int n_rows, int d_in, int d_out) {
-    PL_TRY(pl_ref_check_matmul(out, x, w, w_dtype, n_rows, d_in, d_out));
+                         pl_wtype w_type, int n_rows, int d_in, int d_out) {
+    PL_TRY(pl_ref_check_matmul(out, x, w, w_type, n_rows, d_in, d_out));
     if (n_rows == 0) return PL_OK;
     pl_cuda_ctx *c = pl_cuda_ctx_of(be);
+    if (pl_wtype_is_quant(w_type))
+        return pl_cuda_qmatmul(c, out, x, w, w_type, n_rows, d_in, d_out);
+    const pl_dtype w_dtype = pl_wtype_dtype(w_type);
     if (w_dtype == PL_DTYPE_F32) return pl_cuda_gemm(c, out, x, w, CUDA_R_32F, n_rows, d_in, d_out);
     const size_t n = (size_t)n_rows * (size_t)d_in;
     PL_TRY(pl_cuda_scratch(&c->act16, &c->act16_bytes, n * 2, "matmul activations"));

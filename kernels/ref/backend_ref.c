@@ -24,18 +24,30 @@ static bool weight_dtype_ok(pl_dtype t) {
     return t == PL_DTYPE_F32 || t == PL_DTYPE_F16 || t == PL_DTYPE_BF16;
 }
 
+/* A weight type with a row in util/wtype.h, and rows of row_len elements that are whole
+ * blocks of it. */
+static pl_status check_wtype(const char *op, const char *what, pl_wtype t, int row_len) {
+    const pl_wtype_traits *tr = pl_wtype_traits_of(t);
+    if (!tr)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: %s type %d is not a weight type", op, what,
+                       (int)t);
+    if (row_len % tr->block_elems != 0)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "%s: rows of %d elements are not whole %s blocks of %d elements", op,
+                       row_len, tr->name, tr->block_elems);
+    return PL_OK;
+}
+
 #define NEED(ptr, op, name)                                                                   \
     do {                                                                                      \
         if (!(ptr)) return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, name);      \
     } while (0)
 
 pl_status pl_ref_check_embed(const float *out, const int32_t *ids, int n_tokens,
-                             const void *table, pl_dtype dtype, int dim) {
+                             const void *table, pl_wtype type, int dim) {
     if (n_tokens < 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "embed: n_tokens %d < 0", n_tokens);
     if (dim <= 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "embed: dim %d must be positive", dim);
-    if (!weight_dtype_ok(dtype))
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "embed: table dtype %d is not f32/f16/bf16",
-                       (int)dtype);
+    PL_TRY(check_wtype("embed", "table", type, dim));
     if (n_tokens == 0) return PL_OK;
     NEED(out, "embed", "out");
     NEED(ids, "embed", "ids");
@@ -57,15 +69,13 @@ pl_status pl_ref_check_rmsnorm(const char *op, const float *out, const float *x,
     return PL_OK;
 }
 
-pl_status pl_ref_check_matmul(const float *out, const float *x, const void *w, pl_dtype w_dtype,
+pl_status pl_ref_check_matmul(const float *out, const float *x, const void *w, pl_wtype w_type,
                               int n_rows, int d_in, int d_out) {
     if (n_rows < 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul: n_rows %d < 0", n_rows);
     if (d_in <= 0 || d_out <= 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul: d_in %d and d_out %d must be positive",
                        d_in, d_out);
-    if (!weight_dtype_ok(w_dtype))
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "matmul: w_dtype %d is not f32/f16/bf16",
-                       (int)w_dtype);
+    PL_TRY(check_wtype("matmul", "weight", w_type, d_in));
     if (n_rows == 0) return PL_OK;
     NEED(out, "matmul", "out");
     NEED(x, "matmul", "x");
@@ -209,19 +219,20 @@ pl_status pl_ref_check_copy_blocks(const pl_backend *be, const void *kv_cache,
 // ---------------------------------------------------------------------------------------------
 // host memory (shared with the cpu backend)
 
-pl_status pl_ref_host_upload_weight(pl_backend *be, const void *src, pl_dtype src_dtype,
-                                    size_t n_elems, void **out, pl_dtype *out_dtype) {
+pl_status pl_ref_host_upload_weight(pl_backend *be, const void *src, pl_wtype src_type,
+                                    size_t n_elems, void **out, pl_wtype *out_type) {
     (void)be;
-    (void)n_elems;
-    if (!out || !out_dtype)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "upload_weight: out or out_dtype is NULL");
-    if (!weight_dtype_ok(src_dtype))
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "upload_weight: src_dtype %d is not f32/f16/bf16",
-                       (int)src_dtype);
+    if (!out || !out_type)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "upload_weight: out or out_type is NULL");
+    uint64_t bytes;
+    if (!pl_wtype_bytes(src_type, n_elems, &bytes))
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "upload_weight: %zu elements are not whole blocks of weight type %d (%s)",
+                       n_elems, (int)src_type, pl_wtype_name(src_type));
     if (!src) return pl_fail(PL_ERR_INVALID_ARGUMENT, "upload_weight: src is NULL");
     /* Zero copy: the weights stay where the loader put them (often an mmap of the file). */
     *out = (void *)(uintptr_t)src;
-    *out_dtype = src_dtype;
+    *out_type = src_type;
     return PL_OK;
 }
 

@@ -22,13 +22,13 @@ extern "C" {
 
 /* ---- ops (kernels/ref/<op>.c) ---- */
 pl_status pl_ref_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
-                       const void *table, pl_dtype dtype, int dim);
+                       const void *table, pl_wtype type, int dim);
 pl_status pl_ref_rmsnorm(pl_backend *be, float *out, const float *x, const float *w, int n_rows,
                          int dim, float eps);
 pl_status pl_ref_add_rmsnorm(pl_backend *be, float *out, float *residual, const float *delta,
                              const float *w, int n_rows, int dim, float eps);
 pl_status pl_ref_matmul(pl_backend *be, float *out, const float *x, const void *w,
-                        pl_dtype w_dtype, int n_rows, int d_in, int d_out);
+                        pl_wtype w_type, int n_rows, int d_in, int d_out);
 pl_status pl_ref_rope(pl_backend *be, float *q, float *k, const int32_t *positions,
                       const float *inv_freq, int n_tokens, int n_heads, int n_kv_heads,
                       int head_dim, pl_rope_layout layout);
@@ -46,11 +46,13 @@ pl_status pl_ref_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout 
                              const int32_t *pairs, int n_pairs);
 
 /* ---- argument checks shared by host backends (kernels/ref/backend_ref.c) ---- */
+/* embed and matmul also check that the weight type has a row in util/wtype.h and that a row
+ * (dim, d_in) is a whole number of its blocks. */
 pl_status pl_ref_check_embed(const float *out, const int32_t *ids, int n_tokens,
-                             const void *table, pl_dtype dtype, int dim);
+                             const void *table, pl_wtype type, int dim);
 pl_status pl_ref_check_rmsnorm(const char *op, const float *out, const float *x, const float *w,
                                int n_rows, int dim, float eps);
-pl_status pl_ref_check_matmul(const float *out, const float *x, const void *w, pl_dtype w_dtype,
+pl_status pl_ref_check_matmul(const float *out, const float *x, const void *w, pl_wtype w_type,
                               int n_rows, int d_in, int d_out);
 pl_status pl_ref_check_rope(const float *q, const float *k, const int32_t *positions,
                             const float *inv_freq, int n_tokens, int n_heads, int n_kv_heads,
@@ -71,9 +73,9 @@ pl_status pl_ref_check_copy_blocks(const pl_backend *be, const void *kv_cache,
                                    const pl_kv_layout *layout, const int32_t *pairs,
                                    int n_pairs);
 
-/* Shared by host backends: n_elems of src_dtype returned as is (zero copy). */
-pl_status pl_ref_host_upload_weight(pl_backend *be, const void *src, pl_dtype src_dtype,
-                                    size_t n_elems, void **out, pl_dtype *out_dtype);
+/* Shared by host backends: n_elems of src_type returned as is (zero copy). */
+pl_status pl_ref_host_upload_weight(pl_backend *be, const void *src, pl_wtype src_type,
+                                    size_t n_elems, void **out, pl_wtype *out_type);
 /* Host RAM: available and total physical pages (sysconf). */
 pl_status pl_ref_host_memory_info(pl_backend *be, size_t *out_free, size_t *out_total);
 

@@ -8,7 +8,7 @@
  *     blocks = floor((memory_threshold * free - weight bytes - workspace bytes) / block bytes)
  * capped at max_num_seqs * ceil(max_model_len / block_size) + 1; fewer than one block is
  * PL_ERR_OUT_OF_MEMORY naming every term. Weights count as the device stores them: f16 for
- * weight_dtype F16 and for f32 weights alike (the backend's f32_weight_dtype), which
+ * weight_dtype F16 and for f32 weights alike (the backend's f32_weight_type), which
  * f32_weights_count_as_the_device_stores_them checks.
  *
  * The expected figures are computed here from the model config, the runner's size functions

@@ -200,10 +200,10 @@ Test(cuda_ops, upload_weight_converts_f32_to_f16) {
     w[1] = 1e-7f;       /* subnormal in f16 */
     w[2] = -0.f;
     void *dw = NULL;
-    pl_dtype t = PL_DTYPE_AUTO;
-    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, w, PL_DTYPE_F32, n, &dw, &t), PL_OK, "%s",
+    pl_wtype t = PL_WTYPE_NONE;
+    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, w, PL_WTYPE_F32, n, &dw, &t), PL_OK, "%s",
                  pl_last_error());
-    cr_assert_eq(t, PL_DTYPE_F16);
+    cr_assert_eq(t, PL_WTYPE_F16);
     uint16_t *got = pl_malloc(n * 2);
     get(b.cuda, got, dw, n * 2);
     for (size_t i = 0; i < n; i++)
@@ -212,15 +212,17 @@ Test(cuda_ops, upload_weight_converts_f32_to_f16) {
     b.cuda->ops->free_weight(b.cuda, dw, w);
 
     uint16_t *bf = to_16(w, n, PL_DTYPE_BF16);
-    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, bf, PL_DTYPE_BF16, n, &dw, &t), PL_OK);
-    cr_assert_eq(t, PL_DTYPE_BF16, "bf16 is kept as it is");
+    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, bf, PL_WTYPE_BF16, n, &dw, &t), PL_OK);
+    cr_assert_eq(t, PL_WTYPE_BF16, "bf16 is kept as it is");
     get(b.cuda, got, dw, n * 2);
     cr_assert(memcmp(got, bf, n * 2) == 0);
     b.cuda->ops->free_weight(b.cuda, dw, bf);
 
-    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, w, (pl_dtype)9, n, &dw, &t),
+    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, w, (pl_wtype)99, n, &dw, &t),
                  PL_ERR_INVALID_ARGUMENT);
-    cr_assert(strstr(pl_last_error(), "src_dtype"), "%s", pl_last_error());
+    cr_assert(strstr(pl_last_error(), "weight type 99"), "%s", pl_last_error());
+    cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, w, PL_WTYPE_Q4_K, 300, &dw, &t),
+                 PL_ERR_INVALID_ARGUMENT, "300 elements are no whole Q4_K blocks");
     pl_free(bf);
     pl_free(got);
     pl_free(w);
@@ -233,7 +235,7 @@ Test(cuda_ops, invalid_arguments_are_named) {
     const pl_backend_ops *o = b.cuda->ops;
     cr_assert_eq(o->rmsnorm(b.cuda, NULL, NULL, NULL, -1, 8, 1e-5f), PL_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(pl_last_error(), "n_rows"), "%s", pl_last_error());
-    cr_assert_eq(o->matmul(b.cuda, NULL, NULL, NULL, PL_DTYPE_F16, 1, 0, 4),
+    cr_assert_eq(o->matmul(b.cuda, NULL, NULL, NULL, PL_WTYPE_F16, 1, 0, 4),
                  PL_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(pl_last_error(), "d_in"), "%s", pl_last_error());
     pl_attn_batch bad = {.n_seqs = 1, .n_tokens = 1, .n_heads = 6, .n_kv_heads = 4,
@@ -290,16 +292,18 @@ Test(cuda_ops, embed_all_table_types) {
         uint16_t *t16 = t == PL_DTYPE_F32 ? NULL : to_16(table, (size_t)vocab * dim, t);
         const void *rt = t == PL_DTYPE_F32 ? (const void *)table : (const void *)t16;
         void *dt = NULL;
-        pl_dtype dtt = PL_DTYPE_AUTO;
+        pl_wtype dtt = PL_WTYPE_NONE;
         if (t == PL_DTYPE_F32)
-            dt = put(b.cuda, table, (size_t)vocab * dim * 4), dtt = PL_DTYPE_F32;
+            dt = put(b.cuda, table, (size_t)vocab * dim * 4), dtt = PL_WTYPE_F32;
         else
-            cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, t == PL_DTYPE_F16 ? (const void *)table : rt,
-                                                    t == PL_DTYPE_F16 ? PL_DTYPE_F32 : t,
-                                                    (size_t)vocab * dim, &dt, &dtt),
+            cr_assert_eq(b.cuda->ops->upload_weight(
+                             b.cuda, t == PL_DTYPE_F16 ? (const void *)table : rt,
+                             t == PL_DTYPE_F16 ? PL_WTYPE_F32 : pl_wtype_of_dtype(t),
+                             (size_t)vocab * dim, &dt, &dtt),
                          PL_OK, "%s", pl_last_error());
-        cr_assert_eq(dtt, t);
-        cr_assert_eq(b.ref->ops->embed(b.ref, want, ids, n, rt, t, dim), PL_OK);
+        cr_assert_eq(dtt, pl_wtype_of_dtype(t));
+        cr_assert_eq(b.ref->ops->embed(b.ref, want, ids, n, rt, pl_wtype_of_dtype(t), dim),
+                     PL_OK);
         int32_t *dids = put(b.cuda, ids, sizeof ids);
         float *dout = put(b.cuda, NULL, (size_t)n * dim * 4);
         cr_assert_eq(b.cuda->ops->embed(b.cuda, dout, dids, n, dt, dtt, dim), PL_OK, "%s",
@@ -586,29 +590,31 @@ static void matmul_case(backends *b, pl_test_rng *r, int n_rows, int d_in, int d
     /* device weights: f32 stays f32 via alloc+upload; otherwise upload_weight from f32 (f16)
      * or from bf16 (kept) */
     void *dw = NULL;
-    pl_dtype dwt = wt;
+    const pl_wtype wtt = pl_wtype_of_dtype(wt);
+    pl_wtype dwt = wtt;
     uint16_t *w16 = NULL;
     if (wt == PL_DTYPE_F32) {
         dw = put(b->cuda, w, nw * 4);
     } else {
         w16 = to_16(w, nw, wt);
-        cr_assert_eq(b->cuda->ops->upload_weight(b->cuda, wt == PL_DTYPE_F16 ? (const void *)w : w16,
-                                                 wt == PL_DTYPE_F16 ? PL_DTYPE_F32 : wt, nw, &dw,
-                                                 &dwt),
+        cr_assert_eq(b->cuda->ops->upload_weight(b->cuda,
+                                                 wt == PL_DTYPE_F16 ? (const void *)w : w16,
+                                                 wt == PL_DTYPE_F16 ? PL_WTYPE_F32 : wtt, nw,
+                                                 &dw, &dwt),
                      PL_OK, "%s", pl_last_error());
-        cr_assert_eq(dwt, wt);
+        cr_assert_eq(dwt, wtt);
     }
     const void *rw = wt == PL_DTYPE_F32 ? (const void *)w : (const void *)w16;
-    cr_assert_eq(b->ref->ops->matmul(b->ref, want_loose, x, rw, wt, n_rows, d_in, d_out), PL_OK);
+    cr_assert_eq(b->ref->ops->matmul(b->ref, want_loose, x, rw, wtt, n_rows, d_in, d_out), PL_OK);
     /* x as the device sees it: rounded to the weights' 16-bit type */
     float *xr = pl_malloc(nx * 4);
     for (size_t i = 0; i < nx; i++)
         xr[i] = wt == PL_DTYPE_F16    ? pl_f16_to_f32(pl_f32_to_f16(x[i]))
                 : wt == PL_DTYPE_BF16 ? pl_bf16_to_f32(pl_f32_to_bf16(x[i]))
                                       : x[i];
-    cr_assert_eq(b->ref->ops->matmul(b->ref, want, xr, rw, wt, n_rows, d_in, d_out), PL_OK);
+    cr_assert_eq(b->ref->ops->matmul(b->ref, want, xr, rw, wtt, n_rows, d_in, d_out), PL_OK);
     float *dx = put(b->cuda, x, nx * 4), *dout = put(b->cuda, NULL, no * 4);
-    cr_assert_eq(b->cuda->ops->matmul(b->cuda, dout, dx, dw, wt, n_rows, d_in, d_out), PL_OK, "%s",
+    cr_assert_eq(b->cuda->ops->matmul(b->cuda, dout, dx, dw, wtt, n_rows, d_in, d_out), PL_OK, "%s",
                  pl_last_error());
     float *got = get_floats(b->cuda, dout, no);
     char name[96];
@@ -656,6 +662,121 @@ Test(cuda_ops, matmul_f16_bf16_f32) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int ti = 0; ti < 3; ti++)
             matmul_case(&b, &r, shapes[si][0], shapes[si][1], shapes[si][2], types[ti]);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantised weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): stored as uploaded, read by the
+// matrix-vector kernel (decode sizes) or dequantised to f16 for cuBLAS (larger batches)
+//
+// The matrix-vector kernel dequantises exactly and keeps x in f32: against ref only the f32
+// accumulation order differs (TOL_MATMUL_F32). The cuBLAS path rounds the dequantised
+// weights and x to f16: against ref fed the same f16 weights and f16-rounded x, only the
+// accumulation differs (TOL_MATMUL_F16).
+
+static const pl_wtype QTYPES[] = {PL_WTYPE_Q8_0, PL_WTYPE_Q4_0, PL_WTYPE_Q4_K, PL_WTYPE_Q5_K,
+                                  PL_WTYPE_Q6_K};
+
+/* n random values in [-1, 1) quantised to t: the blocks, and what they stand for (f32). */
+static void *rand_quant(pl_test_rng *r, pl_wtype t, size_t n, float **values) {
+    const pl_wtype_traits *tr = pl_wtype_traits_of(t);
+    uint64_t bytes = 0;
+    cr_assert(pl_wtype_bytes(t, n, &bytes));
+    float *f = rand_floats(r, n, 1.f);
+    void *q = pl_malloc((size_t)bytes);
+    cr_assert_not_null(q);
+    tr->from_f32(f, q, n);
+    tr->to_f32(q, f, n);
+    *values = f;
+    return q;
+}
+
+Test(cuda_ops, embed_quantised_tables) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 71);
+    const int vocab = 19, dim = 512, n = 9;
+    int32_t ids[9] = {0, 18, 3, 3, 7, 11, 18, 1, 5};
+    for (size_t ti = 0; ti < sizeof QTYPES / sizeof QTYPES[0]; ti++) {
+        const pl_wtype t = QTYPES[ti];
+        float *vals;
+        void *tab = rand_quant(&r, t, (size_t)vocab * dim, &vals);
+        void *dt = NULL;
+        pl_wtype st = PL_WTYPE_NONE;
+        cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, tab, t, (size_t)vocab * dim, &dt, &st),
+                     PL_OK, "%s", pl_last_error());
+        cr_assert_eq(st, t, "quantised weights stay quantised");
+        float *want = pl_malloc((size_t)n * dim * 4);
+        cr_assert_eq(b.ref->ops->embed(b.ref, want, ids, n, tab, t, dim), PL_OK);
+        int32_t *dids = put(b.cuda, ids, sizeof ids);
+        float *dout = put(b.cuda, NULL, (size_t)n * dim * 4);
+        cr_assert_eq(b.cuda->ops->embed(b.cuda, dout, dids, n, dt, st, dim), PL_OK, "%s",
+                     pl_last_error());
+        float *got = get_floats(b.cuda, dout, (size_t)n * dim);
+        cr_assert(memcmp(got, want, (size_t)n * dim * 4) == 0, "embed %s", pl_wtype_name(t));
+        pl_free(got), pl_free(want), pl_free(vals), pl_free(tab);
+        b.cuda->ops->free(b.cuda, dout);
+        b.cuda->ops->free(b.cuda, dids);
+        b.cuda->ops->free_weight(b.cuda, dt, tab);
+    }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+static void qmatmul_case(backends *b, pl_test_rng *r, pl_wtype t, int n_rows, int d_in,
+                         int d_out) {
+    const size_t nx = (size_t)n_rows * d_in, nw = (size_t)d_out * d_in, no = (size_t)n_rows * d_out;
+    float *wv, *x = rand_floats(r, nx, 1.f);
+    void *wq = rand_quant(r, t, nw, &wv);
+    void *dw = NULL;
+    pl_wtype st = PL_WTYPE_NONE;
+    cr_assert_eq(b->cuda->ops->upload_weight(b->cuda, wq, t, nw, &dw, &st), PL_OK, "%s",
+                 pl_last_error());
+    float *want = pl_malloc(no * 4);
+    char name[96];
+    snprintf(name, sizeof name, "matmul %s %dx%d->%d", pl_wtype_name(t), n_rows, d_in, d_out);
+    const bool gemv = n_rows <= 8; /* qmatmul.cu's kQRows */
+    if (gemv) {
+        cr_assert_eq(b->ref->ops->matmul(b->ref, want, x, wq, t, n_rows, d_in, d_out), PL_OK);
+    } else { /* ref with the f16 weights and x the device multiplies */
+        uint16_t *w16 = pl_malloc(nw * 2);
+        float *xr = pl_malloc(nx * 4);
+        for (size_t i = 0; i < nw; i++) w16[i] = pl_f32_to_f16(wv[i]);
+        for (size_t i = 0; i < nx; i++) xr[i] = pl_f16_to_f32(pl_f32_to_f16(x[i]));
+        cr_assert_eq(b->ref->ops->matmul(b->ref, want, xr, w16, PL_WTYPE_F16, n_rows, d_in,
+                                         d_out),
+                     PL_OK);
+        pl_free(w16), pl_free(xr);
+    }
+    float *dx = put(b->cuda, x, nx * 4), *dout = put(b->cuda, NULL, no * 4);
+    cr_assert_eq(b->cuda->ops->matmul(b->cuda, dout, dx, dw, st, n_rows, d_in, d_out), PL_OK,
+                 "%s: %s", name, pl_last_error());
+    float *got = get_floats(b->cuda, dout, no);
+    if (gemv)
+        cr_assert(pl_allclose(name, want, got, no, TOL_MATMUL_F32_ATOL, TOL_MATMUL_F32_RTOL));
+    else
+        cr_assert(pl_allclose(name, want, got, no, TOL_MATMUL_F16_ATOL, TOL_MATMUL_F16_RTOL));
+    pl_free(got), pl_free(x), pl_free(wv), pl_free(wq), pl_free(want);
+    b->cuda->ops->free(b->cuda, dx);
+    b->cuda->ops->free(b->cuda, dout);
+    b->cuda->ops->free_weight(b->cuda, dw, NULL);
+}
+
+Test(cuda_ops, matmul_quantised) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 72);
+    /* n_rows, d_in, d_out: decode (1), the kernel's most x rows (8), cuBLAS (9, 17); rows of
+     * 1-3 super-blocks, fewer outputs than a block's 4 warps, more pieces than 32 lanes */
+    const int shapes[][3] = {{1, 256, 5}, {3, 512, 33}, {8, 256, 9}, {9, 256, 7},
+                             {17, 768, 40}, {1, 1280, 6}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ti = 0; ti < sizeof QTYPES / sizeof QTYPES[0]; ti++)
+            qmatmul_case(&b, &r, QTYPES[ti], shapes[si][0], shapes[si][1], shapes[si][2]);
+    /* Q8_0 and Q4_0 rows of an odd number of blocks */
+    qmatmul_case(&b, &r, PL_WTYPE_Q8_0, 2, 96, 11);
+    qmatmul_case(&b, &r, PL_WTYPE_Q4_0, 12, 160, 13);
     drop_backends(&b);
     PL_ASSERT_NO_LEAKS();
 }

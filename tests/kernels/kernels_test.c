@@ -54,17 +54,19 @@ float *pl_kt_rand(pl_test_rng *r, size_t n, float scale) {
     return p;
 }
 
-void *pl_kt_rand_weights(pl_test_rng *r, size_t n, pl_dtype t, float **f32_out) {
+void *pl_kt_rand_weights(pl_test_rng *r, size_t n, pl_wtype t, float **f32_out) {
     float *f = pl_kt_rand(r, n, 1.0f);
     void *w = f;
-    if (t != PL_DTYPE_F32) {
-        uint16_t *h = malloc((n ? n : 1) * sizeof *h);
-        cr_assert_not_null(h);
-        for (size_t i = 0; i < n; i++) {
-            h[i] = t == PL_DTYPE_F16 ? pl_f32_to_f16(f[i]) : pl_f32_to_bf16(f[i]);
-            f[i] = pl_load_f32(h, t, i);
-        }
-        w = h;
+    if (t != PL_WTYPE_F32) {
+        const pl_wtype_traits *tr = pl_wtype_traits_of(t);
+        cr_assert(tr && n % (size_t)tr->block_elems == 0, "%zu values of %s", n,
+                  pl_wtype_name(t));
+        uint64_t bytes;
+        cr_assert(pl_wtype_bytes(t, n, &bytes));
+        w = malloc(bytes ? (size_t)bytes : 1);
+        cr_assert_not_null(w);
+        tr->from_f32(f, w, n);
+        tr->to_f32(w, f, n); /* the values the stored weights stand for */
     }
     if (f32_out && w == f) { /* give the caller two buffers to free, whatever the type */
         *f32_out = malloc((n ? n : 1) * sizeof(float));

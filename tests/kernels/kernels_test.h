@@ -36,8 +36,9 @@ bool pl_kt_close(const char *what, const float *ref, const float *got, size_t n,
 
 /* Random buffers (uniform [-scale, scale)) owned by the caller (free with free()). */
 float *pl_kt_rand(pl_test_rng *r, size_t n, float scale);
-/* n random values rounded to dtype and stored as dtype (f32/f16/bf16), plus (if f32_out) a
- * separate buffer of the exact f32 values they represent; free() both. */
-void *pl_kt_rand_weights(pl_test_rng *r, size_t n, pl_dtype t, float **f32_out);
+/* n random values (uniform [-1, 1)) stored as weight type t (rounded to f16/bf16, quantised;
+ * n whole blocks of t), plus (if f32_out) a separate buffer of the exact f32 values they
+ * represent (the reference dequantiser's); free() both. */
+void *pl_kt_rand_weights(pl_test_rng *r, size_t n, pl_wtype t, float **f32_out);
 
 #endif

@@ -123,12 +123,12 @@ Test(backend, memory_functions) {
 
         float w[4] = {1, 2, 3, 4};
         void *dev = NULL;
-        pl_dtype dt = PL_DTYPE_AUTO;
-        cr_assert_eq(be->ops->upload_weight(be, w, PL_DTYPE_F32, 4, &dev, &dt), PL_OK);
+        pl_wtype dt = PL_WTYPE_NONE;
+        cr_assert_eq(be->ops->upload_weight(be, w, PL_WTYPE_F32, 4, &dev, &dt), PL_OK);
         cr_assert_eq(dev, (void *)w, "host backends upload weights with zero copy");
-        cr_assert_eq(dt, PL_DTYPE_F32);
+        cr_assert_eq(dt, PL_WTYPE_F32);
         be->ops->free_weight(be, dev, w);
-        cr_assert_eq(be->ops->upload_weight(be, w, PL_DTYPE_AUTO, 4, &dev, &dt),
+        cr_assert_eq(be->ops->upload_weight(be, w, PL_WTYPE_NONE, 4, &dev, &dt),
                      PL_ERR_INVALID_ARGUMENT);
     }
     /* the cpu backend aligns to a cache line so KV blocks start on vector boundaries */
@@ -181,12 +181,12 @@ Test(backend, ops_refuse_bad_arguments) {
     float x[8] = {0}, out[8];
     for (int i = 0; i < 2; i++) {
         pl_backend *be = bes[i];
-        cr_assert_eq(be->ops->matmul(be, out, x, x, PL_DTYPE_F32, 1, 0, 2),
+        cr_assert_eq(be->ops->matmul(be, out, x, x, PL_WTYPE_F32, 1, 0, 2),
                      PL_ERR_INVALID_ARGUMENT);
         cr_assert(strstr(pl_last_error(), "d_in") != NULL, "%s", pl_last_error());
-        cr_assert_eq(be->ops->matmul(be, out, x, x, PL_DTYPE_AUTO, 1, 2, 2),
+        cr_assert_eq(be->ops->matmul(be, out, x, x, PL_WTYPE_NONE, 1, 2, 2),
                      PL_ERR_INVALID_ARGUMENT);
-        cr_assert_eq(be->ops->matmul(be, out, x, x, PL_DTYPE_F32, 0, 2, 2), PL_OK,
+        cr_assert_eq(be->ops->matmul(be, out, x, x, PL_WTYPE_F32, 0, 2, 2), PL_OK,
                      "zero rows is a no-op");
         cr_assert_eq(be->ops->rmsnorm(be, out, x, NULL, 1, 8, 1e-5f), PL_ERR_INVALID_ARGUMENT);
         cr_assert_eq(be->ops->rope(be, x, x, NULL, x, 1, 1, 1, 8, PL_ROPE_HALF),

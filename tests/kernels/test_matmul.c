@@ -18,7 +18,7 @@ static const int SHAPES[][2] = {{8, 17},    {17, 8},    {64, 172}, {172, 64},
                                 {255, 768}, {768, 255}, {40, 3}};
 enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
-static void check_dtype(pl_dtype t) {
+static void check_dtype(pl_wtype t) {
     pl_kt_env e;
     pl_kt_env_init(&e, PL_DTYPE_F32);
     pl_test_rng r;
@@ -41,7 +41,7 @@ static void check_dtype(pl_dtype t) {
                     cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, t, rows, d_in, d_out),
                                  PL_OK);
                     cr_assert(pl_kt_close(e.name[b], want, got, n, TOL_MATMUL),
-                              "matmul %s rows %d %dx%d path %d", pl_dtype_name(t), rows, d_out,
+                              "matmul %s rows %d %dx%d path %d", pl_wtype_name(t), rows, d_out,
                               d_in, m);
                 }
                 c->mm_force = PL_CPU_MM_AUTO;
@@ -54,15 +54,15 @@ static void check_dtype(pl_dtype t) {
 }
 
 Test(matmul, f32) {
-    check_dtype(PL_DTYPE_F32);
+    check_dtype(PL_WTYPE_F32);
     PL_ASSERT_NO_LEAKS();
 }
 Test(matmul, f16) {
-    check_dtype(PL_DTYPE_F16);
+    check_dtype(PL_WTYPE_F16);
     PL_ASSERT_NO_LEAKS();
 }
 Test(matmul, bf16) {
-    check_dtype(PL_DTYPE_BF16);
+    check_dtype(PL_WTYPE_BF16);
     PL_ASSERT_NO_LEAKS();
 }
 
@@ -74,13 +74,13 @@ Test(matmul, f16_gemm_many_tiles) {
     pl_test_rng r;
     pl_test_rng_seed(&r, 29);
     int rows = 20, d_in = 5000, d_out = 300;
-    void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, PL_DTYPE_F16, NULL);
+    void *w = pl_kt_rand_weights(&r, (size_t)d_in * d_out, PL_WTYPE_F16, NULL);
     float *x = pl_kt_rand(&r, (size_t)rows * d_in, 1.0f);
     float *want = malloc((size_t)rows * d_out * 4), *got = malloc((size_t)rows * d_out * 4);
-    cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, PL_DTYPE_F16, rows, d_in, d_out), PL_OK);
+    cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, PL_WTYPE_F16, rows, d_in, d_out), PL_OK);
     pl_backend *be = e.cpu[e.n_cpu - 2]; /* best ISA, 2 threads */
     ((pl_cpu_ctx *)be->ctx)->mm_force = PL_CPU_MM_BLAS;
-    cr_assert_eq(be->ops->matmul(be, got, x, w, PL_DTYPE_F16, rows, d_in, d_out), PL_OK);
+    cr_assert_eq(be->ops->matmul(be, got, x, w, PL_WTYPE_F16, rows, d_in, d_out), PL_OK);
     cr_assert(pl_kt_close(e.name[e.n_cpu - 2], want, got, (size_t)rows * d_out, TOL_MATMUL_LONG));
     free(w), free(x), free(want), free(got);
     pl_kt_env_fini(&e);
@@ -102,7 +102,7 @@ Test(matmul, own_gemm_blocking) {
                                    {256, 768, 100}, {130, 300, 37}, {100, 5000, 50},
                                    {17, 300, 1000}, {5, 20, 7},     {49, 513, 25},
                                    {300, 64, 30}};
-    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16, PL_WTYPE_BF16};
     for (int ci = 0; ci < 7; ci++)
         for (int ti = 0; ti < 3; ti++) {
             int rows = CASES[ci][0], d_in = CASES[ci][1], d_out = CASES[ci][2];
@@ -126,7 +126,7 @@ Test(matmul, own_gemm_blocking) {
                                  PL_OK);
                     cr_assert(pl_kt_close(e.name[b], want, got, n,
                                           d_in > 1000 ? TOL_MATMUL_LONG : TOL_MATMUL),
-                              "own gemm %s rows %d %dx%d ranges %d", pl_dtype_name(types[ti]),
+                              "own gemm %s rows %d %dx%d ranges %d", pl_wtype_name(types[ti]),
                               rows, d_out, d_in, ranges);
                 }
                 c->own_ranges = 0;
@@ -147,7 +147,7 @@ Test(matmul, gemv_rows_independent) {
     pl_kt_env_init(&e, PL_DTYPE_F32);
     pl_test_rng r;
     pl_test_rng_seed(&r, 41);
-    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16, PL_WTYPE_BF16};
     enum { ROWS = 7 };
     for (int si = 0; si < N_SHAPES; si++)
         for (int ti = 0; ti < 3; ti++) {
@@ -165,7 +165,7 @@ Test(matmul, gemv_rows_independent) {
                                  PL_OK);
                     cr_assert(memcmp(one, all + (size_t)row * d_out, (size_t)d_out * 4) == 0,
                               "%s %s %dx%d: row %d of %d differs from the row alone", e.name[b],
-                              pl_dtype_name(types[ti]), d_out, d_in, row, ROWS);
+                              pl_wtype_name(types[ti]), d_out, d_in, row, ROWS);
                 }
                 ((pl_cpu_ctx *)be->ctx)->mm_force = PL_CPU_MM_AUTO;
             }
@@ -186,7 +186,7 @@ Test(matmul, group) {
     pl_test_rng_seed(&r, 37);
     enum { N_PARTS = 4, D_IN = 172 };
     const int d_out[N_PARTS] = {255, 64, 17, 768};
-    const pl_dtype types[N_PARTS] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16, PL_DTYPE_F16};
+    const pl_wtype types[N_PARTS] = {PL_WTYPE_F32, PL_WTYPE_F16, PL_WTYPE_BF16, PL_WTYPE_F16};
     void *w[N_PARTS];
     for (int p = 0; p < N_PARTS; p++)
         w[p] = pl_kt_rand_weights(&r, (size_t)D_IN * d_out[p], types[p], NULL);
@@ -217,7 +217,7 @@ Test(matmul, group) {
                     cr_assert(pl_kt_close(name, want[p], got[p], (size_t)rows * d_out[p],
                                           TOL_MATMUL),
                               "group part %d (%s, %d wide), rows %d, path %d", p,
-                              pl_dtype_name(types[p]), d_out[p], rows, m);
+                              pl_wtype_name(types[p]), d_out[p], rows, m);
             }
             if (b >= 0) ((pl_cpu_ctx *)be->ctx)->mm_force = PL_CPU_MM_AUTO;
         }
@@ -234,10 +234,10 @@ Test(matmul, group_bad_input) {
     pl_kt_env e;
     pl_kt_env_init(&e, PL_DTYPE_F32);
     float x[4] = {1, 2, 3, 4}, w[8] = {0}, out[2] = {7, 7};
-    pl_matmul_part ok = {out, w, PL_DTYPE_F32, 2};
+    pl_matmul_part ok = {out, w, PL_WTYPE_F32, 2};
     pl_matmul_part five[5] = {ok, ok, ok, ok, ok};
-    pl_matmul_part bad[2] = {ok, {out, NULL, PL_DTYPE_F32, 2}};
-    pl_matmul_part bad_type[2] = {ok, {out, w, PL_DTYPE_AUTO, 2}};
+    pl_matmul_part bad[2] = {ok, {out, NULL, PL_WTYPE_F32, 2}};
+    pl_matmul_part bad_type[2] = {ok, {out, w, PL_WTYPE_NONE, 2}};
     for (int b = -1; b < e.n_cpu; b++) {
         pl_backend *be = b < 0 ? e.ref : e.cpu[b];
         cr_assert_eq(pl_backend_matmul_group(be, &ok, 0, x, 1, 4), PL_ERR_INVALID_ARGUMENT);

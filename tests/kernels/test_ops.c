@@ -20,11 +20,17 @@ Test(ops, embed) {
     pl_kt_env_init(&e, PL_DTYPE_F32);
     pl_test_rng r;
     pl_test_rng_seed(&r, 11);
-    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    /* the float types at every dim, the quantised ones at the dims that are whole blocks;
+     * quantised rows are dequantised bit-exactly like the reference */
+    const pl_wtype types[] = {PL_WTYPE_F32,  PL_WTYPE_F16,  PL_WTYPE_BF16, PL_WTYPE_Q8_0,
+                              PL_WTYPE_Q4_0, PL_WTYPE_Q4_K, PL_WTYPE_Q5_K, PL_WTYPE_Q6_K};
+    static const int QDIMS[] = {32, 96, 256, 768};
     const int vocab = 300;
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < N_OF(types); ti++)
         for (int di = 0; di < N_OF(DIMS); di++) {
-            int dim = DIMS[di], n = 70;
+            int be_ = pl_wtype_traits_of(types[ti])->block_elems;
+            int dim = be_ == 1 ? DIMS[di] : di < N_OF(QDIMS) ? QDIMS[di] : 0, n = 70;
+            if (dim == 0 || dim % be_ != 0) continue;
             void *table = pl_kt_rand_weights(&r, (size_t)vocab * dim, types[ti], NULL);
             int32_t ids[70];
             for (int i = 0; i < n; i++) ids[i] = (int32_t)pl_test_rng_below(&r, vocab);
@@ -36,7 +42,7 @@ Test(ops, embed) {
                 cr_assert_eq(e.cpu[b]->ops->embed(e.cpu[b], got, ids, n, table, types[ti], dim),
                              PL_OK);
                 cr_assert(pl_kt_close(e.name[b], want, got, (size_t)n * dim, TOL_EXACT),
-                          "embed %s dim %d %s", pl_dtype_name(types[ti]), dim, e.name[b]);
+                          "embed %s dim %d %s", pl_wtype_name(types[ti]), dim, e.name[b]);
             }
             free(table);
             free(want);

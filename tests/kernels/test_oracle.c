@@ -31,11 +31,11 @@ Test(oracle, matmul_by_hand) {
     }
     float got[6];
     FOR_EACH_BACKEND(e, be, name) {
-        cr_assert_eq(be->ops->matmul(be, got, x, w, PL_DTYPE_F32, 2, 3, 3), PL_OK);
+        cr_assert_eq(be->ops->matmul(be, got, x, w, PL_WTYPE_F32, 2, 3, 3), PL_OK);
         cr_assert(pl_kt_close(name, want, got, 6, TOL_ORACLE));
-        cr_assert_eq(be->ops->matmul(be, got, x, wh, PL_DTYPE_F16, 2, 3, 3), PL_OK);
+        cr_assert_eq(be->ops->matmul(be, got, x, wh, PL_WTYPE_F16, 2, 3, 3), PL_OK);
         cr_assert(pl_kt_close(name, want, got, 6, TOL_ORACLE));
-        cr_assert_eq(be->ops->matmul(be, got, x, wb, PL_DTYPE_BF16, 2, 3, 3), PL_OK);
+        cr_assert_eq(be->ops->matmul(be, got, x, wb, PL_WTYPE_BF16, 2, 3, 3), PL_OK);
         cr_assert(pl_kt_close(name, want, got, 6, TOL_ORACLE));
     }
     pl_kt_env_fini(&e);
@@ -129,10 +129,10 @@ Test(oracle, embed_picks_rows) {
     const float want[6] = {-0.25f, 8, 0.5f, -1, -0.25f, 8};
     float got[6];
     FOR_EACH_BACKEND(e, be, name) {
-        cr_assert_eq(be->ops->embed(be, got, (int32_t[]){2, 0, 2}, 3, table, PL_DTYPE_F32, 2),
+        cr_assert_eq(be->ops->embed(be, got, (int32_t[]){2, 0, 2}, 3, table, PL_WTYPE_F32, 2),
                      PL_OK);
         cr_assert(pl_kt_close(name, want, got, 6, TOL_EXACT));
-        cr_assert_eq(be->ops->embed(be, got, (int32_t[]){2, 0, 2}, 3, th, PL_DTYPE_F16, 2), PL_OK);
+        cr_assert_eq(be->ops->embed(be, got, (int32_t[]){2, 0, 2}, 3, th, PL_WTYPE_F16, 2), PL_OK);
         cr_assert(pl_kt_close(name, want, got, 6, TOL_EXACT));
     }
     pl_kt_env_fini(&e);

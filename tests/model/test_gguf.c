@@ -506,7 +506,8 @@ typedef struct edit {
     const char *drop_key;    /* leave this key out */
     const char *drop_tensor; /* leave this tensor out */
     const char *rename_from, *rename_to;
-    const char *retype;      /* this tensor as Q4_K (zero data of that size) */
+    const char *retype;      /* this tensor as Q2_K (zero data of that size), a GGUF type
+                                without a weight type here */
     const char *extra;       /* add this tensor (a copy of attn_norm of layer 0's shape) */
     const char *set_u32_key; /* replace this key by set_u32 */
     uint32_t set_u32;
@@ -537,7 +538,7 @@ static void rewrite(const char *src, const char *dst, const edit *e) {
                                                                                : name;
         if (e->retype && strcmp(name, e->retype) == 0) {
             uint64_t ne[2] = {256, t->ne[1]};
-            cr_assert_eq(pl_gguf_add_tensor(w, out, pl_gguf_type_by_name("Q4_K"), t->n_dims, ne,
+            cr_assert_eq(pl_gguf_add_tensor(w, out, pl_gguf_type_by_name("Q2_K"), t->n_dims, ne,
                                             zeros), PL_OK);
             continue;
         }
@@ -580,7 +581,7 @@ Test(gguf, model_level_refusals) {
 
     rewrite(src, bad, &(edit){.retype = "blk.1.ffn_up.weight"});
     expect_load_fail(bad, PL_ERR_UNSUPPORTED, "blk.1.ffn_up.weight",
-                     "type Q4_K is not supported by this build");
+                     "type Q2_K is not supported by this build");
     rewrite(src, bad, &(edit){.drop_tensor = "blk.1.attn_v.weight"});
     expect_load_fail(bad, PL_ERR_NOT_FOUND, "blk.1.attn_v.weight", NULL);
     rewrite(src, bad, &(edit){.drop_tensor = "token_embd.weight"});

@@ -12,6 +12,9 @@
  * - gemv: matmul at 1 row for dummy:stories110m shapes (d_out x d_in), f32/f16/bf16, as weight
  *   GB/s and % of stream. Weights rotate through a 1 GiB arena so every call reads DRAM, as a
  *   decode step does (a whole model does not fit in cache).
+ * - qgemv: the quantised types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) beside f16 on stories110m and
+ *   TinyLlama feed-forward shapes at 1, 8, 32, 64 rows (--rows): weight GB/s, % of stream,
+ *   speed against f16, and the integer GEMV against the own GEMM on dequantised chunks.
  * - batch: 2048x768 at 1..256 rows through the three regimes (GEMV kernel, own register-tiled
  *   GEMM, OpenBLAS sgemm on tiles), the data behind the own_min_rows / gemm_min_rows defaults.
  * - gemm: 32..1024 rows on the model shapes, GFLOP/s of sgemm and of the own GEMM, f32, f16.
@@ -167,10 +170,17 @@ static timing bench_stream(pl_threadpool *pool, pl_cpu_isa isa, const float *are
 // ---------------------------------------------------------------------------------------------
 // matmul
 
+/* Bytes of a (d_out, d_in) weight of type t. */
+static size_t weight_bytes(pl_wtype t, int d_in, int d_out) {
+    uint64_t b = 0;
+    pl_wtype_bytes(t, (uint64_t)d_in * (uint64_t)d_out, &b);
+    return (size_t)b;
+}
+
 /* Seconds per matmul call, each call on weights at a new place in the arena. */
 static timing time_matmul(pl_backend *be, float *out, const float *x, const unsigned char *arena,
-                          pl_dtype t, int rows, int d_in, int d_out, int reps) {
-    size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(t);
+                          pl_wtype t, int rows, int d_in, int d_out, int reps) {
+    size_t wbytes = weight_bytes(t, d_in, d_out);
     size_t slots = ARENA_BYTES / wbytes;
     if (slots < 1) slots = 1;
     double *ts = malloc((size_t)reps * sizeof *ts);
@@ -196,17 +206,17 @@ static const int SHAPES[][2] = {{768, 768}, {2048, 768}, {768, 2048}, {32000, 76
 
 static void bench_gemv(pl_backend *be, const unsigned char *arena, float *x, float *out,
                        timing stream_gbs) {
-    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16, PL_WTYPE_BF16};
     for (int ti = 0; ti < 3; ti++)
         for (int si = 0; si < 4; si++) {
             int d_out = SHAPES[si][0], d_in = SHAPES[si][1];
-            size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
+            size_t wbytes = weight_bytes(types[ti], d_in, d_out);
             timing s = time_matmul(be, out, x, arena, types[ti], 1, d_in, d_out,
                                    reps_for(wbytes, 0));
             double gbs = (double)wbytes / s.med / 1e9, best = (double)wbytes / s.best / 1e9;
             printf("gemv dtype=%s rows=1 d_out=%d d_in=%d time_us=%.1f weight_GBps=%.2f "
                    "pct_of_stream=%.0f best_GBps=%.2f best_pct_of_stream_best=%.0f\n",
-                   pl_dtype_name(types[ti]), d_out, d_in, s.med * 1e6, gbs,
+                   pl_wtype_name(types[ti]), d_out, d_in, s.med * 1e6, gbs,
                    100.0 * gbs / stream_gbs.med, best, 100.0 * best / stream_gbs.best);
         }
 }
@@ -223,12 +233,12 @@ static void bench_batch(pl_backend *be, const unsigned char *arena, float *x, fl
     static const int all_rows[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256};
     const int *rows = g_n_rows ? g_rows : all_rows;
     int n_rows = g_n_rows ? g_n_rows : (int)(sizeof all_rows / sizeof all_rows[0]);
-    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16};
+    const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16};
     int d_out = 2048, d_in = 768;
     for (int ti = 0; ti < 2; ti++)
         for (int ri = 0; ri < n_rows; ri++) {
             double flops = 2.0 * rows[ri] * d_in * d_out;
-            size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
+            size_t wbytes = weight_bytes(types[ti], d_in, d_out);
             int reps = reps_for(wbytes, flops);
             double s[3];
             for (int p = 0; p < 3; p++) {
@@ -239,7 +249,7 @@ static void bench_batch(pl_backend *be, const unsigned char *arena, float *x, fl
             printf("batch dtype=%s rows=%d d_out=%d d_in=%d gemv_us=%.1f gemv_GFLOPs=%.1f "
                    "own_us=%.1f own_GFLOPs=%.1f own_weight_GBps=%.2f sgemm_us=%.1f "
                    "sgemm_GFLOPs=%.1f faster=%s\n",
-                   pl_dtype_name(types[ti]), rows[ri], d_out, d_in, s[0] * 1e6,
+                   pl_wtype_name(types[ti]), rows[ri], d_out, d_in, s[0] * 1e6,
                    flops / s[0] / 1e9, s[1] * 1e6, flops / s[1] / 1e9,
                    (double)wbytes / s[1] / 1e9, s[2] * 1e6, flops / s[2] / 1e9,
                    f == 0 ? "gemv" : f == 1 ? "own" : "sgemm");
@@ -247,8 +257,54 @@ static void bench_batch(pl_backend *be, const unsigned char *arena, float *x, fl
     c->mm_force = PL_CPU_MM_AUTO;
 }
 
+/* Quantised weights (decode and small batches): per shape and row count, the automatic path
+ * (what the engine runs) as weight GB/s, % of the stream roof and speed against f16 weights
+ * at the same rows; with more than one row also the integer GEMV and the own GEMM on
+ * dequantised chunks forced (the data behind own_min_rows of the quantised types). Shapes: stories110m's and
+ * TinyLlama-1.1B's feed-forward matrices, both ways round (out x in). */
+static void bench_qgemv(pl_backend *be, const unsigned char *arena, float *x, float *out,
+                        timing stream_gbs) {
+    pl_cpu_ctx *c = be->ctx;
+    static const int shapes[][2] = {{2048, 768}, {768, 2048}, {5632, 2048}, {2048, 5632}};
+    static const int all_rows[] = {1, 8, 32, 64};
+    const int *rows = g_n_rows ? g_rows : all_rows;
+    int n_rows = g_n_rows ? g_n_rows : 4;
+    const pl_wtype types[] = {PL_WTYPE_F16,  PL_WTYPE_Q8_0, PL_WTYPE_Q4_0,
+                              PL_WTYPE_Q4_K, PL_WTYPE_Q5_K, PL_WTYPE_Q6_K};
+    for (int si = 0; si < 4; si++)
+        for (int ri = 0; ri < n_rows; ri++) {
+            int d_out = shapes[si][0], d_in = shapes[si][1];
+            double f16_s = 0, flops = 2.0 * rows[ri] * d_in * d_out;
+            for (int ti = 0; ti < 6; ti++) {
+                size_t wbytes = weight_bytes(types[ti], d_in, d_out);
+                int reps = reps_for(wbytes, flops);
+                c->mm_force = PL_CPU_MM_AUTO;
+                timing a = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
+                if (ti == 0) f16_s = a.med;
+                double gbs = (double)wbytes / a.med / 1e9;
+                printf("qgemv type=%s rows=%d d_out=%d d_in=%d time_us=%.1f weight_GBps=%.2f "
+                       "pct_of_stream=%.0f best_GBps=%.2f GFLOPs=%.1f speed_vs_f16=%.2f",
+                       pl_wtype_name(types[ti]), rows[ri], d_out, d_in, a.med * 1e6, gbs,
+                       100.0 * gbs / stream_gbs.med, (double)wbytes / a.best / 1e9,
+                       flops / a.med / 1e9, f16_s / a.med);
+                if (rows[ri] > 1 && c->isa >= PL_CPU_ISA_AVX2) {
+                    set_path(c, MM_GEMV);
+                    timing g = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out,
+                                           reps);
+                    set_path(c, MM_OWN);
+                    timing o = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out,
+                                           reps);
+                    printf(" gemv_us=%.1f own_us=%.1f", g.med * 1e6, o.med * 1e6);
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+    c->mm_force = PL_CPU_MM_AUTO;
+}
+
 static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, float *out) {
-    const pl_dtype types[] = {PL_DTYPE_F32, PL_DTYPE_F16};
+    const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16};
     const int rows[] = {32, 64, 256, 1024};
     pl_cpu_ctx *c = be->ctx;
     for (int ti = 0; ti < 2; ti++)
@@ -257,7 +313,7 @@ static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, flo
                 int d_out = SHAPES[si][0], d_in = SHAPES[si][1];
                 if (g_quick && rows[ri] > 256) continue;
                 double flops = 2.0 * rows[ri] * d_in * d_out;
-                size_t wbytes = (size_t)d_in * d_out * pl_dtype_size(types[ti]);
+                size_t wbytes = weight_bytes(types[ti], d_in, d_out);
                 int reps = reps_for(wbytes, flops);
                 set_path(c, MM_BLAS);
                 timing s = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
@@ -265,7 +321,7 @@ static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, flo
                 timing g = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
                 printf("gemm dtype=%s rows=%d d_out=%d d_in=%d sgemm_GFLOPs=%.1f "
                        "own_kernel_GFLOPs=%.1f median: sgemm_GFLOPs=%.1f own_kernel_GFLOPs=%.1f\n",
-                       pl_dtype_name(types[ti]), rows[ri], d_out, d_in, flops / s.best / 1e9,
+                       pl_wtype_name(types[ti]), rows[ri], d_out, d_in, flops / s.best / 1e9,
                        flops / g.best / 1e9, flops / s.med / 1e9, flops / g.med / 1e9);
             }
     c->mm_force = PL_CPU_MM_AUTO;
@@ -365,7 +421,7 @@ int main(int argc, char **argv) {
             g_quick = 1;
         } else {
             fprintf(stderr, "usage: %s [--threads N] [--isa scalar|avx2|avx512] [--quick]\n"
-                    "       [--only gemv|batch|gemm|attention] [--rows N,N,...]\n",
+                    "       [--only gemv|qgemv|batch|gemm|attention] [--rows N,N,...]\n",
                     argv[0]);
             return 2;
         }
@@ -379,9 +435,10 @@ int main(int argc, char **argv) {
     opt.kv_dtype = PL_DTYPE_F16;
     check(pl_cpu_backend_create_isa(&opt, isa, &be16), "cpu backend (f16 KV)");
     pl_cpu_ctx *c = be->ctx;
-    printf("config buildtype=%s isa=%s threads=%d gemm_min_rows=%d own_min_rows=%d/%d\n",
-           PL_BUILDTYPE, pl_cpu_isa_name(c->isa), c->n_threads, c->gemm_min_rows,
-           c->own_min_rows[0], c->own_min_rows[1]);
+    printf("config buildtype=%s isa=%s vnni=%d threads=%d gemm_min_rows=%d "
+           "own_min_rows=%d/%d/q%d\n",
+           PL_BUILDTYPE, pl_cpu_isa_name(c->isa), c->vnni, c->n_threads, c->gemm_min_rows,
+           c->own_min_rows[0], c->own_min_rows[1], c->own_min_rows[2]);
 
     /* The arena holds every weight matrix the GEMV/GEMM runs read: finite values in every
      * dtype (f16/bf16 bit patterns below 0x3c00 are small normals or zero). */
@@ -398,6 +455,7 @@ int main(int argc, char **argv) {
 
     timing gbs = bench_stream(c->pool, c->isa, (const float *)arena);
     if (want("gemv")) bench_gemv(be, arena, x, out, gbs);
+    if (want("qgemv")) bench_qgemv(be, arena, x, out, gbs);
     if (want("batch")) bench_batch(be, arena, x, out);
     if (want("gemm")) bench_gemm(be, arena, x, out);
     for (int k = 0; k < 2 && want("attention"); k++) {

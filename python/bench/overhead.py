@@ -8,7 +8,9 @@ run is timed where it happens (the C program times itself), and the figures are 
 over the runs; the overhead is the median of the per-pair differences. On a shared machine
 that difference carries the engine's own noise, so each side also times its call of
 pl_engine_run, and "outside the run" compares what is left: submitting, and the binding's
-copying of the completions into RequestOutputs.
+copying of the completions into RequestOutputs. "Binding CPU" is that difference in the
+calling thread's CPU time (with --threads 1 the engine computes on the calling thread), which
+the other jobs on a shared machine disturb least.
 
     python3 python/bench/overhead.py [--build build] [--runs 30] [--max-tokens 64 1]
         [--logprobs 0 5] [--prompts 32] [--threads 1]
@@ -55,7 +57,7 @@ def main():
     print(f"library {pagellm.library_path()}, {args.prompts} prompts, {args.runs} alternating "
           f"runs each, threads {args.threads}, model {os.path.basename(args.model)}")
     print("| max_tokens | logprobs | C API (ms) | Python (ms) | overhead per call (ms) | "
-          "outside the run: C, Python (ms) | binding cost per call (ms) | per prompt (us) |")
+          "outside the run: C, Python (ms) | binding CPU per call (ms) | per prompt (us) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
         f.write("\n".join(prompts) + "\n")
@@ -63,14 +65,15 @@ def main():
         llm = LLM(args.model, tokenizer=args.tokenizer, threads=args.threads)
         L = pagellm._lib.lib()
         run_fn = L.pl_engine_run
-        in_run = [0.0]
+        in_run = [0.0, 0.0]
 
         def timed_run(*a):  # the binding's one pl_engine_run per generate, timed
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return run_fn(*a)
             finally:
                 in_run[0] = time.perf_counter() - t0
+                in_run[1] = time.thread_time() - c0
 
         L.pl_engine_run = timed_run
         for max_tokens in args.max_tokens:
@@ -85,15 +88,14 @@ def main():
                 def c_run():
                     c.stdin.write("go\n")
                     c.stdin.flush()
-                    total, run = map(float, c.stdout.readline().split())
-                    return total, run
+                    return tuple(map(float, c.stdout.readline().split()))
 
                 def py_run():
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     out = llm.generate(prompts, sp, use_tqdm=False)
-                    dt = time.perf_counter() - t0
+                    dt, dc = time.perf_counter() - t0, time.thread_time() - c0
                     assert len(out) == len(prompts)
-                    return dt, in_run[0]
+                    return dt, in_run[0], dc, in_run[1]
 
                 for _ in range(3):  # warm both
                     c_run()
@@ -111,11 +113,11 @@ def main():
                 med = statistics.median
                 diff = med(p[0] - q[0] for p, q in zip(ps, cs))
                 c_out, p_out = med(q[0] - q[1] for q in cs), med(p[0] - p[1] for p in ps)
-                cost = p_out - c_out
+                cpu = med((p[2] - p[3]) - (q[2] - q[3]) for p, q in zip(ps, cs))
                 print(f"| {max_tokens} | {logprobs if logprobs >= 0 else 'off'} | "
                       f"{med(q[0] for q in cs) * 1e3:.2f} | {med(p[0] for p in ps) * 1e3:.2f} | "
                       f"{diff * 1e3:.2f} | {c_out * 1e3:.2f}, {p_out * 1e3:.2f} | "
-                      f"{cost * 1e3:.2f} | {cost / len(prompts) * 1e6:.0f} |")
+                      f"{cpu * 1e3:.2f} | {cpu / len(prompts) * 1e6:.0f} |")
         llm.close()
 
 

@@ -7,9 +7,9 @@
  *       submit order: output ids, and logprobs with every float as C99 hex ("%a": exact)
  *   c_api_run bench MODEL TOKENIZER PROMPTS MAX_TOKENS THREADS [LOGPROBS]
  *       one engine; for every line read from standard input, generates all PROMPTS greedily
- *       (submit each, pl_engine_run, free) and prints the seconds it took, then the seconds
- *       inside pl_engine_run: the C side of python/bench/overhead.py, which alternates it
- *       with the binding's runs
+ *       (submit each, pl_engine_run, free) and prints the seconds it took and those inside
+ *       pl_engine_run, in wall time and then in this thread's CPU time: the C side of
+ *       python/bench/overhead.py, which alternates it with the binding's runs
  */
 #include <pagellm.h>
 #include <stdio.h>
@@ -61,11 +61,13 @@ static void print_completion(const pl_completion *c) {
     printf("]}\n");
 }
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+static double cpu_s(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
 
 int main(int argc, char **argv) {
     bool json = argc == 9 && !strcmp(argv[1], "json");
@@ -103,18 +105,20 @@ int main(int argc, char **argv) {
     int rc = 0;
     char go[64];
     while (rc == 0 && (json || fgets(go, sizeof go, stdin))) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         for (size_t i = 0; i < n && rc == 0; i++)
             if (pl_engine_submit_request(e, prompts[i], &sp, NULL) != PL_OK) rc = fail("submit");
         pl_completion *c = NULL;
         size_t nc = 0;
-        double t_run = now_s();
+        double t_run = now_s(), c_run = cpu_s();
         if (rc == 0 && pl_engine_run(e, &c, &nc) != PL_OK) rc = fail("run");
-        double t_end = now_s();
+        double t_end = now_s(), c_end = cpu_s();
         if (json)
             for (size_t i = 0; i < nc; i++) print_completion(&c[i]);
         pl_completions_free(c, nc);
-        if (!json) printf("%.9f %.9f\n", now_s() - t0, t_end - t_run);
+        if (!json)
+            printf("%.9f %.9f %.9f %.9f\n", now_s() - t0, t_end - t_run, cpu_s() - c0,
+                   c_end - c_run);
         fflush(stdout);
         if (json) break;
     }

@@ -237,12 +237,16 @@ class LLMEngine:
             if self._stop or self._handle.closed:
                 self._stop = False
                 return
-            if not self.has_unfinished_requests():
-                if until_idle:
-                    return
-                self.wait()
-                continue
-            for d in self.step().deltas:
+            try:
+                if not self.has_unfinished_requests():
+                    if until_idle:
+                        return
+                    self.wait()
+                    continue
+                deltas = self.step().deltas
+            except _lib.EngineClosedError:
+                return  # close() from another thread ends the loop
+            for d in deltas:
                 yield d
 
     def __iter__(self) -> Iterator[outputs.StreamDelta]:

@@ -130,12 +130,14 @@ def test_wait_times_out_and_wake_ends_it():
 
 def test_close_ends_a_serving_loop():
     eng = LLMEngine(**TINY)
-    t = threading.Thread(target=lambda: list(eng.stream(until_idle=False)))
+    ended = []
+    t = threading.Thread(target=lambda: ended.append(list(eng.stream(until_idle=False))))
     t.start()
     time.sleep(0.05)
     eng.close()
     t.join(10)
     assert not t.is_alive()
+    assert ended == [[]]  # returned, not raised
 
 
 def test_the_gil_is_released_while_the_library_computes():

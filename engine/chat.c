@@ -62,6 +62,8 @@ void pl_chat_options_init(pl_chat_options *o, size_t struct_size) {
 
 void pl_chat_options_deinit(pl_chat_options *o) { pl_fields_deinit(&table, o); }
 
+size_t pl_chat_options_struct_size(void) { return table.struct_size; }
+
 pl_status pl_chat_options_set(pl_chat_options *o, const char *name, const char *value) {
     return pl_fields_set_text(&table, o, name, value);
 }

@@ -57,6 +57,8 @@ void pl_engine_config_deinit(pl_engine_config *cfg) {
     pl_fields_deinit(&pl_engine_config_table, cfg);
 }
 
+size_t pl_engine_config_struct_size(void) { return pl_engine_config_table.struct_size; }
+
 pl_status pl_engine_config_set(pl_engine_config *cfg, const char *name, const char *value) {
     return pl_fields_set_text(&pl_engine_config_table, cfg, name, value);
 }

@@ -41,6 +41,8 @@ void pl_sampling_params_deinit(pl_sampling_params *p) {
     pl_fields_deinit(&pl_sampling_params_table, p);
 }
 
+size_t pl_sampling_params_struct_size(void) { return pl_sampling_params_table.struct_size; }
+
 pl_status pl_sampling_params_set(pl_sampling_params *p, const char *name, const char *value) {
     return pl_fields_set_text(&pl_sampling_params_table, p, name, value);
 }

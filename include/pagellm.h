@@ -342,6 +342,12 @@ static inline void pl_engine_config_default(pl_engine_config *cfg) {
  * default again before reuse). A struct copied by assignment shares them: deinit one copy.
  * NULL is a no-op. */
 PL_API void pl_engine_config_deinit(pl_engine_config *cfg);
+/* This library's sizeof(pl_engine_config), for a binding that does not compile this header
+ * (Python's ctypes): it allocates that many bytes (aligned for a double), passes the size to
+ * pl_engine_config_init and reaches the fields by name (pl_engine_config_set*) or through
+ * pl_engine_config_fields' offsets, so it never mirrors the layout. The same for the other
+ * structs the caller fills: pl_sampling_params_struct_size, pl_chat_options_struct_size. */
+PL_API size_t pl_engine_config_struct_size(void);
 
 /* Checks every field and the rules between fields. Returns PL_OK, or
  * PL_ERR_INVALID_ARGUMENT (cfg NULL, a struct_size no pagellm version had, model_path unset,
@@ -373,6 +379,7 @@ static inline void pl_sampling_params_default(pl_sampling_params *p) {
     pl_sampling_params_init(p, sizeof *p);
 }
 PL_API void pl_sampling_params_deinit(pl_sampling_params *p);
+PL_API size_t pl_sampling_params_struct_size(void); /* see pl_engine_config_struct_size */
 
 /* Checks every field and the rules between them (min_tokens <= max_tokens, stop strings
  * non-empty, stop ids >= 0) as submit does, except that a stop id outside the model's
@@ -707,6 +714,7 @@ static inline void pl_chat_options_default(pl_chat_options *o) {
     pl_chat_options_init(o, sizeof *o);
 }
 PL_API void pl_chat_options_deinit(pl_chat_options *o);
+PL_API size_t pl_chat_options_struct_size(void); /* see pl_engine_config_struct_size */
 PL_API const pl_field *pl_chat_options_fields(size_t *out_n);
 PL_API pl_status pl_chat_options_set(pl_chat_options *o, const char *name, const char *value);
 PL_API pl_status pl_chat_options_set_json(pl_chat_options *o, const char *name,

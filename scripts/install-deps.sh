@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc g++ python3
       libcriterion-dev libsentencepiece-dev sentencepiece libopenblas-dev
       libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev gnuplot-nox clang
-      libclang-rt-14-dev libcurl4-openssl-dev)
+      libclang-rt-14-dev libcurl4-openssl-dev python3-pytest python3-pip python3-setuptools
+      python3-wheel)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

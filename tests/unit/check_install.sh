@@ -6,11 +6,15 @@
 # - a program built with `pkg-config --cflags --libs pagellm` runs on the shared library;
 # - the same program linked against the static archive with `pkg-config --static --libs`
 #   runs, without libpagellm.so and without any CUDA library;
-# - the installed pagellm runs, and its man page is installed.
-# Usage: check_install.sh BUILD_DIR SOURCE_DIR
+# - the installed pagellm runs, and its man page is installed;
+# - the installed Python package imports and generates, loading the installed library through
+#   the path meson install recorded (no PAGELLM_LIBRARY), and `pip install ./python` gives a
+#   package that finds the installed library through the loader path.
+# Usage: check_install.sh BUILD_DIR SOURCE_DIR PYTHON
 set -euo pipefail
 build="$1"
 src="$2"
+py="$3"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 root="$tmp/root"
@@ -62,4 +66,51 @@ exe="$(find "$root" -path '*/bin/pagellm' | head -n 1)"
 man1="$(find "$root" -path '*/man1/pagellm.1' | head -n 1)"
 [ -n "$man1" ] || { echo "the man page pagellm.1 was not installed"; exit 1; }
 grep -q '^\.TH PAGELLM 1' "$man1" || { echo "$man1 is not a man page"; exit 1; }
+
+# the Python package, as meson install put it beside the library
+pyinit="$(find "$root" -path '*/pagellm/__init__.py' | head -n 1)"
+[ -n "$pyinit" ] || { echo "the Python package was not installed"; exit 1; }
+site="$(dirname "$(dirname "$pyinit")")"
+unset PAGELLM_LIBRARY
+export PYTHONDONTWRITEBYTECODE=1
+if [ -n "$san" ]; then  # the interpreter is not instrumented: its runtime comes first
+  export LD_PRELOAD="$(cc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
+fi
+cat >"$tmp/use.py" <<'PY'
+import os, sys
+import pagellm
+from pagellm import LLM, SamplingParams
+lib = os.path.realpath(pagellm.library_path())
+if not lib.startswith(os.path.realpath(sys.argv[1]) + os.sep):
+    sys.exit(f"the package loaded {lib}, not the installed library in {sys.argv[1]}")
+with LLM("dummy:tiny", max_num_blocks=16, threads=1) as llm:
+    out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+if len(out[0].outputs[0].token_ids) != 4:
+    sys.exit(f"generate gave {out}")
+models = os.environ.get("PAGELLM_TEST_MODELS")
+if models:  # the issue's check: the story equals the command line's
+    llm = LLM(os.path.join(models, "stories260K.bin"),
+              tokenizer=os.path.join(models, "tok512.model"))
+    print(llm.generate(["Once upon a time"],
+                       SamplingParams(temperature=0, max_tokens=40))[0].outputs[0].text)
+PY
+PYTHONPATH="$site" "$py" "$tmp/use.py" "$libdir" >"$tmp/story.txt" ||
+  { echo "the installed Python package failed (PYTHONPATH=$site)"; exit 1; }
+if [ -n "${PAGELLM_TEST_MODELS:-}" ]; then
+  LD_LIBRARY_PATH="$libdir" "$exe" generate -m "$PAGELLM_TEST_MODELS/stories260K.bin" \
+    --tokenizer "$PAGELLM_TEST_MODELS/tok512.model" --prompt "Once upon a time" \
+    --temperature 0 --max-tokens 40 >"$tmp/cli.txt"
+  [ "Once upon a time$(cat "$tmp/story.txt")" = "$(cat "$tmp/cli.txt")" ] ||
+    { echo "Python: $(cat "$tmp/story.txt")"; echo "CLI: $(cat "$tmp/cli.txt")"; exit 1; }
+fi
+
+# pip install from a copy of the checkout (setuptools builds in the source folder), against
+# the installed library found through the loader path
+cp -r "$src/python" "$tmp/pysrc"
+"$py" -m pip install --quiet --no-build-isolation --no-deps --no-index \
+  --target "$tmp/pipsite" "$tmp/pysrc" >"$tmp/pip.log" 2>&1 ||
+  { cat "$tmp/pip.log"; echo "pip install ./python failed"; exit 1; }
+[ ! -e "$tmp/pipsite/pagellm/_install.py" ] || { echo "pip installed meson's _install.py"; exit 1; }
+PYTHONPATH="$tmp/pipsite" LD_LIBRARY_PATH="$libdir" "$py" "$tmp/use.py" "$libdir" >/dev/null ||
+  { echo "the pip-installed package failed"; exit 1; }
 echo "install check passed"

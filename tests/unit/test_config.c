@@ -562,6 +562,33 @@ Test(abi, a_shorter_known_struct_gets_the_defaults_of_the_fields_it_lacks) {
     cr_assert_eq(old[offsetof(v2, b)], 0x5A, "a setter wrote past the old struct");
 }
 
+/* A binding that does not compile the header learns the sizes from the library, and a
+ * struct of that size set by name is one the library accepts. */
+Test(abi, struct_sizes_for_bindings_are_the_librarys) {
+    cr_assert_eq(pl_engine_config_struct_size(), sizeof(pl_engine_config));
+    cr_assert_eq(pl_sampling_params_struct_size(), sizeof(pl_sampling_params));
+    cr_assert_eq(pl_chat_options_struct_size(), sizeof(pl_chat_options));
+    double buf[1024 / sizeof(double)]; /* aligned for every member, as a binding allocates */
+    cr_assert_leq(pl_engine_config_struct_size(), sizeof buf);
+    pl_engine_config *c = (pl_engine_config *)buf;
+    pl_engine_config_init(c, pl_engine_config_struct_size());
+    cr_assert_eq(c->struct_size, sizeof(pl_engine_config));
+    EXPECT(pl_engine_config_set(c, "model_path", "dummy:tiny"), PL_OK, "");
+    EXPECT(pl_engine_config_validate(c), PL_OK, "");
+    pl_engine_config_deinit(c);
+    pl_sampling_params *p = (pl_sampling_params *)buf;
+    pl_sampling_params_init(p, pl_sampling_params_struct_size());
+    EXPECT(pl_sampling_params_set_json(p, "stop", "[\"x\"]"), PL_OK, "");
+    EXPECT(pl_sampling_params_validate(p), PL_OK, "");
+    pl_sampling_params_deinit(p);
+    pl_chat_options *o = (pl_chat_options *)buf;
+    pl_chat_options_init(o, pl_chat_options_struct_size());
+    cr_assert_eq(o->struct_size, sizeof(pl_chat_options));
+    EXPECT(pl_chat_options_set(o, "tools", "[]"), PL_OK, "");
+    pl_chat_options_deinit(o);
+    PL_ASSERT_NO_LEAKS();
+}
+
 /* The structs the library fills get at most the caller's bytes. */
 Test(abi, filled_structs_take_the_callers_size) {
     pl_metrics m;

@@ -1,0 +1,130 @@
+"""SamplingParams: vLLM's per-request sampling parameters, checked by the library."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _fields, _lib
+
+# vLLM's name -> pagellm's field (pagellm.h PL_SAMPLING_PARAMS_FIELDS). priority is an
+# argument of LLM.generate / LLMEngine.add_request, as in vLLM.
+_C_NAMES = {
+    "n": "n", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+    "repetition_penalty": "repetition_penalty", "temperature": "temperature", "top_p": "top_p",
+    "top_k": "top_k", "min_p": "min_p", "seed": "seed", "stop": "stop",
+    "stop_token_ids": "stop_ids", "ignore_eos": "ignore_eos", "max_tokens": "max_tokens",
+    "min_tokens": "min_tokens", "logprobs": "logprobs", "prompt_logprobs": "prompt_logprobs",
+}
+_MAX_TOKENS_NONE = 16777216  # max_tokens=None: checked against the field's maximum
+
+
+class SamplingParams:
+    """How to sample one request's output, with vLLM's names and defaults.
+
+    Args:
+        n: output sequences per prompt (they share the prompt's KV blocks).
+        presence_penalty: subtracted from the logits of tokens already in the output.
+        frequency_penalty: subtracted once per occurrence in the output.
+        repetition_penalty: divides positive (multiplies negative) logits of tokens in the
+            prompt or the output; 1 is off.
+        temperature: 0 is greedy (the lowest id on ties).
+        top_p: nucleus sampling; 1 is off.
+        top_k: keep the k most likely tokens; 0 or -1 is off.
+        min_p: drop tokens less likely than min_p times the most likely; 0 is off.
+        seed: a seed makes this request's draws independent of the batch it runs in.
+        stop: strings that end the output (not included in it).
+        stop_token_ids: token ids that end the output (the id is kept in token_ids).
+        ignore_eos: keep generating past the end of text.
+        max_tokens: output tokens at most (vLLM's default 16); None: as many as
+            max_model_len leaves.
+        min_tokens: EOS and stop ids are ignored before this many output tokens.
+        logprobs: per output token, the log-probabilities of the sampled token and of the
+            `logprobs` most likely ones (0..20); None: none.
+        prompt_logprobs: the same for every prompt token after the first.
+        **kwargs: any other field of pagellm's sampling table by its name.
+
+    Invalid values raise ValueError with the library's message, e.g.
+    "sampling.top_p = 0: must be in (0, 1]". Priority is not a field here: it is an
+    argument of LLM.generate and LLMEngine.add_request, as in vLLM.
+    """
+
+    def __init__(self, n: int = 1, presence_penalty: float = 0.0,
+                 frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
+                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 min_p: float = 0.0, seed: Optional[int] = None,
+                 stop: Optional[Union[str, Sequence[str]]] = None,
+                 stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
+                 max_tokens: Optional[int] = 16, min_tokens: int = 0,
+                 logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None,
+                 **kwargs: Any):
+        self.n = n
+        self.presence_penalty = presence_penalty
+        self.frequency_penalty = frequency_penalty
+        self.repetition_penalty = repetition_penalty
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.min_p = min_p
+        self.seed = seed
+        self.stop: List[str] = [stop] if isinstance(stop, str) else list(stop or [])
+        self.stop_token_ids: List[int] = list(stop_token_ids or [])
+        self.ignore_eos = ignore_eos
+        self.max_tokens = max_tokens
+        self.min_tokens = min_tokens
+        self.logprobs = logprobs
+        self.prompt_logprobs = prompt_logprobs
+        t = _fields.table("sampling_params")
+        mapped = set(_C_NAMES.values()) | {"priority"}
+        self.extra: Dict[str, Any] = {}
+        for k, v in kwargs.items():
+            if k == "priority":
+                raise TypeError("SamplingParams() got an unexpected keyword argument "
+                                "'priority' (give it to LLM.generate or "
+                                "LLMEngine.add_request, as in vLLM)")
+            if k not in t or k in mapped:
+                hint = ""
+                if k not in t:  # the library's message suggests the closest name
+                    try:
+                        _fields.CStruct("sampling_params").set(k, v)
+                    except _lib.PagellmError as e:
+                        hint = f" ({e})"
+                raise TypeError(f"SamplingParams() got an unexpected keyword argument "
+                                f"'{k}'{hint}")
+            self.extra[k] = v
+        self.to_c().close()  # checks every value as submit would
+
+    def to_c(self, max_tokens: Optional[int] = None) -> _fields.CStruct:
+        """This as a pl_sampling_params (close() it after the submit that copies it).
+        max_tokens replaces a None max_tokens."""
+        s = _fields.CStruct("sampling_params")
+        try:
+            for py, c in _C_NAMES.items():
+                v = getattr(self, py)
+                if py == "max_tokens" and v is None:
+                    v = max_tokens if max_tokens is not None else _MAX_TOKENS_NONE
+                elif py in ("logprobs", "prompt_logprobs") and v is None:
+                    v = -1
+                elif py in ("stop", "stop_token_ids"):
+                    v = list(v) if v else None
+                s.set(c, v)
+            for k, v in self.extra.items():
+                s.set(k, v)
+            _lib.check(_lib.lib().pl_sampling_params_validate(s.ptr))
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    def clone(self) -> "SamplingParams":
+        c = SamplingParams.__new__(SamplingParams)
+        c.__dict__.update({k: (list(v) if isinstance(v, list) else
+                               dict(v) if isinstance(v, dict) else v)
+                           for k, v in self.__dict__.items()})
+        return c
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SamplingParams) and self.__dict__ == other.__dict__
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in _C_NAMES)
+        extra = "".join(f", {k}={v!r}" for k, v in self.extra.items())
+        return f"SamplingParams({args}{extra})"

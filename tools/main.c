@@ -17,6 +17,7 @@ static void usage(FILE *f) {
             "  generate    generate text for one prompt or a JSONL file of prompts\n"
             "  bench       benchmarks: throughput, latency, sweep, roofline, soak\n"
             "  profile     run a workload with profiling on: trace, time per phase and op\n"
+            "  serve       an OpenAI-compatible HTTP server (completions, chat, streaming)\n"
             "  version     print the version (also --version)\n"
             "  help        this text (also --help, -h)\n",
             pl_version());
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return pl_bench_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "profile")) return pl_bench_profile_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return pl_serve_main(argc - 2, argv + 2);
     fprintf(stderr, "pagellm: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

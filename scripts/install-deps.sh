@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pagellm needs, only those missing (non-interactive).
 # Uses sudo when not root. CUDA is optional and never installed here: with nvcc at
-# /usr/local/cuda/bin the CUDA backend is built too.
+# /usr/local/cuda/bin the CUDA backend is built too. Node and npm run the tests that use npm
+# packages (tests/oracle: the OpenAI client the server test drives; `npm ci` there is run by
+# that test).
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc g++ python3
       libcriterion-dev libsentencepiece-dev sentencepiece libopenblas-dev
-      libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev gnuplot-nox clang
-      libclang-rt-14-dev)
+      libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev gnuplot-nox
+      clang libclang-rt-14-dev nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

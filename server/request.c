@@ -375,8 +375,6 @@ static bool finish(parse_state *ps, pl_srv_error *err) {
     if (r->n_prompts * (size_t)r->sp.n > (size_t)ps->lim->max_choices)
         return pl_srv_fail(err, 400, "n", "%zu prompts x n = %d: at most %d choices per request "
                            "(--max-choices)", r->n_prompts, r->sp.n, ps->lim->max_choices);
-    if (r->echo && r->stream && r->sp.n > 1)
-        return pl_srv_fail(err, 400, "echo", "echo with n > 1 is not supported when streaming");
     if (pl_sampling_params_validate(&r->sp) != PL_OK)
         return pl_srv_fail_status(err, PL_ERR_INVALID_ARGUMENT, NULL);
     return true;

@@ -28,10 +28,10 @@ DESCRIPTION = """pagellm runs LLaMA-family decoder models (llama2.c checkpoints,
 safetensors directories, or seeded dummy weights) on many requests at once, with continuous
 batching and a paged KV cache. generate runs prompts and prints their completions; bench
 measures throughput, latency and this machine's ceilings; profile shows where a workload's
-time goes."""
+time goes; serve answers OpenAI-compatible HTTP requests."""
 
 EXIT_STATUS = [
-    ("0", "success"),
+    ("0", "success; for serve, also a stop on SIGTERM/SIGINT after its drain"),
     ("1", "a runtime failure (a model that cannot load, a refused or failed request, an "
           "engine error); the message is on stderr"),
     ("2", "a usage error: a bad flag or value, or a prompts file that does not parse; the "
@@ -39,6 +39,7 @@ EXIT_STATUS = [
     ("130", "generate was interrupted (SIGINT): what ran was aborted and printed"),
 ]
 ENVIRONMENT = [
+    ("PAGELLM_API_KEY", "serve requires this key (as --api-key does) when it is set and not empty"),
     ("OPENBLAS_CORETYPE", "kept when set; on AMD CPUs with AVX-512 pagellm sets it to SkylakeX "
                           "and runs itself again (Debian's OpenBLAS 0.3.21 does not know Zen 4/5)"),
 ]

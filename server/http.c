@@ -664,7 +664,7 @@ static void client_address(struct MHD_Connection *c, char *buf, size_t cap) {
 }
 
 static void access_log(pl_srv *s, pl_srv_req *r, struct MHD_Connection *c,
-                       enum MHD_RequestTerminationCode toe, bool aborted) {
+                       enum MHD_RequestTerminationCode toe, bool aborted, bool slow) {
     if (!s->opt.access_log) return;
     char addr[96];
     client_address(c, addr, sizeof addr);
@@ -680,7 +680,8 @@ static void access_log(pl_srv *s, pl_srv_req *r, struct MHD_Connection *c,
     if (r->n_choices)
         snprintf(extra, sizeof extra, " prompt_tokens=%zu completion_tokens=%zu ttft_ms=%.1f",
                  prompt, out, ttft >= 0 ? ttft * 1e3 : 0.0);
-    const char *note = aborted ? " (aborted: the client went away)"
+    const char *note = slow ? " (aborted: the client read the stream too slowly)"
+                       : aborted ? " (aborted: the client went away)"
                        : toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? " (connection closed early)"
                                                                     : "";
     pl_srv_log("INFO", "%s \"%s %s\" %d id=%s%s total_ms=%.1f%s", addr, r->method, r->path,
@@ -695,15 +696,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     pthread_mutex_lock(&r->mu);
     bool aborted = false;
-    if (r->submitted && !r->done) {
+    if (r->submitted && !r->done && !r->overflow) { /* a slow reader's is aborted already */
         aborted = pl_srv_req_abort_locked(r) > 0;
         if (aborted && !r->client_gone) atomic_fetch_add(&s->aborted_disconnect, 1);
     }
+    bool slow = r->overflow;
     pl_srv_conn *sock = r->sock;
     r->conn = NULL;
     r->sock = NULL; /* freed with the connection; nothing watches it any more */
     pthread_mutex_unlock(&r->mu);
-    access_log(s, r, c, toe, aborted || r->client_gone);
+    access_log(s, r, c, toe, aborted || r->client_gone, slow);
     pl_srv_conn_idle(s, sock);
     atomic_fetch_add(&s->served, 1);
     atomic_fetch_sub(&s->active, 1);

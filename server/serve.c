@@ -128,17 +128,22 @@ static void drain(pl_srv *s) {
                    again ? "second signal" : "--drain-timeout passed", left);
         pl_srv_abort_all(s);
     }
-    /* the aborted are answered (503 / an error event) before the daemon stops; a client
-     * that reads nothing is not waited for long. Aborting again catches a request whose body
-     * was still arriving when the drain began. */
-    double end = pl_srv_now() + 5.0, next_abort = 0;
-    while (pl_srv_now() < end && (atomic_load(&s->active) > 0 || registry_size(s) > 0)) {
-        if (registry_size(s) > 0 && pl_srv_now() >= next_abort) {
+    /* Every engine request is finished before the daemon stops: only those keep a connection
+     * suspended, and libmicrohttpd must not be stopped with one. Aborting again catches a
+     * request whose body was still arriving when the drain began. */
+    double end = pl_srv_now() + 60.0, next_abort = 0;
+    while (registry_size(s) > 0 && pl_srv_now() < end) {
+        if (pl_srv_now() >= next_abort) {
             pl_srv_abort_all(s);
             next_abort = pl_srv_now() + 0.5;
         }
         nanosleep(&(struct timespec){0, 20000000}, NULL);
     }
+    /* the aborted are answered (503 / an error event); a client that reads nothing is not
+     * waited for long */
+    end = pl_srv_now() + 5.0;
+    while (atomic_load(&s->active) > 0 && pl_srv_now() < end)
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
     pl_srv_log("INFO", "drained in %.2f s; %llu request(s) served since start", pl_srv_now() - t0,
                (unsigned long long)atomic_load(&s->served));
 }

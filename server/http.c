@@ -466,14 +466,25 @@ static enum MHD_Result answer(pl_srv *s, pl_srv_req *r, struct MHD_Connection *c
 
 /* A whole response: answer if every choice is in, else sleep until the stepping thread (or a
  * hang-up) resumes the connection. */
+/* Suspends r's connection unless the client has hung up (then: gone, aborted). r->mu held;
+ * returns whether it suspended. */
+static bool suspend_locked(pl_srv *s, pl_srv_req *r) {
+    if (r->client_gone || pl_srv_conn_hung_up(r->sock)) {
+        if (!r->client_gone && !r->done && pl_srv_req_abort_locked(r) > 0)
+            atomic_fetch_add(&s->aborted_disconnect, 1);
+        r->client_gone = true;
+        return false;
+    }
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    return true;
+}
+
 static enum MHD_Result wait_or_answer(pl_srv *s, pl_srv_req *r, struct MHD_Connection *c) {
     pthread_mutex_lock(&r->mu);
-    bool done = r->done, gone = r->client_gone;
-    if (!done && !gone) {
-        r->suspended = true;
-        pl_srv_watch_add_locked(s, r);
-        MHD_suspend_connection(c);
-    }
+    bool done = r->done;
+    if (!done) suspend_locked(s, r);
+    bool gone = r->client_gone;
     pthread_mutex_unlock(&r->mu);
     if (gone) return MHD_NO; /* closes the connection */
     return done ? answer(s, r, c) : MHD_YES;
@@ -498,15 +509,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         pl_srv_event *ev = pl_srv_req_take_events_locked(r);
         bool done = r->done, over = r->overflow, gone = r->client_gone;
         if (!ev && !done && !over) {
-            if (gone) {
-                pthread_mutex_unlock(&r->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-            r->suspended = true;
-            pl_srv_watch_add_locked(s, r);
-            MHD_suspend_connection(r->conn);
+            bool suspended = !gone && suspend_locked(s, r);
             pthread_mutex_unlock(&r->mu);
-            return 0;
+            return suspended ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
         }
         pthread_mutex_unlock(&r->mu);
         bool ok = true;
@@ -618,6 +623,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         r->sock = ci ? ci->socket_context : NULL;
         r->conn = c;
+        pl_srv_conn_attach(s, r->sock, r);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%.*s", (int)(sizeof r->path - 1), url);
         *con_cls = r;

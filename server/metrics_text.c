@@ -180,6 +180,10 @@ char *pl_srv_metrics_text(pl_srv *s, const pl_srv_snapshot *snap, size_t *out_le
             snap->deliver_s);
     counter(&b, "server_idle_seconds_total", "Stepping thread: time asleep in pl_engine_wait.",
             model, snap->idle_s);
+    counter(&b, "server_step_cpu_seconds_total", "Stepping thread: its CPU time inside "
+            "pl_engine_step (backend worker threads not counted).", model, snap->step_cpu_s);
+    counter(&b, "server_deliver_cpu_seconds_total", "Stepping thread: its CPU time delivering "
+            "step results.", model, snap->deliver_cpu_s);
     counter(&b, "server_aborted_disconnect_total", "Requests aborted because the client hung up.",
             model, (double)atomic_load(&s->aborted_disconnect));
     counter(&b, "server_aborted_slow_reader_total", "Streams aborted because the client read "

@@ -71,7 +71,6 @@ pl_srv_event *pl_srv_req_take_events_locked(pl_srv_req *r) {
 void pl_srv_req_resume_locked(pl_srv_req *r) {
     if (!r->suspended) return;
     r->suspended = false;
-    pl_srv_watch_del_locked(r->srv, r); /* before libmicrohttpd may close the socket */
     MHD_resume_connection(r->conn);
 }
 

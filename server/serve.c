@@ -186,6 +186,7 @@ static void fini(pl_srv *s) {
     pl_srv_watch_stop(s);
     pl_srv_vocab_free(&s->vocab);
     pl_srv_registry_free(&s->reg);
+    free(s->resume);
     pl_engine_destroy(s->e);
     pthread_mutex_destroy(&s->reg_mu);
     pthread_mutex_destroy(&s->snap_mu);

@@ -237,7 +237,8 @@ typedef struct pl_srv_req {
     bool done;                      /* every choice finished */
     bool client_gone;               /* hung up while suspended */
     bool overflow;                  /* a stream's pending deltas passed the bound: aborted */
-    bool suspended;                 /* the connection is suspended (and watched) */
+    bool suspended;                 /* the connection is suspended */
+    bool to_resume;                 /* in the stepping thread's list of connections to resume */
     pl_srv_event *ev_head, *ev_tail;
     int n_events;
     /* streaming output (HTTP thread) */
@@ -256,7 +257,7 @@ void pl_srv_req_destroy(pl_srv_req *r);
 /* Aborts the engine requests of r not finished yet (r->mu held; the engine's intake lock is
  * the innermost of all); returns how many. */
 size_t pl_srv_req_abort_locked(pl_srv_req *r);
-/* Resumes the suspended connection (stops watching it). Called with r->mu held. */
+/* Resumes the suspended connection. Called with r->mu held. */
 void pl_srv_req_resume_locked(pl_srv_req *r);
 /* Takes the queued events (NULL when none), with r->mu held. */
 pl_srv_event *pl_srv_req_take_events_locked(pl_srv_req *r);
@@ -300,6 +301,7 @@ typedef struct pl_srv_snapshot {
     double step_s;              /* stepping thread: time in pl_engine_step */
     double deliver_s;           /* time copying results into requests and resuming */
     double idle_s;              /* time in pl_engine_wait */
+    double step_cpu_s, deliver_cpu_s; /* the same two in the thread's CPU time */
     double uptime_s;
 } pl_srv_snapshot;
 
@@ -325,7 +327,10 @@ struct pl_srv {
     /* stepping thread */
     pthread_t stepper;
     bool stepper_started;
-    double clock_step_s, clock_deliver_s, clock_idle_s; /* the stepping thread's own */
+    double clock_step_s, clock_deliver_s, clock_idle_s; /* the stepping thread's, wall */
+    double cpu_step_s, cpu_deliver_s;                     /* and its CPU time */
+    pl_srv_req **resume;            /* the stepping thread's: requests to resume after a step */
+    size_t n_resume, cap_resume;
     atomic_bool stop;               /* the stepping thread ends */
     pthread_mutex_t snap_mu;
     pthread_cond_t snap_cv;
@@ -347,6 +352,7 @@ struct pl_srv {
     pl_srv_conn *conns;
     pthread_mutex_t dead_mu;
     pl_srv_req *dead;
+    pl_srv_conn *dead_conns;
     size_t n_dead;
 };
 
@@ -363,8 +369,8 @@ void pl_srv_abort_all(pl_srv *s);
 bool pl_srv_http_start(pl_srv *s);
 void pl_srv_http_stop(pl_srv *s);
 
-/* watch.c: connection records for the slow-client reaper; suspended connections watched
- * for hang-ups */
+/* watch.c: connection records (libmicrohttpd's socket context): hang-ups, the slow-client
+ * reaper */
 bool pl_srv_watch_start(pl_srv *s);
 void pl_srv_watch_stop(pl_srv *s);
 /* libmicrohttpd's connection notifications (started / closed). */
@@ -374,9 +380,10 @@ void pl_srv_conn_closed(pl_srv *s, void **socket_context);
 void pl_srv_conn_reading(pl_srv *s, pl_srv_conn *c);
 void pl_srv_conn_busy(pl_srv *s, pl_srv_conn *c);
 void pl_srv_conn_idle(pl_srv *s, pl_srv_conn *c);
-/* Starts / stops watching r's socket for a hang-up (r->mu held); start takes no reference. */
-void pl_srv_watch_add_locked(pl_srv *s, pl_srv_req *r);
-void pl_srv_watch_del_locked(pl_srv *s, pl_srv_req *r);
+/* The request the connection is answering (NULL: none), for a hang-up to find. */
+void pl_srv_conn_attach(pl_srv *s, pl_srv_conn *c, pl_srv_req *r);
+/* Whether the client hung up; checked under r->mu before suspending (c may be NULL). */
+bool pl_srv_conn_hung_up(const pl_srv_conn *c);
 /* Hands a dead request to the watcher, which frees it after its current batch. */
 void pl_srv_watch_bury(pl_srv *s, pl_srv_req *r);
 

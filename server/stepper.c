@@ -70,6 +70,38 @@ static void overflow(pl_srv *s, pl_srv_req *r) {
     pl_srv_req_abort_locked(r);
 }
 
+/* Queues r's connection to be resumed once the whole step is delivered (r->mu held). Waking a
+ * libmicrohttpd thread mid-delivery would hand it the core (on a busy machine) while this
+ * thread still holds the registry. */
+static void want_resume(pl_srv *s, pl_srv_req *r) {
+    if (!r->suspended || r->to_resume) return;
+    if (s->n_resume == s->cap_resume) {
+        size_t cap = s->cap_resume ? 2 * s->cap_resume : 64;
+        pl_srv_req **g = realloc(s->resume, cap * sizeof *g);
+        if (!g) { /* resume now instead */
+            pl_srv_req_resume_locked(r);
+            return;
+        }
+        s->resume = g;
+        s->cap_resume = cap;
+    }
+    r->to_resume = true;
+    pl_srv_req_ref(r);
+    s->resume[s->n_resume++] = r;
+}
+
+static void resume_queued(pl_srv *s) {
+    for (size_t i = 0; i < s->n_resume; i++) {
+        pl_srv_req *r = s->resume[i];
+        pthread_mutex_lock(&r->mu);
+        r->to_resume = false;
+        pl_srv_req_resume_locked(r);
+        pthread_mutex_unlock(&r->mu);
+        pl_srv_req_unref(r);
+    }
+    s->n_resume = 0;
+}
+
 static void deliver_delta(pl_srv *s, const pl_stream_delta *d) {
     pl_srv_entry *en = pl_srv_registry_get(&s->reg, d->id);
     if (!en || !en->req->rq.stream) return; /* whole responses take the final text */
@@ -79,7 +111,7 @@ static void deliver_delta(pl_srv *s, const pl_stream_delta *d) {
     pthread_mutex_lock(&r->mu);
     if (!r->overflow && !r->client_gone && choice < r->n_choices) {
         if (r->n_events >= s->opt.max_pending_deltas || !push_delta(r, choice, d)) overflow(s, r);
-        pl_srv_req_resume_locked(r);
+        want_resume(s, r);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -119,7 +151,7 @@ static void deliver_finished(pl_srv *s, const pl_completion *c) {
         if (r->rq.stream && !r->overflow && !push_finish(r, choice)) overflow(s, r);
         prompt_done = --r->samples_left[prompt] == 0;
         if (prompt_done && --r->prompts_left == 0) r->done = true;
-        pl_srv_req_resume_locked(r);
+        want_resume(s, r);
     }
     pthread_mutex_unlock(&r->mu);
     if (prompt_done) {
@@ -134,6 +166,7 @@ static void deliver(pl_srv *s, const pl_step_result *res) {
     for (size_t i = 0; i < res->n_deltas; i++) deliver_delta(s, &res->deltas[i]);
     for (size_t i = 0; i < res->n_finished; i++) deliver_finished(s, &res->finished[i]);
     pthread_mutex_unlock(&s->reg_mu);
+    resume_queued(s);
 }
 
 void pl_srv_abort_all(pl_srv *s) {
@@ -159,6 +192,8 @@ static void take_snapshot(pl_srv *s, pl_srv_snapshot *out) {
     out->step_s = s->clock_step_s;
     out->deliver_s = s->clock_deliver_s;
     out->idle_s = s->clock_idle_s;
+    out->step_cpu_s = s->cpu_step_s;
+    out->deliver_cpu_s = s->cpu_deliver_s;
     out->uptime_s = pl_srv_now() - s->t_start;
 }
 
@@ -218,6 +253,14 @@ static void periodic_log(pl_srv *s, log_state *last) {
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
+/* This thread's CPU time: wall time also counts the moments another process (or a client on
+ * the same machine) had the core. */
+static double thread_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static void *stepper_main(void *arg) {
     pl_srv *s = arg;
     double interval = s->opt.log_interval;
@@ -233,12 +276,15 @@ static void *stepper_main(void *arg) {
         s->clock_idle_s += t1 - t0;
         if (work && !atomic_load(&s->stop)) {
             pl_step_result res = {0};
+            double c1 = thread_cpu();
             pl_status st = pl_engine_step(s->e, &res);
-            double t2 = pl_srv_now();
+            double t2 = pl_srv_now(), c2 = thread_cpu();
             deliver(s, &res);
-            double t3 = pl_srv_now();
+            double t3 = pl_srv_now(), c3 = thread_cpu();
             s->clock_step_s += t2 - t1;
             s->clock_deliver_s += t3 - t2;
+            s->cpu_step_s += c2 - c1;
+            s->cpu_deliver_s += c3 - c2;
             if (st != PL_OK) {
                 pl_srv_log("ERROR", "step: %s (%s)", pl_last_error(), pl_status_name(st));
                 /* a backend failure finished its requests (reported above); anything else

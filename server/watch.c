@@ -1,27 +1,30 @@
 /*
- * server/watch.c - the watcher thread: hang-ups of suspended clients, slow clients, and the
- * freeing of dead requests.
+ * server/watch.c - the watcher thread: clients that hang up, slow clients, and the freeing of
+ * dead requests and connection records.
  *
  * Hang-ups. libmicrohttpd does not look at a suspended connection's socket, and a request
- * waiting for the engine (a whole response, or a stream between tokens) is suspended. So its
- * socket is in this thread's epoll set for EPOLLRDHUP/HUP/ERR (not for input: a pipelined
- * next request is not a hang-up) while it is suspended. A hang-up marks the request gone,
- * aborts its engine requests at once (their KV blocks are freed by the next step) and
- * resumes the connection so libmicrohttpd closes it. The socket leaves the set before any
- * resume, under the request's lock, so it is never watched once libmicrohttpd may close it.
+ * waiting for the engine (a whole response, or a stream between tokens) is suspended. So
+ * every connection's socket is in this thread's epoll set from its start to its close,
+ * edge-triggered on EPOLLRDHUP (and HUP/ERR; not on input: a pipelined next request is not a
+ * hang-up). A hang-up marks the connection; if its request is suspended, the request is
+ * marked gone, its engine requests are aborted at once (their KV blocks are freed by the next
+ * step) and the connection resumed so libmicrohttpd closes it. A request about to suspend
+ * looks at the mark first (pl_srv_conn_hung_up), so a hang-up just before a suspend is not
+ * missed. Watching per connection rather than per suspension keeps epoll_ctl out of the
+ * stepping thread's path: resuming a stream after each token is one libmicrohttpd call.
  *
- * Why this thread frees requests. An epoll event carries a request pointer; a batch returned
- * by epoll_wait may name a request whose watch another thread removed since, and which may
- * then have lost its last reference. So the last reference hands the request to this thread
- * (pl_srv_watch_bury), which frees it only after finishing the batch in progress: a request
+ * Why this thread frees requests and connection records. An epoll event carries a record
+ * pointer, and a batch returned by epoll_wait may name a connection that closed since. So a
+ * closed connection's record, and a request that lost its last reference (it is reached from
+ * the record), go to this thread, which frees them only after the batch in progress: anything
  * seen in a batch is alive until the end of that batch.
  *
- * Slow clients. Each connection has a record (libmicrohttpd's socket context) saying what it
- * is doing since when: idle (between requests), reading a request (from its request line) or
- * busy (the request is being answered). Once a second the records are checked: idle longer
- * than --timeout-keep-alive, or reading longer than --request-timeout, and the socket is
- * shut down, which libmicrohttpd sees as the client's close. libmicrohttpd's own timeout
- * only closes silent connections; one byte a second keeps it from firing, this does not.
+ * Slow clients. Each record says what its connection is doing since when: idle (between
+ * requests), reading a request (from its request line) or busy (being answered). Once a
+ * second the records are checked: idle longer than --timeout-keep-alive, or reading longer
+ * than --request-timeout, and the socket is shut down, which libmicrohttpd sees as the
+ * client's close. libmicrohttpd's own timeout only closes silent connections; one byte a
+ * second keeps it from firing, this does not.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -36,39 +39,66 @@
 enum { CONN_IDLE, CONN_READING, CONN_BUSY, CONN_DROPPED };
 
 struct pl_srv_conn {
-    pl_srv_conn *prev, *next;
+    pl_srv_conn *prev, *next;   /* the live list (conn_mu) */
+    pl_srv_conn *dead_next;     /* the watcher's list of records to free */
     int fd;
-    int phase;
-    double since;
+    int phase;                  /* conn_mu */
+    double since;               /* conn_mu */
+    pl_srv_req *req;            /* the request being answered, or NULL (conn_mu) */
+    atomic_bool hung_up;
 };
+
+static void wake_watcher(pl_srv *s) {
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0) { /* it wakes within a second anyway */ }
+}
 
 /* ---- connection records ------------------------------------------------------------------ */
 
 void pl_srv_conn_opened(pl_srv *s, int fd, void **socket_context) {
     pl_srv_conn *c = calloc(1, sizeof *c);
-    if (!c) return; /* then the connection is simply not reaped */
+    if (!c) return; /* then the connection is neither watched nor reaped */
     c->fd = fd;
     c->phase = CONN_IDLE;
     c->since = pl_srv_now();
+    atomic_init(&c->hung_up, false);
     pthread_mutex_lock(&s->conn_mu);
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
     pthread_mutex_unlock(&s->conn_mu);
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLET, .data.ptr = c};
+    if (epoll_ctl(s->watch_epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        pl_srv_log("WARN", "cannot watch a connection for hang-ups: %s", strerror(errno));
     *socket_context = c;
 }
 
+/* libmicrohttpd calls this before it closes the socket. */
 void pl_srv_conn_closed(pl_srv *s, void **socket_context) {
     pl_srv_conn *c = *socket_context;
     if (!c) return;
+    epoll_ctl(s->watch_epfd, EPOLL_CTL_DEL, c->fd, NULL);
     pthread_mutex_lock(&s->conn_mu);
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
+    c->req = NULL;
     pthread_mutex_unlock(&s->conn_mu);
-    free(c);
+    pthread_mutex_lock(&s->dead_mu);
+    c->dead_next = s->dead_conns;
+    s->dead_conns = c;
+    pthread_mutex_unlock(&s->dead_mu);
     *socket_context = NULL;
 }
+
+void pl_srv_conn_attach(pl_srv *s, pl_srv_conn *c, pl_srv_req *r) {
+    if (!c) return;
+    pthread_mutex_lock(&s->conn_mu);
+    c->req = r;
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+bool pl_srv_conn_hung_up(const pl_srv_conn *c) { return c && atomic_load(&c->hung_up); }
 
 static void set_phase(pl_srv *s, pl_srv_conn *c, int phase) {
     if (!c) return;
@@ -77,6 +107,7 @@ static void set_phase(pl_srv *s, pl_srv_conn *c, int phase) {
         c->phase = phase;
         c->since = pl_srv_now();
     }
+    if (phase == CONN_IDLE) c->req = NULL; /* the request completed */
     pthread_mutex_unlock(&s->conn_mu);
 }
 
@@ -93,8 +124,8 @@ static void reap_slow(pl_srv *s) {
         double limit = c->phase == CONN_IDLE ? (keep > 0 ? keep + 1.0 : -1)
                        : c->phase == CONN_READING ? (read > 0 ? (double)read : -1) : -1;
         if (limit <= 0 || now - c->since <= limit) continue;
-        /* the record lives until libmicrohttpd's close notification, which takes conn_mu:
-         * the socket is still open here */
+        /* the record is in the list until libmicrohttpd's close notification, which takes
+         * conn_mu: the socket is still open here */
         shutdown(c->fd, SHUT_RDWR);
         c->phase = CONN_DROPPED;
         n++;
@@ -106,30 +137,24 @@ static void reap_slow(pl_srv *s) {
 
 /* ---- hang-ups ---------------------------------------------------------------------------- */
 
-void pl_srv_watch_add_locked(pl_srv *s, pl_srv_req *r) {
-    if (!r->sock) return;
-    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLONESHOT,
-                             .data.ptr = r};
-    if (epoll_ctl(s->watch_epfd, EPOLL_CTL_ADD, r->sock->fd, &ev) != 0)
-        pl_srv_log("WARN", "cannot watch a connection for hang-ups: %s", strerror(errno));
-}
-
-void pl_srv_watch_del_locked(pl_srv *s, pl_srv_req *r) {
-    if (r->sock) epoll_ctl(s->watch_epfd, EPOLL_CTL_DEL, r->sock->fd, NULL);
-}
-
-static void hung_up(pl_srv *s, pl_srv_req *r) {
+static void hung_up(pl_srv *s, pl_srv_conn *c) {
+    atomic_store(&c->hung_up, true); /* before looking at the request: see pl_srv_conn_hung_up */
+    pthread_mutex_lock(&s->conn_mu);
+    pl_srv_req *r = c->req;
+    if (r) pl_srv_req_ref(r);
+    pthread_mutex_unlock(&s->conn_mu);
+    if (!r) return; /* between requests: libmicrohttpd reads the end itself */
     pthread_mutex_lock(&r->mu);
-    if (r->suspended) { /* else resumed meanwhile: libmicrohttpd sees the close itself */
+    if (r->suspended) { /* else libmicrohttpd is at work on it and sees the close itself */
         r->client_gone = true;
-        if (!r->done && pl_srv_req_abort_locked(r) > 0)
-            atomic_fetch_add(&s->aborted_disconnect, 1);
+        if (!r->done && pl_srv_req_abort_locked(r) > 0) atomic_fetch_add(&s->aborted_disconnect, 1);
         pl_srv_req_resume_locked(r);
     }
     pthread_mutex_unlock(&r->mu);
+    pl_srv_req_unref(r);
 }
 
-/* ---- dead requests ------------------------------------------------------------------------ */
+/* ---- dead requests and records ------------------------------------------------------------- */
 
 void pl_srv_watch_bury(pl_srv *s, pl_srv_req *r) {
     pthread_mutex_lock(&s->dead_mu);
@@ -137,22 +162,26 @@ void pl_srv_watch_bury(pl_srv *s, pl_srv_req *r) {
     s->dead = r;
     bool wake = ++s->n_dead == 256;
     pthread_mutex_unlock(&s->dead_mu);
-    if (wake) {
-        uint64_t one = 1;
-        if (write(s->wake_fd, &one, sizeof one) < 0) { /* the 1 s timeout frees them anyway */ }
-    }
+    if (wake) wake_watcher(s);
 }
 
 static void free_dead(pl_srv *s) {
     pthread_mutex_lock(&s->dead_mu);
     pl_srv_req *r = s->dead;
+    pl_srv_conn *c = s->dead_conns;
     s->dead = NULL;
+    s->dead_conns = NULL;
     s->n_dead = 0;
     pthread_mutex_unlock(&s->dead_mu);
     while (r) {
         pl_srv_req *next = r->dead_next;
         pl_srv_req_destroy(r);
         r = next;
+    }
+    while (c) {
+        pl_srv_conn *next = c->dead_next;
+        free(c);
+        c = next;
     }
 }
 
@@ -197,8 +226,7 @@ bool pl_srv_watch_start(pl_srv *s) {
 void pl_srv_watch_stop(pl_srv *s) {
     if (s->watcher_started) {
         atomic_store(&s->watch_stop, true);
-        uint64_t one = 1;
-        if (write(s->wake_fd, &one, sizeof one) < 0) { /* it wakes within a second anyway */ }
+        wake_watcher(s);
         pthread_join(s->watcher, NULL);
         s->watcher_started = false;
     }

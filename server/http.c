@@ -490,7 +490,9 @@ static enum MHD_Result wait_or_answer(pl_srv *s, pl_srv_req *r, struct MHD_Conne
     return done ? answer(s, r, c) : MHD_YES;
 }
 
-/* The SSE body: formats what the stepping thread queued; suspends when there is nothing. */
+/* The SSE body: formats what the stepping thread queued, a few events at a time (what is not
+ * formatted stays queued: a client that does not read lets events pile up there, where
+ * --max-pending-deltas bounds them); suspends when there is nothing. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     pl_srv_req *r = cls;
@@ -506,8 +508,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_len = r->out_pos = 0;
         if (r->stream_ended) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&r->mu);
-        pl_srv_event *ev = pl_srv_req_take_events_locked(r);
-        bool done = r->done, over = r->overflow, gone = r->client_gone;
+        pl_srv_event *ev = pl_srv_req_take_events_locked(r, 16);
+        bool over = r->overflow, gone = r->client_gone;
+        bool done = r->done && !r->ev_head; /* the last events are taken */
         if (!ev && !done && !over) {
             bool suspended = !gone && suspend_locked(s, r);
             pthread_mutex_unlock(&r->mu);
@@ -517,7 +520,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         bool ok = true;
         for (pl_srv_event *e = ev; e && ok; e = e->next) ok = pl_srv_stream_event(s, r, e);
         pl_srv_events_free(ev);
-        if (ok && over) {
+        if (ok && over) { /* what is still queued is dropped: the request was aborted */
+            pthread_mutex_lock(&r->mu);
+            pl_srv_events_free(pl_srv_req_take_events_locked(r, INT32_MAX));
+            pthread_mutex_unlock(&r->mu);
             pl_srv_error err;
             pl_srv_fail(&err, 503, NULL, "the client read the stream too slowly: %d events were "
                         "waiting (--max-pending-deltas); the request was aborted",
@@ -669,23 +675,34 @@ static void client_address(struct MHD_Connection *c, char *buf, size_t cap) {
     snprintf(buf, cap, "%s:%d", host, port);
 }
 
+/* What the access log says of a request's choices, read under r->mu: a request that did not
+ * finish is still being written by the stepping thread. */
+typedef struct log_counts {
+    size_t prompt, out;
+    double ttft;       /* the first choice's; -1: none */
+} log_counts;
+
+static log_counts count_locked(const pl_srv_req *r) {
+    log_counts k = {.ttft = -1};
+    for (int i = 0; i < r->n_choices; i++) {
+        const pl_srv_choice *ch = &r->choices[i];
+        k.out += ch->n_out;
+        if (i % r->n_per_prompt == 0) k.prompt += ch->n_prompt;
+        if (ch->n_out && (k.ttft < 0 || ch->ttft_s < k.ttft)) k.ttft = ch->ttft_s;
+    }
+    return k;
+}
+
 static void access_log(pl_srv *s, pl_srv_req *r, struct MHD_Connection *c,
-                       enum MHD_RequestTerminationCode toe, bool aborted, bool slow) {
+                       enum MHD_RequestTerminationCode toe, const log_counts *k, bool aborted,
+                       bool slow) {
     if (!s->opt.access_log) return;
     char addr[96];
     client_address(c, addr, sizeof addr);
-    size_t prompt = 0, out = 0;
-    double ttft = -1;
-    for (int i = 0; i < r->n_choices; i++) {
-        const pl_srv_choice *ch = &r->choices[i];
-        out += ch->n_out;
-        if (i % r->n_per_prompt == 0) prompt += ch->n_prompt;
-        if (ch->n_out && (ttft < 0 || ch->ttft_s < ttft)) ttft = ch->ttft_s;
-    }
     char extra[96] = "";
     if (r->n_choices)
         snprintf(extra, sizeof extra, " prompt_tokens=%zu completion_tokens=%zu ttft_ms=%.1f",
-                 prompt, out, ttft >= 0 ? ttft * 1e3 : 0.0);
+                 k->prompt, k->out, k->ttft >= 0 ? k->ttft * 1e3 : 0.0);
     const char *note = slow ? " (aborted: the client read the stream too slowly)"
                        : aborted ? " (aborted: the client went away)"
                        : toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? " (connection closed early)"
@@ -706,12 +723,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         aborted = pl_srv_req_abort_locked(r) > 0;
         if (aborted && !r->client_gone) atomic_fetch_add(&s->aborted_disconnect, 1);
     }
-    bool slow = r->overflow;
+    bool slow = r->overflow, gone = r->client_gone;
+    log_counts k = count_locked(r);
     pl_srv_conn *sock = r->sock;
     r->conn = NULL;
     r->sock = NULL; /* freed with the connection; nothing watches it any more */
     pthread_mutex_unlock(&r->mu);
-    access_log(s, r, c, toe, aborted || r->client_gone, slow);
+    access_log(s, r, c, toe, &k, aborted || gone, slow);
     pl_srv_conn_idle(s, sock);
     atomic_fetch_add(&s->served, 1);
     atomic_fetch_sub(&s->active, 1);

@@ -58,6 +58,9 @@ static const opt_row ROWS[] = {
      "threads answering HTTP (parsing, tokenizing, formatting)"},
     {"--max-pending-deltas", O_INT, O(max_pending_deltas), 1, 1 << 24, "N", "4096",
      "stream events a client may leave unread before its request is aborted"},
+    {"--send-buffer", O_SIZE, O(send_buffer_bytes), 0, 1LL << 30, "SIZE", "0",
+     "kernel send buffer per connection (SO_SNDBUF); 0 = the kernel's default, which grows to "
+     "megabytes: a smaller one holds less for a slow reader"},
     {"--log-interval", O_SECONDS, O(log_interval), 0, 86400, "S", "10",
      "seconds between engine log lines (throughput, queue, KV usage); 0 = none"},
     {"--disable-access-log", O_OFF, O(access_log), 0, 0, NULL, NULL,

@@ -61,11 +61,16 @@ void pl_srv_events_free(pl_srv_event *ev) {
     }
 }
 
-pl_srv_event *pl_srv_req_take_events_locked(pl_srv_req *r) {
-    pl_srv_event *ev = r->ev_head;
-    r->ev_head = r->ev_tail = NULL;
-    r->n_events = 0;
-    return ev;
+pl_srv_event *pl_srv_req_take_events_locked(pl_srv_req *r, int max_n) {
+    pl_srv_event *head = r->ev_head, *last = NULL;
+    int n = 0;
+    for (pl_srv_event *e = head; e && n < max_n; e = e->next) last = e, n++;
+    if (!last) return NULL;
+    r->ev_head = last->next;
+    if (!r->ev_head) r->ev_tail = NULL;
+    last->next = NULL;
+    r->n_events -= n;
+    return head;
 }
 
 void pl_srv_req_resume_locked(pl_srv_req *r) {

@@ -55,6 +55,8 @@ typedef struct pl_srv_options {
     double drain_timeout;          /* --drain-timeout seconds */
     int http_threads;              /* --http-threads */
     int max_pending_deltas;        /* --max-pending-deltas per streamed request */
+    size_t send_buffer_bytes;      /* --send-buffer: SO_SNDBUF of each connection (0: the
+                                      kernel's, which grows to megabytes) */
     double log_interval;           /* --log-interval seconds (0: off) */
     bool access_log;               /* off with --disable-access-log */
 } pl_srv_options;
@@ -259,8 +261,9 @@ void pl_srv_req_destroy(pl_srv_req *r);
 size_t pl_srv_req_abort_locked(pl_srv_req *r);
 /* Resumes the suspended connection. Called with r->mu held. */
 void pl_srv_req_resume_locked(pl_srv_req *r);
-/* Takes the queued events (NULL when none), with r->mu held. */
-pl_srv_event *pl_srv_req_take_events_locked(pl_srv_req *r);
+/* Takes the first max_n queued events (NULL when none), with r->mu held: the rest stay
+ * queued, counted against --max-pending-deltas. */
+pl_srv_event *pl_srv_req_take_events_locked(pl_srv_req *r, int max_n);
 void pl_srv_events_free(pl_srv_event *ev);
 
 /* ------------------------------------------------------------------------------------------

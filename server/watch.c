@@ -59,6 +59,10 @@ void pl_srv_conn_opened(pl_srv *s, int fd, void **socket_context) {
     pl_srv_conn *c = calloc(1, sizeof *c);
     if (!c) return; /* then the connection is neither watched nor reaped */
     c->fd = fd;
+    if (s->opt.send_buffer_bytes > 0) {
+        int size = (int)s->opt.send_buffer_bytes;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+    }
     c->phase = CONN_IDLE;
     c->since = pl_srv_now();
     atomic_init(&c->hung_up, false);

@@ -616,7 +616,7 @@ def case_drain():
 def case_slow_reader():
     """A client that reads nothing: its stream is aborted once --max-pending-deltas events
     wait, the blocks are freed, and the stream ends with an error saying why."""
-    srv = Server(PAGELLM, stories_args(["--max-pending-deltas", "16"]))
+    srv = Server(PAGELLM, stories_args(["--max-pending-deltas", "16", "--send-buffer", "4K"]))
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)

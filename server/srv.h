@@ -8,9 +8,11 @@
  *   until the next step) and resumes their connections.
  * - libmicrohttpd's threads (http.c) parse, tokenize, submit and abort, and turn what the
  *   stepping thread copied into HTTP responses (a whole JSON body, or SSE chunks).
- * - The watcher thread (watch.c) notices clients that hang up while their connection is
- *   suspended (libmicrohttpd does not look at a suspended socket), drops connections that
- *   send their request too slowly, and frees dead requests.
+ * - The watcher thread (watch.c) resumes the connections the stepping thread has new output
+ *   for (so that thread pays one wake-up per step, not one libmicrohttpd call per stream),
+ *   notices clients that hang up while their connection is suspended (libmicrohttpd does not
+ *   look at a suspended socket), drops connections that send their request too slowly, and
+ *   frees dead requests.
  * - The main thread (serve.c) waits for SIGTERM/SIGINT and drains.
  *
  * A request (pl_srv_req) is shared by its connection, the registry (while the engine holds
@@ -334,6 +336,8 @@ struct pl_srv {
     double cpu_step_s, cpu_deliver_s;                     /* and its CPU time */
     pl_srv_req **resume;            /* the stepping thread's: requests to resume after a step */
     size_t n_resume, cap_resume;
+    pl_srv_req **handoff;           /* (dead_mu) handed to the watcher, which resumes them */
+    size_t n_handoff, cap_handoff;
     atomic_bool stop;               /* the stepping thread ends */
     pthread_mutex_t snap_mu;
     pthread_cond_t snap_cv;
@@ -389,6 +393,9 @@ void pl_srv_conn_attach(pl_srv *s, pl_srv_conn *c, pl_srv_req *r);
 bool pl_srv_conn_hung_up(const pl_srv_conn *c);
 /* Hands a dead request to the watcher, which frees it after its current batch. */
 void pl_srv_watch_bury(pl_srv *s, pl_srv_req *r);
+/* Hands the watcher reqs[0..n) to resume (each with a reference and to_resume set, which
+ * the watcher drops and clears); false when out of memory (then nothing was taken). */
+bool pl_srv_watch_resume(pl_srv *s, pl_srv_req **reqs, size_t n);
 
 /* respond.c: response bodies (new references) and SSE chunks */
 json_t *pl_srv_response_json(pl_srv *s, pl_srv_req *r);

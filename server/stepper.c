@@ -70,9 +70,11 @@ static void overflow(pl_srv *s, pl_srv_req *r) {
     pl_srv_req_abort_locked(r);
 }
 
-/* Queues r's connection to be resumed once the whole step is delivered (r->mu held). Waking a
- * libmicrohttpd thread mid-delivery would hand it the core (on a busy machine) while this
- * thread still holds the registry. */
+/* Queues r's connection to be resumed once the whole step is delivered (r->mu held). The
+ * watcher thread resumes them: one libmicrohttpd call (a lock and a write to its wake-up
+ * descriptor) per stream per step would otherwise be this thread's largest cost, and waking
+ * libmicrohttpd's threads mid-delivery hands them the core on a busy machine while this
+ * thread holds the registry. */
 static void want_resume(pl_srv *s, pl_srv_req *r) {
     if (!r->suspended || r->to_resume) return;
     if (s->n_resume == s->cap_resume) {
@@ -91,7 +93,12 @@ static void want_resume(pl_srv *s, pl_srv_req *r) {
 }
 
 static void resume_queued(pl_srv *s) {
-    for (size_t i = 0; i < s->n_resume; i++) {
+    if (s->n_resume == 0) return;
+    if (pl_srv_watch_resume(s, s->resume, s->n_resume)) {
+        s->n_resume = 0;
+        return;
+    }
+    for (size_t i = 0; i < s->n_resume; i++) { /* out of memory: resume them here */
         pl_srv_req *r = s->resume[i];
         pthread_mutex_lock(&r->mu);
         r->to_resume = false;

@@ -189,6 +189,51 @@ static void free_dead(pl_srv *s) {
     }
 }
 
+/* ---- resumes handed over by the stepping thread ------------------------------------------- */
+
+bool pl_srv_watch_resume(pl_srv *s, pl_srv_req **reqs, size_t n) {
+    pthread_mutex_lock(&s->dead_mu);
+    bool ok = true, was_empty = s->n_handoff == 0;
+    if (s->n_handoff + n > s->cap_handoff) {
+        size_t cap = s->cap_handoff ? s->cap_handoff : 64;
+        while (cap < s->n_handoff + n) cap *= 2;
+        pl_srv_req **g = realloc(s->handoff, cap * sizeof *g);
+        if (g) s->handoff = g, s->cap_handoff = cap;
+        else ok = false;
+    }
+    if (ok) {
+        memcpy(s->handoff + s->n_handoff, reqs, n * sizeof *reqs);
+        s->n_handoff += n;
+    }
+    pthread_mutex_unlock(&s->dead_mu);
+    if (ok && was_empty) wake_watcher(s); /* else a wake-up is on its way */
+    return ok;
+}
+
+static void resume_handed(pl_srv *s) {
+    for (;;) {
+        pthread_mutex_lock(&s->dead_mu);
+        size_t n = s->n_handoff;
+        pl_srv_req **list = s->handoff;
+        s->handoff = NULL;
+        s->n_handoff = s->cap_handoff = 0;
+        pthread_mutex_unlock(&s->dead_mu);
+        if (n == 0) {
+            free(list);
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            pl_srv_req *r = list[i];
+            pthread_mutex_lock(&r->mu);
+            r->to_resume = false;
+            pl_srv_req_resume_locked(r);
+            pthread_mutex_unlock(&r->mu);
+            pl_srv_req_unref(r);
+        }
+        free(list);
+    }
+}
+
 /* ---- the thread --------------------------------------------------------------------------- */
 
 static void *watcher_main(void *arg) {
@@ -205,12 +250,14 @@ static void *watcher_main(void *arg) {
             }
             hung_up(s, evs[i].data.ptr);
         }
+        resume_handed(s);
         free_dead(s); /* after the batch: see the file comment */
         if (pl_srv_now() >= next_reap) {
             reap_slow(s);
             next_reap = pl_srv_now() + 1.0;
         }
     }
+    resume_handed(s);
     free_dead(s);
     return NULL;
 }
@@ -234,6 +281,7 @@ void pl_srv_watch_stop(pl_srv *s) {
         pthread_join(s->watcher, NULL);
         s->watcher_started = false;
     }
+    resume_handed(s);
     free_dead(s);
     if (s->watch_epfd >= 0) close(s->watch_epfd);
     if (s->wake_fd >= 0) close(s->wake_fd);

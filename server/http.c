@@ -464,8 +464,6 @@ static enum MHD_Result answer(pl_srv *s, pl_srv_req *r, struct MHD_Connection *c
     return send_json(r, c, 200, pl_srv_response_json(s, r), NULL, NULL);
 }
 
-/* A whole response: answer if every choice is in, else sleep until the stepping thread (or a
- * hang-up) resumes the connection. */
 /* Suspends r's connection unless the client has hung up (then: gone, aborted). r->mu held;
  * returns whether it suspended. */
 static bool suspend_locked(pl_srv *s, pl_srv_req *r) {
@@ -480,6 +478,8 @@ static bool suspend_locked(pl_srv *s, pl_srv_req *r) {
     return true;
 }
 
+/* A whole response: answer if every choice is in, else sleep until the watcher resumes the
+ * connection (the stepping thread delivered the last choice, or the client hung up). */
 static enum MHD_Result wait_or_answer(pl_srv *s, pl_srv_req *r, struct MHD_Connection *c) {
     pthread_mutex_lock(&r->mu);
     bool done = r->done;
@@ -502,7 +502,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             size_t n = r->out_len - r->out_pos < max ? r->out_len - r->out_pos : max;
             memcpy(buf, r->out + r->out_pos, n);
             r->out_pos += n;
-            if (r->t_first_byte == 0) r->t_first_byte = pl_srv_now();
             return (ssize_t)n;
         }
         r->out_len = r->out_pos = 0;

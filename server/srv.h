@@ -5,7 +5,7 @@
  * - The stepping thread (stepper.c) is the only one that calls pl_engine_step, _metrics and
  *   _latency_histogram. Between steps it sleeps in pl_engine_wait. After each step it copies
  *   what the step reported into the requests it belongs to (step results are valid only
- *   until the next step) and resumes their connections.
+ *   until the next step) and hands the connections to resume to the watcher.
  * - libmicrohttpd's threads (http.c) parse, tokenize, submit and abort, and turn what the
  *   stepping thread copied into HTTP responses (a whole JSON body, or SSE chunks).
  * - The watcher thread (watch.c) resumes the connections the stepping thread has new output
@@ -16,10 +16,13 @@
  * - The main thread (serve.c) waits for SIGTERM/SIGINT and drains.
  *
  * A request (pl_srv_req) is shared by its connection, the registry (while the engine holds
- * any of its prompts) and, for streams, the response; it is reference counted, and its
- * memory is freed only by the watcher thread, after the epoll batch in which it may still
- * appear (watch.c says why). req->mu guards the fields the stepping thread writes (events,
- * choices' results, done) and the suspend/watch state.
+ * any of its prompts), a stream's response, and a pending resume; it is reference counted,
+ * and its memory is freed only by the watcher thread, after the epoll batch in which it may
+ * still appear (watch.c says why). req->mu guards the fields the stepping thread writes
+ * (events, choices' results, done) and the suspend state.
+ *
+ * Lock order: reg_mu, then a request's mu, then conn_mu or dead_mu; libmicrohttpd's own
+ * locks and the engine's intake lock are taken inside any of them and never call back.
  */
 #ifndef PL_SERVER_SRV_H
 #define PL_SERVER_SRV_H
@@ -215,7 +218,6 @@ typedef struct pl_srv_req {
     char method[8];
     char path[96];
     double t_start;                 /* monotonic seconds */
-    double t_first_byte;            /* first body byte of a stream (access log TTFT) */
     int status;                     /* HTTP status sent (access log) */
     /* an error found in the headers, sent once the body is in (HTTP thread) */
     pl_srv_error pending;

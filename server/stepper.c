@@ -5,8 +5,8 @@
  * pl_engine_wait until work arrives (or the next periodic log is due; no polling); step;
  * deliver what the step reported. Step results are engine-owned and valid only until the
  * next step, so delivery copies every delta a stream needs (text, token, logprobs) into its
- * request's event queue and every finished sample's result into its choice, then resumes the
- * suspended connections that have something new. A stream whose client does not read piles
+ * request's event queue and every finished sample's result into its choice, then hands the
+ * suspended connections that have something new to the watcher thread, which resumes them. A stream whose client does not read piles
  * events up to --max-pending-deltas; past that the request is aborted (its KV blocks freed by
  * the engine's next step) and the client is told why at the end of its stream: a slow reader
  * costs the engine one copy per token and never waits.

@@ -233,6 +233,9 @@ static bool need_tokenizer(pl_srv *s, pl_srv_error *err, const char *param) {
 static bool render_chat(pl_srv *s, const char *messages, const pl_chat_options *opt,
                         bool add_special, char **out_text, int32_t **out_ids, size_t *out_n,
                         pl_srv_error *err) {
+    if (opt->chat_template && !s->opt.trust_request_chat_template)
+        return pl_srv_fail(err, 400, "chat_template", "chat_template: a request's own template "
+                           "is refused unless the server runs with --trust-request-chat-template");
     if (!need_tokenizer(s, err, "messages")) return false;
     char *text;
     size_t len;

@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "server/srv.h"
 
-typedef enum opt_kind { O_STRING, O_INT, O_SIZE, O_SECONDS, O_OFF } opt_kind;
+typedef enum opt_kind { O_STRING, O_INT, O_SIZE, O_SECONDS, O_OFF, O_ON } opt_kind;
 
 typedef struct opt_row {
     const char *flag;
@@ -65,6 +65,9 @@ static const opt_row ROWS[] = {
      "seconds between engine log lines (throughput, queue, KV usage); 0 = none"},
     {"--disable-access-log", O_OFF, O(access_log), 0, 0, NULL, NULL,
      "no log line per request"},
+    {"--trust-request-chat-template", O_ON, O(trust_request_chat_template), 0, 0, NULL, NULL,
+     "let requests bring their own chat template (\"chat_template\"; rendered in the sandbox "
+     "either way); else such a request gets a 400"},
 };
 
 #define N_ROWS (sizeof ROWS / sizeof ROWS[0])
@@ -105,6 +108,7 @@ static bool set_row(const opt_row *r, pl_srv_options *o, const char *value) {
     switch (r->kind) {
     case O_STRING: *(const char **)p = value; return true;
     case O_OFF: *(bool *)p = false; return true;
+    case O_ON: *(bool *)p = true; return true;
     case O_INT:
         if (!cli_int(r->flag, value, r->lo, r->hi, &i)) return false;
         *(int *)p = (int)i;
@@ -185,14 +189,15 @@ int pl_srv_options_parse(int argc, char **argv, pl_srv_options *opt, pl_engine_c
         for (size_t k = 0; k < N_ROWS && !row; k++) {
             size_t len = strlen(ROWS[k].flag);
             if (!strcmp(a, ROWS[k].flag)) row = &ROWS[k];
-            else if (!strncmp(a, ROWS[k].flag, len) && a[len] == '=' && ROWS[k].kind != O_OFF)
+            else if (!strncmp(a, ROWS[k].flag, len) && a[len] == '=' && ROWS[k].kind != O_OFF &&
+                     ROWS[k].kind != O_ON)
                 row = &ROWS[k], value = a + len + 1;
         }
         if (!row) {
             fprintf(stderr, "pagellm serve: unknown flag '%s' (see --help)\n", a);
             return 2;
         }
-        if (row->kind != O_OFF && !value) {
+        if (row->kind != O_OFF && row->kind != O_ON && !value) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "pagellm: %s: missing value\n", a);
                 return 2;

@@ -64,6 +64,7 @@ typedef struct pl_srv_options {
                                       kernel's, which grows to megabytes) */
     double log_interval;           /* --log-interval seconds (0: off) */
     bool access_log;               /* off with --disable-access-log */
+    bool trust_request_chat_template; /* --trust-request-chat-template */
 } pl_srv_options;
 
 /* Parses argv (engine flags through cli/, the rest here) into opt and cfg. Returns -1 to go

@@ -232,9 +232,23 @@ def case_chat():
         st, _, v = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "max_tokens": 1})
         check(st == 200, v)
+        own = {"messages": msgs, "chat_template": "{{ messages[1].content }} and"}
+        for path in ["/v1/chat/completions", "/tokenize"]:
+            st, _, v = srv.post(path, own)
+            check(st == 400 and v["error"]["param"] == "chat_template", f"{path}: {st} {v}")
     finally:
         srv.stop()
         os.unlink(f.name)
+    # a request's own template, when the server trusts them
+    srv = Server(PAGELLM, stories_args(["--trust-request-chat-template"]))
+    try:
+        st, _, tok = srv.post("/tokenize", own)
+        st, _, text = srv.post("/detokenize", {"tokens": tok["tokens"]})
+        check(text["prompt"] == "Once and", text)
+        st, _, v = srv.post("/v1/chat/completions", dict(own, max_tokens=3))
+        check(st == 200 and v["usage"]["prompt_tokens"] == tok["count"], v)
+    finally:
+        srv.stop()
 
 
 def case_greedy_generate():

@@ -224,6 +224,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     pl_runner_set_op_hook(e->runner, pl_profiler_op, &e->prof);
     PL_TRY(pl_sampler_init(&e->sampler, e->vocab));
     PL_TRY(alloc_step_buffers(e, &lim));
+    pl_intake_publish(e);
     pl_log(PL_LOG_INFO, "engine: model %s, backend %s, %d KV blocks of %d tokens, max_model_len %d",
            e->model->name, e->be->ops->name, lim.n_blocks, c->block_size, e->max_model_len);
     return PL_OK;

@@ -66,6 +66,7 @@ typedef struct pl_sample {
     bool reported;          /* its completion was in a step result */
     pl_finish_reason reason;
     uint64_t t_first_token_ns, t_finish_ns;
+    uint64_t t_last_token_ns;  /* the latest output token's (inter-token latency) */
 } pl_sample;
 
 struct pl_request {
@@ -107,6 +108,7 @@ typedef struct pl_intake {
     size_t n_aborts, cap_aborts;
     pl_id_map live;              /* every request not yet reported finished */
     int n_waiting_new;           /* the scheduler's count at the last drain (queue bound) */
+    pl_occupancy occ;            /* as of the last drain / retire (pl_engine_occupancy) */
 } pl_intake;
 
 /* Log-scale histogram for latency percentiles in constant memory (1 us .. ~1000 s, 1%). */
@@ -126,7 +128,8 @@ typedef struct pl_engine_stats {
     uint64_t step_seqs, step_tokens;
     uint64_t elapsed_ns;
     double kv_usage_peak;
-    pl_hist ttft, tpot, latency;
+    uint64_t samples_by_reason[8];   /* indexed by pl_finish_reason */
+    pl_hist ttft, tpot, latency, itl, queue;
 } pl_engine_stats;
 
 /* A token drawn for a sample this step, appended after all rows are drawn. */
@@ -227,6 +230,9 @@ void pl_intake_deinit(pl_intake *in);
 void pl_intake_drain(pl_engine *e);
 /* Requests whose every sample was reported leave the live list for the graveyard. */
 void pl_intake_retire_reported(pl_engine *e);
+/* Publishes the scheduler's counts and the pool's figures (pl_engine_occupancy) as they
+ * are now; the drain and the retirement do it every step. */
+void pl_intake_publish(pl_engine *e);
 /* Submits or aborts not drained yet. */
 bool pl_intake_has_queued(pl_intake *in);
 

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
+#include "engine/fields.h"
 #include "util/alloc.h"
 #include "util/log.h"
 #include "util/timer.h"
@@ -188,6 +189,29 @@ pl_status pl_engine_abort(pl_engine *e, pl_request_id id) {
 
 /* ---- the stepping thread's side ------------------------------------------------------ */
 
+/* The scheduler's counts and the pool's figures, for submitters (the queue bound) and
+ * pl_engine_occupancy. Called with intake.mu held. */
+static void publish_counts(pl_engine *e) {
+    pl_intake *in = &e->intake;
+    pl_sched_counts c;
+    pl_sched_get_counts(e->sched, &c);
+    in->n_waiting_new = c.n_waiting_new;
+    pl_kv_stats kv;
+    pl_kv_get_stats(e->pool, &kv);
+    in->occ = (pl_occupancy){
+        .struct_size = sizeof in->occ, .n_waiting = c.n_waiting,
+        .n_waiting_new = c.n_waiting_new, .n_running = c.n_running,
+        .max_waiting = e->cfg.max_waiting, .kv_blocks_total = kv.n_blocks_total,
+        .kv_blocks_used = kv.n_blocks_used, .kv_usage = kv.usage,
+    };
+}
+
+void pl_intake_publish(pl_engine *e) {
+    pthread_mutex_lock(&e->intake.mu);
+    publish_counts(e);
+    pthread_mutex_unlock(&e->intake.mu);
+}
+
 void pl_intake_drain(pl_engine *e) {
     pl_intake *in = &e->intake;
     pthread_mutex_lock(&in->mu);
@@ -217,9 +241,7 @@ void pl_intake_drain(pl_engine *e) {
     /* The drained requests now count as waiting: a submit made while this step runs must see
      * them, or it passes the max_waiting check and the next drain finds the queue full (the
      * request then ends "overloaded" under REJECT_NEWEST instead of being refused). */
-    pl_sched_counts c;
-    pl_sched_get_counts(e->sched, &c);
-    in->n_waiting_new = c.n_waiting_new;
+    publish_counts(e);
     pthread_mutex_unlock(&in->mu);
 }
 
@@ -236,9 +258,7 @@ void pl_intake_retire_reported(pl_engine *e) {
         r->inbox_next = e->graveyard;
         e->graveyard = r;
     }
-    pl_sched_counts c;
-    pl_sched_get_counts(e->sched, &c);
-    in->n_waiting_new = c.n_waiting_new;
+    publish_counts(e);
     pthread_mutex_unlock(&in->mu);
 }
 
@@ -290,4 +310,20 @@ void pl_engine_wake(pl_engine *e) {
     in->woken = true;
     pthread_cond_broadcast(&in->arrived);
     pthread_mutex_unlock(&in->mu);
+}
+
+void pl_engine_occupancy_sized(const pl_engine *e, pl_occupancy *dst, size_t dst_size) {
+    if (!dst) return;
+    pl_occupancy o = {.struct_size = sizeof o};
+    if (e) {
+        pl_intake *in = &((pl_engine *)e)->intake; /* the lock is state, not value */
+        pthread_mutex_lock(&in->mu);
+        o = in->occ;
+        /* submitted since the last drain: new and waiting too */
+        o.n_waiting += (int)in->n_queued;
+        o.n_waiting_new += (int)in->n_queued;
+        o.max_waiting = e->cfg.max_waiting;
+        pthread_mutex_unlock(&in->mu);
+    }
+    pl_fields_fill_out(dst, dst_size, &o, sizeof o);
 }

@@ -9,6 +9,7 @@
 
 #include "engine/engine_internal.h"
 #include "engine/fields.h"
+#include "util/status.h"
 
 #define HIST_BASE 1e-6
 #define HIST_GROWTH 1.01
@@ -32,6 +33,42 @@ double pl_hist_quantile(const pl_hist *h, double q) {
             return i == 0 ? HIST_BASE : HIST_BASE * pow(HIST_GROWTH, i - 0.5);
     }
     return HIST_BASE * pow(HIST_GROWTH, PL_HIST_BINS);
+}
+
+/* The value a bin stands for: its geometric middle (what pl_hist_quantile returns). */
+static double bin_value(int i) {
+    return i == 0 ? HIST_BASE : HIST_BASE * pow(HIST_GROWTH, i - 0.5);
+}
+
+pl_status pl_engine_latency_histogram(const pl_engine *e, pl_latency kind, const double *bounds,
+                                      size_t n_bounds, uint64_t *out_counts,
+                                      uint64_t *out_count, double *out_sum) {
+    if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "latency_histogram: engine is NULL");
+    const pl_engine_stats *s = &e->stats;
+    const pl_hist *h = kind == PL_LATENCY_TTFT ? &s->ttft : kind == PL_LATENCY_ITL ? &s->itl
+                       : kind == PL_LATENCY_TPOT ? &s->tpot : kind == PL_LATENCY_E2E ? &s->latency
+                       : kind == PL_LATENCY_QUEUE ? &s->queue : NULL;
+    if (!h) return pl_fail(PL_ERR_INVALID_ARGUMENT, "latency_histogram: unknown kind %d", (int)kind);
+    if (n_bounds > 0 && (!bounds || !out_counts))
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "latency_histogram: %zu bounds but %s is NULL",
+                       n_bounds, bounds ? "out_counts" : "bounds");
+    for (size_t i = 0; i < n_bounds; i++)
+        if (isnan(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1])))
+            return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                           "latency_histogram: bounds[%zu] = %g: bounds must ascend strictly", i,
+                           bounds[i]);
+    /* one walk over the bins, the bounds advancing with it */
+    size_t k = 0;
+    uint64_t acc = 0;
+    for (int i = 0; i < PL_HIST_BINS && k < n_bounds; i++) {
+        double v = bin_value(i);
+        while (k < n_bounds && v > bounds[k]) out_counts[k++] = acc;
+        acc += h->bins[i];
+    }
+    while (k < n_bounds) out_counts[k++] = acc;
+    if (out_count) *out_count = h->n;
+    if (out_sum) *out_sum = h->sum;
+    return PL_OK;
 }
 
 static void fill(const pl_engine *e, pl_metrics *out) {
@@ -75,6 +112,9 @@ static void fill(const pl_engine *e, pl_metrics *out) {
     out->kv_usage_peak = s->kv_usage_peak > kv.usage ? s->kv_usage_peak : kv.usage;
     out->prefix_cache_hit_rate = kv.prefix_queries_tokens
         ? (double)kv.prefix_hits_tokens / (double)kv.prefix_queries_tokens : 0;
+    out->prefix_cache_queries = kv.prefix_queries_tokens;
+    out->prefix_cache_hits = kv.prefix_hits_tokens;
+    memcpy(out->samples_by_reason, s->samples_by_reason, sizeof out->samples_by_reason);
     out->block_size = e->cfg.block_size;
     out->max_model_len = e->max_model_len;
     out->vocab_size = e->vocab;

@@ -114,7 +114,10 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
         return st;
     }
     int n_out = pl_seq_n_generated(&s->seq);
-    if (n_out == 1) s->t_first_token_ns = pl_now_ns();
+    uint64_t now = pl_now_ns();
+    if (n_out == 1) s->t_first_token_ns = now;
+    else pl_hist_add(&e->stats.itl, (double)(now - s->t_last_token_ns) * 1e-9);
+    s->t_last_token_ns = now;
 
     bool stop_id = is_stop_id(e, r, tok, n_out);
     size_t old_len = s->text_len;
@@ -208,6 +211,7 @@ pl_status pl_output_collect(pl_engine *e) {
             if (r->n_unreported == 0) st->requests_finished++; /* its last sample */
             if (s->index == 0) st->prompt_tokens += (uint64_t)s->seq.n_prompt; /* once per request */
             st->output_tokens += (uint64_t)n_out;
+            if ((unsigned)s->reason < 8) st->samples_by_reason[s->reason]++;
             const pl_completion *c = &b->finished[b->n_finished - 1];
             pl_hist_add(&st->latency, c->total_s);
             if (s->t_first_token_ns) {

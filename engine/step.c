@@ -32,10 +32,13 @@ static void fail_step(pl_engine *e, const pl_sched_output *so) {
     }
 }
 
-static void note_first_scheduled(const pl_sched_output *so, uint64_t now) {
+static void note_first_scheduled(pl_engine *e, const pl_sched_output *so, uint64_t now) {
     for (int i = 0; i < so->n_seqs; i++) {
         pl_request *r = ((pl_sample *)so->entries[i].seq->user)->req;
-        if (!r->t_first_sched_ns) r->t_first_sched_ns = now;
+        if (r->t_first_sched_ns) continue;
+        r->t_first_sched_ns = now;
+        double waited = now > r->t_submit_ns ? (double)(now - r->t_submit_ns) * 1e-9 : 0;
+        pl_hist_add(&e->stats.queue, waited);
     }
 }
 
@@ -63,7 +66,7 @@ static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_ste
     pl_profiler *pr = &e->prof;
     pl_runner_batch b;
     pl_status st;
-    note_first_scheduled(so, t_step);
+    note_first_scheduled(e, so, t_step);
     PL_PHASE(pr, PL_PHASE_BATCH, pl_batch_build(e, so, &b));
     PL_PHASE(pr, PL_PHASE_FORWARD, st = pl_runner_run(e->runner, &b, e->sb.logits));
     if (st != PL_OK) {

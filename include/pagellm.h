@@ -45,10 +45,11 @@
  *
  * Threads
  * - One engine is stepped by one thread at a time (pl_engine_step, pl_engine_run,
- *   pl_engine_wait, pl_engine_destroy, pl_engine_metrics, pl_engine_has_pending_work, the
- *   profiling calls). pl_engine_submit_request, pl_engine_submit_tokens, pl_engine_abort,
- *   pl_engine_wake and the read-only queries (tokenize, detokenize, capacity, model info) may
- *   be called from any thread, concurrently with each other and with the stepping thread.
+ *   pl_engine_wait, pl_engine_destroy, pl_engine_metrics, pl_engine_latency_histogram,
+ *   pl_engine_has_pending_work, the profiling calls). pl_engine_submit_request,
+ *   pl_engine_submit_tokens, pl_engine_abort, pl_engine_wake, pl_engine_occupancy and the
+ *   read-only queries (tokenize, detokenize, capacity, model info) may be called from any
+ *   thread, concurrently with each other and with the stepping thread.
  * - pl_last_error() is per thread; there is no other global state.
  */
 #ifndef PAGELLM_H
@@ -615,12 +616,57 @@ typedef struct pl_metrics {
     int block_size;
     int max_model_len;
     int vocab_size;
+    uint64_t prefix_cache_queries; /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_cache_hits;    /* of which were found cached */
+    /* finished samples by finish reason, indexed by pl_finish_reason (room for 8 reasons) */
+    uint64_t samples_by_reason[8];
 } pl_metrics;
 
 /* Snapshot of counters since create. NULL e gives zeros; NULL out is a no-op. */
 PL_API void pl_engine_metrics_sized(const pl_engine *e, pl_metrics *out, size_t out_size);
 static inline void pl_engine_metrics(const pl_engine *e, pl_metrics *out) {
     pl_engine_metrics_sized(e, out, sizeof *out);
+}
+
+/* The latencies the engine records, each as a histogram in constant memory (log-scale bins
+ * 1% wide, from 1 us to about 1000 s). */
+typedef enum pl_latency {
+    PL_LATENCY_TTFT = 0,  /* per sample: submit -> its first output token */
+    PL_LATENCY_ITL = 1,   /* per output token after a sample's first: time since the one before */
+    PL_LATENCY_TPOT = 2,  /* per sample with 2+ output tokens: (total - ttft) / (tokens - 1) */
+    PL_LATENCY_E2E = 3,   /* per sample: submit -> finished */
+    PL_LATENCY_QUEUE = 4, /* per request: submit -> first scheduled */
+} pl_latency;
+
+/* One latency histogram in Prometheus' shape: out_counts[i] (n_bounds entries) = observations
+ * <= bounds[i] seconds (cumulative; bounds strictly ascending), *out_count = all observations,
+ * *out_sum = their sum in seconds (out_counts may be NULL when n_bounds is 0; out_count and
+ * out_sum may be NULL). An observation is counted by its bin's middle, so one within 1% of a
+ * bound may land on either side of it. Counts since create. Call it from the stepping thread
+ * (as pl_engine_metrics). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine, an unknown kind,
+ * bounds NULL with n_bounds > 0, NaN or not ascending: the index named). */
+PL_API pl_status pl_engine_latency_histogram(const pl_engine *e, pl_latency kind,
+                                             const double *bounds, size_t n_bounds,
+                                             uint64_t *out_counts, uint64_t *out_count,
+                                             double *out_sum);
+
+/* What the engine holds now, readable from any thread at the cost of one lock (a server's
+ * health check and admission). Waiting counts include requests submitted since the latest
+ * step; running counts and KV figures are as of the latest step. */
+typedef struct pl_occupancy {
+    size_t struct_size;   /* bytes the library filled */
+    int n_waiting;        /* sequences waiting to run (new, and preempted ones) */
+    int n_waiting_new;    /* of which never ran: what max_waiting bounds */
+    int n_running;        /* sequences holding KV blocks */
+    int max_waiting;      /* config.max_waiting (0: unbounded) */
+    int kv_blocks_total, kv_blocks_used;
+    double kv_usage;      /* used / total */
+} pl_occupancy;
+
+/* Fills *out (NULL: no-op; NULL e gives zeros). Thread-safe. */
+PL_API void pl_engine_occupancy_sized(const pl_engine *e, pl_occupancy *out, size_t out_size);
+static inline void pl_engine_occupancy(const pl_engine *e, pl_occupancy *out) {
+    pl_engine_occupancy_sized(e, out, sizeof *out);
 }
 
 /* How many requests of this shape the KV pool holds at once (capacity's one source of truth).

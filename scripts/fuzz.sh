@@ -14,7 +14,7 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse)
+  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -67,6 +67,9 @@ for d in tok512_hf tok512_meta; do cp "tests/data/$d/tokenizer.json" "$seeds/tok
 # bench serve's streamed responses: the committed ones (first byte: the read size)
 mkdir -p "$seeds/sse"
 cp tests/fuzz/sse/* "$seeds/sse/"
+# request bodies for the server's parser (first byte: which endpoint)
+mkdir -p "$seeds/server"
+cp tests/fuzz/server/*.txt "$seeds/server/"
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -82,12 +85,13 @@ for t in "${targets[@]}"; do
     fuzz_llama2c) sd=llama2c ;; fuzz_gguf) sd=gguf ;; fuzz_safetensors) sd=safetensors ;; fuzz_hf_index) sd=hf_index ;;
     fuzz_tokenizer) sd=tokenizer ;; fuzz_tokenizer_json) sd=tokenizer_json ;;
     fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_fields) sd=fields ;;
-    fuzz_template) sd=template ;; fuzz_sse) sd=sse ;;
+    fuzz_template) sd=template ;; fuzz_sse) sd=sse ;; fuzz_server) sd=server ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"
   extra=()
   [ "$t" = fuzz_template ] && extra=(-dict=tests/fuzz/template.dict)
+  [ "$t" = fuzz_server ] && extra=(-dict=tests/fuzz/server.dict)
   "$dir/tests/fuzz/$t" "${extra[@]}" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$art/$t-" \
     "$corpus" "$seeds/$sd" >"$log" 2>&1

@@ -31,10 +31,11 @@ weights) on many requests at once, with continuous batching and a paged KV cache
 runs prompts and chats and prints their completions; chat talks with a chat model in the
 terminal; tokenize and detokenize show what the tokenizer and the chat template make of a text
 or a chat; bench measures throughput, latency and this machine's ceilings; profile shows where
-a workload's time goes; quantize writes a model as a GGUF file in another weight type."""
+a workload's time goes; quantize writes a model as a GGUF file in another weight type; serve
+answers OpenAI-compatible HTTP requests."""
 
 EXIT_STATUS = [
-    ("0", "success"),
+    ("0", "success; for serve, also a stop on SIGTERM/SIGINT after its drain"),
     ("1", "a runtime failure (a model that cannot load, a refused or failed request, an "
           "engine error); the message is on stderr"),
     ("2", "a usage error: a bad flag or value, or a prompts file that does not parse; the "
@@ -43,6 +44,7 @@ EXIT_STATUS = [
             "after a SIGINT: it stops only the reply being generated)"),
 ]
 ENVIRONMENT = [
+    ("PAGELLM_API_KEY", "serve requires this key (as --api-key does) when it is set and not empty"),
     ("OPENBLAS_CORETYPE", "kept when set; on AMD CPUs with AVX-512 pagellm sets it to SkylakeX "
                           "and runs itself again (Debian's OpenBLAS 0.3.21 does not know Zen 4/5)"),
 ]

@@ -14,5 +14,7 @@ int cmd_quantize(int argc, char **argv);   /* quantize.c */
 /* `bench` and `profile` are implemented in bench/ (library pl_bench): pl_bench_main and
  * pl_bench_profile_main, same convention. */
 #include "bench/bench.h"
+/* `serve` is server/ (library pl_server): pl_serve_main, same convention. */
+#include "server/server.h"
 
 #endif

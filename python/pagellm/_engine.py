@@ -250,5 +250,7 @@ def metrics(handle: Handle) -> outputs.Metrics:
     m = _lib.MetricsC()
     with handle as e:
         _lib.lib().pl_engine_metrics_sized(e, byref(m), ctypes.sizeof(m))
-    return outputs.Metrics(**{f: getattr(m, f) for f, _ in _lib.MetricsC._fields_
+    def value(v):
+        return tuple(v) if isinstance(v, ctypes.Array) else v
+    return outputs.Metrics(**{f: value(getattr(m, f)) for f, _ in _lib.MetricsC._fields_
                               if f != "struct_size"})

@@ -138,7 +138,9 @@ class MetricsC(Structure):
                 ("n_running", c_int), ("n_preempted", c_int), ("kv_blocks_total", c_int),
                 ("kv_blocks_free", c_int), ("kv_blocks_used", c_int), ("kv_usage", c_double),
                 ("kv_usage_peak", c_double), ("prefix_cache_hit_rate", c_double),
-                ("block_size", c_int), ("max_model_len", c_int), ("vocab_size", c_int)]
+                ("block_size", c_int), ("max_model_len", c_int), ("vocab_size", c_int),
+                ("prefix_cache_queries", c_uint64), ("prefix_cache_hits", c_uint64),
+                ("samples_by_reason", c_uint64 * 8)]
 
 
 class ModelInfoC(Structure):

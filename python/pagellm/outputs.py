@@ -6,7 +6,7 @@ import ctypes
 import dataclasses
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 
@@ -105,8 +105,11 @@ class StepOutput:
 
 
 def _metrics_class(name: str, ctype, doc: str):
-    fields = [(f, float if t in (ctypes.c_double, ctypes.c_float) else int)
-              for f, t in ctype._fields_ if f != "struct_size"]
+    def pytype(t):
+        if issubclass(t, ctypes.Array):
+            return Tuple[int, ...]
+        return float if t in (ctypes.c_double, ctypes.c_float) else int
+    fields = [(f, pytype(t)) for f, t in ctype._fields_ if f != "struct_size"]
     return dataclasses.make_dataclass(name, fields, frozen=True, namespace={"__doc__": doc})
 
 

@@ -462,3 +462,173 @@ Test(wait, returns_when_work_arrives_or_the_timeout_passes) {
     pl_engine_wake(NULL);
     pl_engine_destroy(e);
 }
+
+/* ---- latency histograms, finish reasons, prefix-cache counts, occupancy ------------------ */
+
+/* Every histogram counts what its definition says, from the completions themselves: TTFT and
+ * E2E once per sample, TPOT per sample with 2+ tokens, ITL per token after a sample's first,
+ * queue time once per request; the cumulative counts ascend to the total and the sums are the
+ * completions' own timings. */
+Test(api, latency_histograms_count_samples_tokens_and_requests) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.ignore_eos = true;
+    int32_t p[] = {1, 2, 3};
+    const int max_tokens[] = {1, 3, 5, 7};
+    for (int i = 0; i < 4; i++) {
+        sp.max_tokens = max_tokens[i];
+        sp.n = i == 2 ? 3 : 1;
+        cr_assert_eq(pl_engine_submit_tokens(e, p, 3, &sp, NULL), PL_OK, "%s", pl_last_error());
+    }
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    cr_assert_eq(n, 6);
+    uint64_t tokens_after_first = 0, multi = 0;
+    double ttft_sum = 0, e2e_sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        tokens_after_first += cs[i].n_output_ids - 1;
+        multi += cs[i].n_output_ids > 1;
+        ttft_sum += cs[i].ttft_s;
+        e2e_sum += cs[i].total_s;
+    }
+    const double bounds[] = {1e-7, 1e-3, 0.5, 1e6};
+    uint64_t counts[4], total;
+    double sum;
+    const struct { pl_latency kind; uint64_t want; } kinds[] = {
+        {PL_LATENCY_TTFT, 6}, {PL_LATENCY_E2E, 6}, {PL_LATENCY_TPOT, multi},
+        {PL_LATENCY_ITL, tokens_after_first}, {PL_LATENCY_QUEUE, 4}};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        cr_assert_eq(pl_engine_latency_histogram(e, kinds[k].kind, bounds, 4, counts, &total, &sum),
+                     PL_OK, "%s", pl_last_error());
+        cr_assert_eq(total, kinds[k].want, "kind %d: %llu observations, expected %llu",
+                     (int)kinds[k].kind, (unsigned long long)total,
+                     (unsigned long long)kinds[k].want);
+        cr_assert_eq(counts[0], 0, "nothing takes 0.1 us");
+        cr_assert_eq(counts[3], total, "everything within 11 days");
+        cr_assert(counts[1] <= counts[2] && counts[2] <= counts[3]);
+        cr_assert_geq(sum, 0);
+    }
+    cr_assert_eq(pl_engine_latency_histogram(e, PL_LATENCY_TTFT, NULL, 0, NULL, &total, &sum),
+                 PL_OK);
+    cr_assert_float_eq(sum, ttft_sum, 1e-9 + 1e-9 * ttft_sum);
+    cr_assert_eq(pl_engine_latency_histogram(e, PL_LATENCY_E2E, NULL, 0, NULL, NULL, &sum), PL_OK);
+    cr_assert_float_eq(sum, e2e_sum, 1e-9 + 1e-9 * e2e_sum);
+    pl_completions_free(cs, n);
+
+    const double unsorted[] = {0.1, 0.1};
+    cr_assert_eq(pl_engine_latency_histogram(e, PL_LATENCY_TTFT, unsorted, 2, counts, NULL, NULL),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "bounds[1]"), "%s", pl_last_error());
+    const double nan_bound[] = {NAN};
+    cr_assert_eq(pl_engine_latency_histogram(e, PL_LATENCY_TTFT, nan_bound, 1, counts, NULL, NULL),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_engine_latency_histogram(e, (pl_latency)99, NULL, 0, NULL, NULL, NULL),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_engine_latency_histogram(e, PL_LATENCY_TTFT, bounds, 4, NULL, NULL, NULL),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_engine_latency_histogram(NULL, PL_LATENCY_TTFT, NULL, 0, NULL, NULL, NULL),
+                 PL_ERR_INVALID_ARGUMENT);
+    pl_engine_destroy(e);
+}
+
+/* A bound sits between two known observations: the histogram puts each on its side. */
+Test(api, latency_histogram_buckets_split_at_the_bound) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.ignore_eos = true;
+    sp.max_tokens = 2;
+    int32_t p[] = {1, 2, 3};
+    cr_assert_eq(pl_engine_submit_tokens(e, p, 3, &sp, NULL), PL_OK);
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    double t = cs[0].total_s;
+    pl_completions_free(cs, n);
+    double bounds[] = {t * 0.97, t * 1.03};
+    uint64_t counts[2], total;
+    cr_assert_eq(pl_engine_latency_histogram(e, PL_LATENCY_E2E, bounds, 2, counts, &total, NULL),
+                 PL_OK);
+    cr_assert_eq(total, 1);
+    cr_assert_eq(counts[0], 0, "%.9f s is above %.9f", t, bounds[0]);
+    cr_assert_eq(counts[1], 1, "%.9f s is below %.9f", t, bounds[1]);
+    pl_engine_destroy(e);
+}
+
+Test(api, metrics_count_finish_reasons_and_prefix_cache_tokens) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.ignore_eos = true;
+    sp.max_tokens = 3;
+    int32_t p[] = {5, 6, 7, 8, 9, 10, 11, 12, 13}; /* two full blocks of 4 */
+    pl_completion *cs;
+    size_t n;
+    for (int i = 0; i < 2; i++) { /* one after the other: the second finds the first's blocks */
+        cr_assert_eq(pl_engine_submit_tokens(e, p, 9, &sp, NULL), PL_OK);
+        cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+        pl_completions_free(cs, n);
+    }
+    pl_request_id id;
+    sp.max_tokens = 30;
+    cr_assert_eq(pl_engine_submit_tokens(e, p, 3, &sp, &id), PL_OK);
+    cr_assert_eq(pl_engine_abort(e, id), PL_OK);
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    pl_completions_free(cs, n);
+    pl_metrics m;
+    pl_engine_metrics(e, &m);
+    cr_assert_eq(m.samples_by_reason[PL_FINISH_LENGTH], 2);
+    cr_assert_eq(m.samples_by_reason[PL_FINISH_ABORT], 1);
+    cr_assert_eq(m.samples_by_reason[PL_FINISH_STOP], 0);
+    cr_assert_eq(m.samples_by_reason[PL_FINISH_ERROR], 0);
+    cr_assert_eq(m.prefix_cache_hits, 8, "the second request found two blocks of 4");
+    cr_assert_geq(m.prefix_cache_queries, 16);
+    cr_assert_float_eq(m.prefix_cache_hit_rate,
+                       (double)m.prefix_cache_hits / (double)m.prefix_cache_queries, 1e-12);
+    pl_engine_destroy(e);
+}
+
+/* Occupancy, read from the submitting side: waiting includes what the intake holds, running
+ * and the pool are as of the latest step, and all is 0 again when the work is done. */
+Test(api, occupancy_follows_the_intake_and_the_steps) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_occupancy o;
+    pl_engine_occupancy(e, &o);
+    cr_assert_eq(o.struct_size, sizeof o);
+    cr_assert_eq(o.kv_blocks_total, 96, "the pool is known before the first step");
+    cr_assert_eq(o.n_waiting + o.n_running + o.kv_blocks_used, 0);
+    cr_assert_eq(o.max_waiting, c.max_waiting);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.ignore_eos = true;
+    sp.max_tokens = 5;
+    int32_t p[] = {1, 2, 3};
+    for (int i = 0; i < 3; i++) cr_assert_eq(pl_engine_submit_tokens(e, p, 3, &sp, NULL), PL_OK);
+    pl_engine_occupancy(e, &o);
+    cr_assert_eq(o.n_waiting, 3);
+    cr_assert_eq(o.n_waiting_new, 3);
+    cr_assert_eq(o.n_running, 0);
+    pl_step_result r;
+    cr_assert_eq(pl_engine_step(e, &r), PL_OK);
+    pl_engine_occupancy(e, &o);
+    cr_assert_eq(o.n_waiting, 0);
+    cr_assert_eq(o.n_running, 3);
+    cr_assert_gt(o.kv_blocks_used, 0);
+    cr_assert_float_eq(o.kv_usage, (double)o.kv_blocks_used / 96.0, 1e-12);
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    pl_completions_free(cs, n);
+    pl_engine_occupancy(e, &o);
+    cr_assert_eq(o.n_waiting + o.n_running + o.kv_blocks_used, 0);
+    pl_engine_occupancy(NULL, &o);
+    cr_assert_eq(o.kv_blocks_total, 0);
+    pl_engine_occupancy(e, NULL);
+    pl_engine_destroy(e);
+}

@@ -21,8 +21,10 @@ def members(header: str, name: str):
         decl = " ".join(decl.split())
         if not decl:
             continue
-        if "(" in decl or "[" in decl or "PL_" in decl:
+        if "(" in decl or "PL_" in decl or ("[" in decl and "," in decl):
             sys.exit(f"gen_layout: {name}: cannot read the member '{decl}'")
+        # an array member keeps its name; sizeof gives the whole array
+        decl = re.sub(r"\[\s*\d+\s*\]\s*$", "", decl)
         for part in decl.split(","):
             ident = re.search(r"(\w+)\s*$", part)
             if not ident:

@@ -138,6 +138,12 @@ static void *submitter(void *p) {
         CHECK(s == PL_OK, "submitter %d, job %d: %s", a->k, i, pl_last_error());
         CHECK(id > 0 && id <= (pl_request_id)sh->max_id, "id %llu", (unsigned long long)id);
         sh->job_of_id[id] = i;
+        pl_occupancy o; /* read from any thread while another steps */
+        pl_engine_occupancy(sh->e, &o);
+        CHECK(o.n_waiting >= 0 && o.n_running >= 0 && o.kv_blocks_total > 0 &&
+                  o.kv_blocks_used >= 0 && o.kv_blocks_used <= o.kv_blocks_total,
+              "occupancy: %d waiting, %d running, %d of %d blocks", o.n_waiting, o.n_running,
+              o.kv_blocks_used, o.kv_blocks_total);
         int slot = atomic_fetch_add(&sh->n_accepted_slots, 1);
         atomic_store(&sh->accepted_ids[slot], id);
         if (pl_test_rng_below(&r, 3) == 0) nap(&r, 300);

@@ -10,7 +10,7 @@ import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
 MODULES = ["util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels", "engine",
-           "cli", "tools", "bench", "tests"]
+           "cli", "tools", "bench", "server", "tests"]
 ALLOWED = {
     "util": {"util"},
     "gguf": {"util", "gguf"},
@@ -22,10 +22,11 @@ ALLOWED = {
     "kernels": {"util", "kernels"},
     "engine": {"util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model",
                "kernels", "engine"},
-    # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/ <- tools/
+    # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/, server/ <- tools/
     "cli": {"cli"},
     "bench": {"bench", "cli"},
-    "tools": {"tools", "bench", "cli"},
+    "server": {"server", "cli"},
+    "tools": {"tools", "bench", "cli", "server"},
     "tests": set(MODULES),
 }
 # engine reaches kernels only through the backend table.

@@ -1,0 +1,366 @@
+/*
+ * server/respond.c - response bodies and SSE chunks in OpenAI's shapes.
+ *
+ * Completions: {"id", "object": "text_completion", "created", "model", "choices": [{"index",
+ * "text", "logprobs", "finish_reason", "stop_reason"}], "usage"}, logprobs as the legacy
+ * {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. Chat: "chat.completion" with
+ * "message": {"role", "content"}, logprobs as {"content": [{"token", "logprob", "bytes",
+ * "top_logprobs"}]}. Streams send "text_completion" / "chat.completion.chunk" objects as
+ * `data: {...}` events: for chat a first delta with the role, then the text deltas, then one
+ * with the finish reason per choice; with stream_options.include_usage every chunk carries
+ * "usage": null and a last chunk with no choices carries the usage; then `data: [DONE]`.
+ *
+ * Choice i answers prompt i / n, sample i % n (OpenAI's order for a batch). A log-probability
+ * of -inf (a token the model gives no chance) is written as -9999.0, as vLLM does: JSON has
+ * no infinity.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv.h"
+
+#define REAL_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
+const char *pl_srv_finish_name(pl_finish_reason r) {
+    return r == PL_FINISH_STOP ? "stop" : r == PL_FINISH_LENGTH ? "length"
+           : r == PL_FINISH_ABORT ? "abort" : r == PL_FINISH_OVERLOADED ? "overloaded"
+           : r == PL_FINISH_ERROR ? "error" : "none";
+}
+
+static json_t *logprob_real(float lp) { return json_real(lp > -9999.0f ? (double)lp : -9999.0); }
+
+/* jansson refuses text that is not UTF-8: the engine's never is, but a token string may be
+ * cut anywhere by a caller; U+FFFD then. */
+static json_t *text_json(const char *s, size_t n) {
+    json_t *v = json_stringn(s, n);
+    return v ? v : json_string("\xef\xbf\xbd");
+}
+
+/* Characters (code points) in s[0..n). */
+static size_t chars_in(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+static json_t *bytes_json(const char *s) {
+    json_t *a = json_array();
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        json_array_append_new(a, json_integer(*p));
+    return a;
+}
+
+/* ---- logprobs ---------------------------------------------------------------------------- */
+
+/* Legacy completions shape, appended to lists the caller made: one position. */
+static void completion_lp_add(pl_srv *s, json_t *obj, const pl_token_logprobs *e,
+                              size_t *offset) {
+    const char *tok = pl_srv_vocab_text(&s->vocab, e->token);
+    json_array_append_new(json_object_get(obj, "tokens"), text_json(tok, strlen(tok)));
+    json_array_append_new(json_object_get(obj, "token_logprobs"), logprob_real(e->logprob));
+    json_t *top = json_object();
+    for (int k = 0; k < e->n_top; k++) {
+        const char *t = pl_srv_vocab_text(&s->vocab, e->top[k].token);
+        if (!json_object_get(top, t)) json_object_set_new(top, t, logprob_real(e->top[k].logprob));
+    }
+    json_array_append_new(json_object_get(obj, "top_logprobs"), top);
+    json_array_append_new(json_object_get(obj, "text_offset"), json_integer((json_int_t)*offset));
+    *offset += chars_in(tok, strlen(tok));
+}
+
+static json_t *completion_lp_new(void) {
+    json_t *o = json_object();
+    json_object_set_new(o, "tokens", json_array());
+    json_object_set_new(o, "token_logprobs", json_array());
+    json_object_set_new(o, "top_logprobs", json_array());
+    json_object_set_new(o, "text_offset", json_array());
+    return o;
+}
+
+/* The prompt's positions (echo): the first has no logprob, as in OpenAI's echo. */
+static void completion_lp_prompt(pl_srv *s, json_t *obj, const pl_srv_prompt *p,
+                                 const pl_srv_logprobs *plp, size_t *offset) {
+    for (size_t i = 0; i < p->n_ids; i++) {
+        if (i > 0 && i - 1 < plp->n) {
+            completion_lp_add(s, obj, &plp->entries[i - 1], offset);
+            continue;
+        }
+        const char *tok = pl_srv_vocab_text(&s->vocab, p->ids[i]);
+        json_array_append_new(json_object_get(obj, "tokens"), text_json(tok, strlen(tok)));
+        json_array_append_new(json_object_get(obj, "token_logprobs"), json_null());
+        json_array_append_new(json_object_get(obj, "top_logprobs"), json_null());
+        json_array_append_new(json_object_get(obj, "text_offset"), json_integer((json_int_t)*offset));
+        *offset += chars_in(tok, strlen(tok));
+    }
+}
+
+static json_t *chat_lp_entry(pl_srv *s, const pl_token_logprobs *e) {
+    const char *tok = pl_srv_vocab_text(&s->vocab, e->token);
+    json_t *o = json_object();
+    json_object_set_new(o, "token", text_json(tok, strlen(tok)));
+    json_object_set_new(o, "logprob", logprob_real(e->logprob));
+    json_object_set_new(o, "bytes", bytes_json(tok));
+    json_t *top = json_array();
+    for (int k = 0; k < e->n_top; k++) {
+        const char *t = pl_srv_vocab_text(&s->vocab, e->top[k].token);
+        json_t *x = json_object();
+        json_object_set_new(x, "token", text_json(t, strlen(t)));
+        json_object_set_new(x, "logprob", logprob_real(e->top[k].logprob));
+        json_object_set_new(x, "bytes", bytes_json(t));
+        json_array_append_new(top, x);
+    }
+    json_object_set_new(o, "top_logprobs", top);
+    return o;
+}
+
+static json_t *chat_lp_new(void) {
+    json_t *o = json_object();
+    json_object_set_new(o, "content", json_array());
+    json_object_set_new(o, "refusal", json_null());
+    return o;
+}
+
+/* ---- whole responses --------------------------------------------------------------------- */
+
+json_t *pl_srv_usage_json(const pl_srv_req *r) {
+    size_t prompt = 0, cached = 0, out = 0;
+    for (int i = 0; i < r->n_choices; i++) {
+        const pl_srv_choice *c = &r->choices[i];
+        out += c->n_out;
+        if (i % r->n_per_prompt == 0) { /* the prompt once, whatever n */
+            prompt += c->n_prompt ? c->n_prompt : r->rq.prompts[c->prompt].n_ids;
+            cached += c->n_cached;
+        }
+    }
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer((json_int_t)prompt));
+    json_object_set_new(u, "completion_tokens", json_integer((json_int_t)out));
+    json_object_set_new(u, "total_tokens", json_integer((json_int_t)(prompt + out)));
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer((json_int_t)cached));
+    json_object_set_new(u, "prompt_tokens_details", d);
+    return u;
+}
+
+static json_t *envelope(pl_srv *s, const pl_srv_req *r, const char *object) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(object));
+    json_object_set_new(o, "created", json_integer((json_int_t)r->created));
+    json_object_set_new(o, "model", json_string(s->model_name));
+    return o;
+}
+
+/* The prompt's text for echo: as given, else the ids decoded. Caller frees. */
+static char *echo_text(pl_srv *s, const pl_srv_prompt *p) {
+    if (p->text) return strdup(p->text);
+    char *text = NULL;
+    if (pl_engine_detokenize(s->e, p->ids, p->n_ids, &text, NULL) != PL_OK) return strdup("");
+    char *copy = strdup(text);
+    pl_free_text(text);
+    return copy;
+}
+
+static json_t *completion_choice(pl_srv *s, const pl_srv_req *r, int i) {
+    const pl_srv_choice *c = &r->choices[i];
+    const pl_srv_prompt *p = &r->rq.prompts[c->prompt];
+    json_t *o = json_object();
+    json_object_set_new(o, "index", json_integer(i));
+    char *prefix = r->rq.echo ? echo_text(s, p) : NULL;
+    size_t plen = prefix ? strlen(prefix) : 0;
+    char *text = malloc(plen + c->text_len + 1);
+    if (text) {
+        if (plen) memcpy(text, prefix, plen);
+        if (c->text_len) memcpy(text + plen, c->text, c->text_len);
+        text[plen + c->text_len] = '\0';
+    }
+    json_object_set_new(o, "text", text ? text_json(text, plen + c->text_len) : json_string(""));
+    free(text);
+    free(prefix);
+    if (r->rq.sp.logprobs >= 0) {
+        json_t *lp = completion_lp_new();
+        size_t offset = 0;
+        if (r->rq.echo) {
+            const pl_srv_choice *first = &r->choices[c->prompt * r->n_per_prompt];
+            completion_lp_prompt(s, lp, p, &first->prompt_lp, &offset);
+        }
+        for (size_t k = 0; k < c->lp.n; k++) completion_lp_add(s, lp, &c->lp.entries[k], &offset);
+        json_object_set_new(o, "logprobs", lp);
+    } else {
+        json_object_set_new(o, "logprobs", json_null());
+    }
+    json_object_set_new(o, "finish_reason", json_string(pl_srv_finish_name(c->reason)));
+    json_object_set_new(o, "stop_reason", json_null());
+    return o;
+}
+
+static json_t *chat_choice(pl_srv *s, const pl_srv_req *r, int i) {
+    const pl_srv_choice *c = &r->choices[i];
+    json_t *o = json_object();
+    json_object_set_new(o, "index", json_integer(i));
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_object_set_new(msg, "content", text_json(c->text ? c->text : "", c->text_len));
+    json_object_set_new(o, "message", msg);
+    if (r->rq.chat_logprobs) {
+        json_t *lp = chat_lp_new();
+        for (size_t k = 0; k < c->lp.n; k++)
+            json_array_append_new(json_object_get(lp, "content"), chat_lp_entry(s, &c->lp.entries[k]));
+        json_object_set_new(o, "logprobs", lp);
+    } else {
+        json_object_set_new(o, "logprobs", json_null());
+    }
+    json_object_set_new(o, "finish_reason", json_string(pl_srv_finish_name(c->reason)));
+    json_object_set_new(o, "stop_reason", json_null());
+    return o;
+}
+
+json_t *pl_srv_response_json(pl_srv *s, pl_srv_req *r) {
+    bool chat = r->kind == PL_SRV_CHAT;
+    json_t *o = envelope(s, r, chat ? "chat.completion" : "text_completion");
+    json_t *choices = json_array();
+    for (int i = 0; i < r->n_choices; i++)
+        json_array_append_new(choices, chat ? chat_choice(s, r, i) : completion_choice(s, r, i));
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", pl_srv_usage_json(r));
+    return o;
+}
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+bool pl_srv_out_append(pl_srv_req *r, const char *p, size_t n) {
+    if (r->out_len + n > r->out_cap) {
+        size_t cap = r->out_cap ? r->out_cap : 1024;
+        while (cap < r->out_len + n) cap *= 2;
+        char *g = realloc(r->out, cap);
+        if (!g) return false;
+        r->out = g;
+        r->out_cap = cap;
+    }
+    memcpy(r->out + r->out_len, p, n);
+    r->out_len += n;
+    return true;
+}
+
+bool pl_srv_out_data(pl_srv_req *r, json_t *v) {
+    char *text = json_dumps(v, REAL_FLAGS);
+    json_decref(v);
+    if (!text) return false;
+    bool ok = pl_srv_out_append(r, "data: ", 6) && pl_srv_out_append(r, text, strlen(text)) &&
+              pl_srv_out_append(r, "\n\n", 2);
+    free(text);
+    return ok;
+}
+
+/* One chunk holding one choice. */
+static bool chunk(pl_srv *s, pl_srv_req *r, json_t *choice) {
+    bool chat = r->kind == PL_SRV_CHAT;
+    json_t *o = envelope(s, r, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    if (r->rq.include_usage) json_object_set_new(o, "usage", json_null());
+    return pl_srv_out_data(r, o);
+}
+
+static json_t *delta_choice(const pl_srv_req *r, int index, const char *text, size_t len,
+                            bool role) {
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(index));
+    if (r->kind == PL_SRV_CHAT) {
+        json_t *d = json_object();
+        if (role) json_object_set_new(d, "role", json_string("assistant"));
+        if (text) json_object_set_new(d, "content", text_json(text, len));
+        json_object_set_new(c, "delta", d);
+    } else {
+        json_object_set_new(c, "text", text_json(text ? text : "", len));
+    }
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", json_null());
+    if (r->kind == PL_SRV_COMPLETION) json_object_set_new(c, "stop_reason", json_null());
+    return c;
+}
+
+/* Before a choice's first text: chat's role delta, or the echoed prompt. */
+static bool choice_start(pl_srv *s, pl_srv_req *r, pl_srv_choice *ch, int index) {
+    if (ch->role_sent) return true;
+    ch->role_sent = true;
+    if (r->kind == PL_SRV_CHAT) return chunk(s, r, delta_choice(r, index, "", 0, true));
+    if (!r->rq.echo) return true;
+    const pl_srv_prompt *p = &r->rq.prompts[ch->prompt];
+    char *text = echo_text(s, p);
+    if (!text) return false;
+    json_t *c = delta_choice(r, index, text, strlen(text), false);
+    ch->text_offset += chars_in(text, strlen(text));
+    free(text);
+    if (r->rq.sp.logprobs >= 0) { /* the prompt's logprobs are not streamed: positions only */
+        json_t *lp = completion_lp_new();
+        size_t offset = 0;
+        pl_srv_logprobs none = {0};
+        completion_lp_prompt(s, lp, p, &none, &offset);
+        json_object_set_new(c, "logprobs", lp);
+    }
+    return chunk(s, r, c);
+}
+
+/* A choice that ended without an answer (backend error, shutdown, dropped from a full
+ * queue): the stream says so with an error event. */
+static bool choice_failed(pl_srv_req *r, const pl_srv_choice *ch) {
+    pl_srv_error err;
+    if (ch->reason == PL_FINISH_ERROR) {
+        pl_srv_fail(&err, 500, NULL, "the backend failed while generating this choice");
+    } else if (ch->reason == PL_FINISH_OVERLOADED) {
+        pl_srv_fail(&err, 503, NULL, "dropped from the full waiting queue (overflow policy "
+                    "drop-oldest)");
+        err.code = "overloaded";
+    } else {
+        pl_srv_fail(&err, 503, NULL, "aborted: the server is shutting down");
+        err.code = "aborted";
+    }
+    return pl_srv_stream_error(r, &err);
+}
+
+bool pl_srv_stream_event(pl_srv *s, pl_srv_req *r, const pl_srv_event *ev) {
+    pl_srv_choice *ch = &r->choices[ev->choice];
+    if (ev->is_finish) {
+        if (ch->finish_sent) return true;
+        ch->finish_sent = true;
+        if (ch->reason != PL_FINISH_STOP && ch->reason != PL_FINISH_LENGTH)
+            return choice_failed(r, ch);
+        if (!choice_start(s, r, ch, ev->choice)) return false;
+        json_t *c = delta_choice(r, ev->choice, NULL, 0, false);
+        if (r->kind == PL_SRV_COMPLETION) json_object_set_new(c, "text", json_string(""));
+        json_object_set_new(c, "finish_reason", json_string(pl_srv_finish_name(ch->reason)));
+        return chunk(s, r, c);
+    }
+    if (!choice_start(s, r, ch, ev->choice)) return false;
+    json_t *c = delta_choice(r, ev->choice, ev->text, ev->text_len, false);
+    if (ev->has_logprobs && ev->token >= 0) {
+        json_t *lp;
+        if (r->kind == PL_SRV_CHAT) {
+            lp = chat_lp_new();
+            json_array_append_new(json_object_get(lp, "content"), chat_lp_entry(s, &ev->lp));
+        } else {
+            lp = completion_lp_new();
+            completion_lp_add(s, lp, &ev->lp, &ch->text_offset);
+        }
+        json_object_set_new(c, "logprobs", lp);
+    }
+    return chunk(s, r, c);
+}
+
+bool pl_srv_stream_error(pl_srv_req *r, const pl_srv_error *err) {
+    return pl_srv_out_data(r, pl_srv_error_json(err));
+}
+
+bool pl_srv_stream_done(pl_srv *s, pl_srv_req *r) {
+    if (r->rq.include_usage) {
+        json_t *o = envelope(s, r, r->kind == PL_SRV_CHAT ? "chat.completion.chunk"
+                                                          : "text_completion");
+        json_object_set_new(o, "choices", json_array());
+        json_object_set_new(o, "usage", pl_srv_usage_json(r));
+        if (!pl_srv_out_data(r, o)) return false;
+    }
+    static const char done[] = "data: [DONE]\n\n";
+    return pl_srv_out_append(r, done, sizeof done - 1);
+}

@@ -1,0 +1,238 @@
+/*
+ * server/serve.c - `pagellm serve`: start the engine and the threads, wait for SIGTERM or
+ * SIGINT, drain, stop.
+ *
+ * The drain: new requests get 503 (and /health says "draining"); requests already accepted
+ * run until they finish or --drain-timeout passes; the rest are aborted, and each of those
+ * is still answered (a 503 error object, or an error event and [DONE] on a stream) before the
+ * daemon stops. A second signal skips the wait. The exit status is 0: stopping on a signal
+ * is how a server ends.
+ *
+ * Signals arrive through a handler that writes their number to a pipe the main thread reads:
+ * blocking them and calling sigwait would not do, because threads this thread did not make
+ * (OpenBLAS starts its own when the library loads) leave them unblocked, and the kernel
+ * hands a process's signal to any thread that does not block it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/server.h"
+#include "server/srv.h"
+
+double pl_srv_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void pl_srv_log(const char *level, const char *fmt, ...) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    struct tm tm;
+    localtime_r(&t.tv_sec, &tm);
+    char line[2048];
+    int n = snprintf(line, sizeof line, "%s %02d:%02d:%02d.%03ld ", level, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, t.tv_nsec / 1000000);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line); /* one call: lines of different threads do not mix */
+}
+
+/* Idle keep-alive connections each hold a descriptor: take what the hard limit allows. */
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int g_signal_pipe[2] = {-1, -1}; /* the handler's only state */
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(g_signal_pipe[1], &b, 1) < 0) { /* full: a signal is pending anyway */ }
+    errno = saved;
+}
+
+static bool catch_signals(void) {
+    if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return true;
+}
+
+static void release_signals(void) {
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    for (int i = 0; i < 2; i++)
+        if (g_signal_pipe[i] >= 0) close(g_signal_pipe[i]);
+    g_signal_pipe[0] = g_signal_pipe[1] = -1;
+}
+
+/* The next signal's number, waiting at most timeout_s (< 0: for ever); 0 when none came. */
+static int next_signal(double timeout_s) {
+    struct pollfd p = {.fd = g_signal_pipe[0], .events = POLLIN};
+    int ms = timeout_s < 0 ? -1 : (int)(timeout_s * 1e3);
+    if (poll(&p, 1, ms) <= 0) return 0;
+    unsigned char b = 0;
+    return read(g_signal_pipe[0], &b, 1) == 1 ? b : 0;
+}
+
+static size_t registry_size(pl_srv *s) {
+    pthread_mutex_lock(&s->reg_mu);
+    size_t n = s->reg.n;
+    pthread_mutex_unlock(&s->reg_mu);
+    return n;
+}
+
+/* Waits until nothing is in flight, at most until deadline; returns early (true) on a
+ * signal. */
+static bool wait_quiet(pl_srv *s, double deadline) {
+    while (pl_srv_now() < deadline) {
+        if (atomic_load(&s->active) == 0 && registry_size(s) == 0) return false;
+        if (next_signal(0.02)) return true;
+    }
+    return false;
+}
+
+static void drain(pl_srv *s) {
+    atomic_store(&s->draining, true);
+    double t0 = pl_srv_now();
+    size_t running = registry_size(s);
+    pl_srv_log("INFO", "draining: %d request(s) in flight, %zu in the engine; new ones get 503 "
+               "(at most %.0f s; a second signal aborts at once)", atomic_load(&s->active),
+               running, s->opt.drain_timeout);
+    bool again = wait_quiet(s, t0 + s->opt.drain_timeout);
+    size_t left = registry_size(s);
+    if (left > 0) {
+        pl_srv_log("INFO", "%s: aborting %zu request(s) still in the engine",
+                   again ? "second signal" : "--drain-timeout passed", left);
+        pl_srv_abort_all(s);
+    }
+    /* Every engine request is finished before the daemon stops: only those keep a connection
+     * suspended, and libmicrohttpd must not be stopped with one. Aborting again catches a
+     * request whose body was still arriving when the drain began. */
+    double end = pl_srv_now() + 60.0, next_abort = 0;
+    while (registry_size(s) > 0 && pl_srv_now() < end) {
+        if (pl_srv_now() >= next_abort) {
+            pl_srv_abort_all(s);
+            next_abort = pl_srv_now() + 0.5;
+        }
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    }
+    /* the aborted are answered (503 / an error event); a client that reads nothing is not
+     * waited for long */
+    end = pl_srv_now() + 5.0;
+    while (atomic_load(&s->active) > 0 && pl_srv_now() < end)
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+    pl_srv_log("INFO", "drained in %.2f s; %llu request(s) served since start", pl_srv_now() - t0,
+               (unsigned long long)atomic_load(&s->served));
+}
+
+/* --served-model-name, else --model as given (as vLLM names it). */
+static void model_name(pl_srv *s, const char *model_path) {
+    const char *name = s->opt.served_model_name ? s->opt.served_model_name : model_path;
+    snprintf(s->model_name, sizeof s->model_name, "%s", name);
+}
+
+static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *cfg) {
+    s->opt = *opt;
+    s->t_start = pl_srv_now();
+    s->watch_epfd = s->wake_fd = -1;
+    if (getrandom(&s->nonce, sizeof s->nonce, 0) != (ssize_t)sizeof s->nonce)
+        s->nonce = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+    atomic_init(&s->next_serial, 1);
+    pthread_mutex_init(&s->reg_mu, NULL);
+    pthread_mutex_init(&s->snap_mu, NULL);
+    pthread_cond_init(&s->snap_cv, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_mutex_init(&s->dead_mu, NULL);
+    if (pl_engine_create(cfg, &s->e) != PL_OK) {
+        pl_srv_log("ERROR", "%s", pl_last_error());
+        return false;
+    }
+    pl_engine_model_info(s->e, &s->info);
+    s->tok = pl_engine_tokenizer(s->e);
+    model_name(s, cfg->model_path);
+    if (!pl_srv_vocab_init(&s->vocab, s->e)) {
+        pl_srv_log("ERROR", "out of memory (token strings)");
+        return false;
+    }
+    return true;
+}
+
+static void fini(pl_srv *s) {
+    pl_srv_http_stop(s);
+    pl_srv_stepper_stop(s);
+    pl_srv_watch_stop(s);
+    pl_srv_vocab_free(&s->vocab);
+    pl_srv_registry_free(&s->reg);
+    free(s->resume);
+    pl_engine_destroy(s->e);
+    pthread_mutex_destroy(&s->reg_mu);
+    pthread_mutex_destroy(&s->snap_mu);
+    pthread_cond_destroy(&s->snap_cv);
+    pthread_mutex_destroy(&s->conn_mu);
+    pthread_mutex_destroy(&s->dead_mu);
+}
+
+static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
+    if (!catch_signals()) return 1;
+    raise_fd_limit();
+    pl_srv *s = calloc(1, sizeof *s);
+    if (!s) {
+        release_signals();
+        return 1;
+    }
+    int rc = 1;
+    if (!init(s, opt, cfg)) goto out;
+    if (!pl_srv_watch_start(s) || !pl_srv_stepper_start(s)) {
+        pl_srv_log("ERROR", "cannot start the server's threads");
+        goto out;
+    }
+    if (!pl_srv_http_start(s)) goto out;
+    pl_srv_log("INFO", "model %s: %d KV blocks of %d tokens, max_model_len %d, %s tokenizer%s",
+               s->model_name, s->info.kv_blocks, s->info.block_size, s->info.max_model_len,
+               s->tok ? "a" : "no", s->opt.api_key ? ", API key required" : "");
+    pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
+               s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
+    int sig = 0;
+    while (!(sig = next_signal(-1))) continue;
+    pl_srv_log("INFO", "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    drain(s);
+    rc = 0;
+out:
+    fini(s);
+    free(s);
+    release_signals();
+    return rc;
+}
+
+int pl_serve_main(int argc, char **argv) {
+    pl_engine_config cfg;
+    pl_engine_config_default(&cfg);
+    pl_srv_options opt;
+    int rc = pl_srv_options_parse(argc, argv, &opt, &cfg);
+    if (rc < 0) rc = serve(&opt, &cfg);
+    pl_engine_config_deinit(&cfg);
+    return rc;
+}

@@ -1,0 +1,721 @@
+#!/usr/bin/env python3
+"""Tests of `pagellm serve` over real HTTP on 127.0.0.1 (the standard library's http.client and
+raw sockets as the clients).
+
+usage: test_server.py PAGELLM CASE
+
+Each CASE starts its own server on a free port, talks to it, stops it with SIGTERM (exit 0
+expected, no sanitizer report in its log) and checks what a client relies on: status codes,
+OpenAI's shapes, greedy text equal to `pagellm generate`, streams whose deltas join to the
+whole response's text and end exactly once, counters in /metrics that add up, the KV cache
+free again afterwards. Cases on stories260K skip (exit 77) without PAGELLM_TEST_MODELS; the
+slow-engine cases use dummy:stories15m on the reference backend (no files), where one token
+takes tens of milliseconds, so a request is still running when the test acts on it.
+Exit 0 pass, 1 fail, 77 skip.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_util import (Failure, Server, check, models_dir, raw_http, stream_text,  # noqa: E402
+                         wait_for)
+
+PAGELLM = None
+HERE = os.path.dirname(os.path.abspath(__file__))
+SLOW = ["--model", "dummy:stories15m", "--backend", "ref", "--threads", "1"]
+
+
+class Skip(Exception):
+    pass
+
+
+def stories_args(extra=(), serve=True):
+    d = models_dir()
+    if not d:
+        raise Skip("PAGELLM_TEST_MODELS unset: no stories260K")
+    return (["--model", os.path.join(d, "stories260K.bin"), "--kv-dtype", "f32", "--threads", "1"]
+            + (["--log-interval", "0"] if serve else []) + list(extra))
+
+
+def completion(srv, body, **kw):
+    status, h, v = srv.post("/v1/completions", body, **kw)
+    check(status == 200, f"/v1/completions {body}: {status} {v}")
+    return v
+
+
+def idle_and_free(srv, timeout=20):
+    """Waits until the engine holds nothing; returns the metrics then."""
+    def quiet():
+        m = srv.metrics()
+        ok = (m["pagellm:num_requests_running"] == 0 and m["pagellm:num_requests_waiting"] == 0
+              and m["pagellm:kv_cache_blocks_free"] == m["pagellm:kv_cache_blocks_total"])
+        return m if ok else None
+    return wait_for(quiet, timeout, "0 running, 0 waiting and every KV block free")
+
+
+def successes(m):
+    return {k.split("finished_reason=")[1].rstrip("}"): v for k, v in m.items()
+            if k.startswith("pagellm:request_success_total")}
+
+
+# ------------------------------------------------------------------------------------------
+# cases
+# ------------------------------------------------------------------------------------------
+
+def case_api():
+    srv = Server(PAGELLM, stories_args())
+    try:
+        model = stories_args()[1]
+        st, _, v = srv.get("/v1/models")
+        check(st == 200 and v["object"] == "list" and len(v["data"]) == 1, f"{st} {v}")
+        check(v["data"][0]["id"] == model and v["data"][0]["max_model_len"] == 512, v)
+        version = subprocess.run([PAGELLM, "version"], capture_output=True, text=True).stdout
+        st, _, v = srv.get("/version")
+        check(st == 200 and "pagellm " + v["version"] == version.strip(), f"{v} vs {version}")
+        st, _, v = srv.get("/health")
+        check(st == 200 and v["status"] == "ok" and v["running"] == 0, v)
+
+        prompt = "Once upon a time"
+        st, _, tok = srv.post("/tokenize", {"prompt": prompt, "return_token_strs": True})
+        check(st == 200 and tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 512, tok)
+        check("".join(tok["token_strs"]).strip() == prompt, tok)
+        st, _, de = srv.post("/detokenize", {"tokens": tok["tokens"]})
+        check(st == 200 and de["prompt"] == prompt, de)
+
+        whole = completion(srv, {"prompt": prompt, "max_tokens": 20, "temperature": 0})
+        check(whole["object"] == "text_completion" and whole["id"].startswith("cmpl-"), whole)
+        check(whole["model"] == model and len(whole["choices"]) == 1, whole)
+        c = whole["choices"][0]
+        check(c["index"] == 0 and c["finish_reason"] == "length" and c["logprobs"] is None, c)
+        check(whole["usage"] == {"prompt_tokens": tok["count"], "completion_tokens": 20,
+                                 "total_tokens": tok["count"] + 20,
+                                 "prompt_tokens_details": {"cached_tokens": 0}}, whole["usage"])
+
+        st, events, done = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": 20,
+                                      "temperature": 0, "stream": True,
+                                      "stream_options": {"include_usage": True}})
+        texts, fins, usage = stream_text(events)
+        check(done == 1, f"{done} [DONE]")
+        check(texts == {0: c["text"]}, f"stream {texts!r} vs whole {c['text']!r}")
+        check(fins == {0: ["length"]}, fins)
+        check(usage["completion_tokens"] == 20 and usage["prompt_tokens"] == tok["count"], usage)
+        check(all(e["usage"] is None for e in events[:-1]), "usage: null in every other chunk")
+        check(all(e["id"] == events[0]["id"] for e in events), "one id per stream")
+        st, events, done = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": 5,
+                                      "stream": True})
+        check(done == 1 and all("usage" not in e for e in events), "no usage unless asked")
+
+        # a stop string: cut from the text, never streamed, finish "stop"
+        whole = completion(srv, {"prompt": prompt, "max_tokens": 60, "temperature": 0, "stop": ["."]})
+        c = whole["choices"][0]
+        check(c["finish_reason"] == "stop" and "." not in c["text"] and c["text"], c)
+        st, events, done = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": 60,
+                                      "temperature": 0, "stop": ".", "stream": True})
+        texts, fins, _ = stream_text(events)
+        check(texts == {0: c["text"]} and fins == {0: ["stop"]}, f"{texts} {fins}")
+
+        # n > 1 with a seed: the same answer twice; a batch of prompts: prompt-major choices
+        body = {"prompt": prompt, "max_tokens": 12, "temperature": 0.9, "seed": 7, "n": 3}
+        a, b = completion(srv, body), completion(srv, body)
+        check([x["index"] for x in a["choices"]] == [0, 1, 2], a)
+        check([x["text"] for x in a["choices"]] == [x["text"] for x in b["choices"]], "seeded")
+        check(a["usage"]["prompt_tokens"] == tok["count"], "the prompt counts once whatever n")
+        check(a["usage"]["completion_tokens"] == 36, a["usage"])
+        prompts = ["Lily", "Tom had a"]
+        batch = completion(srv, {"prompt": prompts, "max_tokens": 8, "temperature": 0, "n": 2})
+        check(len(batch["choices"]) == 4, batch)
+        for i, p in enumerate(prompts):
+            one = completion(srv, {"prompt": p, "max_tokens": 8, "temperature": 0})
+            for k in range(2):
+                check(batch["choices"][2 * i + k]["text"] == one["choices"][0]["text"],
+                      f"choice {2 * i + k} answers prompt {i}")
+        ids = completion(srv, {"prompt": tok["tokens"], "max_tokens": 20, "temperature": 0})
+        greedy20 = completion(srv, {"prompt": prompt, "max_tokens": 20, "temperature": 0})
+        check(ids["choices"][0]["text"] == greedy20["choices"][0]["text"], "ids = their text")
+
+        # logprobs: the legacy shape; greedy picks the most likely
+        lp = completion(srv, {"prompt": prompt, "max_tokens": 10, "temperature": 0, "logprobs": 3})
+        l = lp["choices"][0]["logprobs"]
+        check(len(l["tokens"]) == 10 == len(l["token_logprobs"]) == len(l["top_logprobs"]) ==
+              len(l["text_offset"]), l)
+        check("".join(l["tokens"]) == lp["choices"][0]["text"], f"{l['tokens']} vs text")
+        for t, x, top in zip(l["tokens"], l["token_logprobs"], l["top_logprobs"]):
+            check(x <= 0 and len(top) <= 3 and abs(max(top.values()) - x) < 1e-6 and t in top,
+                  f"{t} {x} {top}")
+        check(l["text_offset"] == sorted(l["text_offset"]), l["text_offset"])
+        st, events, _ = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": 10,
+                                   "temperature": 0, "logprobs": 3, "stream": True})
+        streamed = [t for e in events for c in e["choices"] if c["logprobs"]
+                    for t in c["logprobs"]["tokens"]]
+        check(streamed == l["tokens"], f"streamed logprob tokens {streamed}")
+        echo = completion(srv, {"prompt": prompt, "max_tokens": 4, "temperature": 0, "echo": True,
+                                "logprobs": 1})
+        e = echo["choices"][0]
+        check(e["text"].startswith(prompt), e["text"])
+        check(len(e["logprobs"]["tokens"]) == tok["count"] + 4, e["logprobs"])
+        check(e["logprobs"]["token_logprobs"][0] is None, "the first prompt token has none")
+
+        # chat without a template: a clear 400
+        st, _, v = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        check(st == 400 and "--chat-template" in v["error"]["message"], f"{st} {v}")
+
+        m = idle_and_free(srv)
+        check(m["pagellm:time_to_first_token_seconds_count"] ==
+              sum(successes(m).values()), f"{m}")
+    finally:
+        srv.stop()
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+                 "{% if tools %}TOOLS{{ tools|length }}\n{% endif %}"
+                 "{% if flavor %}FLAVOR {{ flavor }}\n{% endif %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def case_chat():
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(CHAT_TEMPLATE)
+    srv = Server(PAGELLM, stories_args(["--chat-template", f.name]))
+    try:
+        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Once"}]
+        st, _, tok = srv.post("/tokenize", {"messages": msgs})
+        check(st == 200, tok)
+        st, _, text = srv.post("/detokenize", {"tokens": tok["tokens"]})
+        check(text["prompt"] == "<system>Be brief.\n<user>Once\n<assistant>", text)
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+        st, _, tok2 = srv.post("/tokenize", {"messages": msgs, "tools": tools,
+                                             "chat_template_kwargs": {"flavor": "mint"}})
+        st, _, text2 = srv.post("/detokenize", {"tokens": tok2["tokens"]})
+        check("TOOLS1\nFLAVOR mint\n" in text2["prompt"], text2)
+
+        body = {"messages": msgs, "max_completion_tokens": 12, "temperature": 0,
+                "logprobs": True, "top_logprobs": 2}
+        st, _, v = srv.post("/v1/chat/completions", body)
+        check(st == 200 and v["object"] == "chat.completion" and v["id"].startswith("chatcmpl-"), v)
+        c = v["choices"][0]
+        check(c["message"]["role"] == "assistant" and c["finish_reason"] == "length", c)
+        check(v["usage"]["completion_tokens"] == 12 and v["usage"]["prompt_tokens"] == tok["count"],
+              v["usage"])
+        content = c["logprobs"]["content"]
+        check(len(content) == 12 and "".join(x["token"] for x in content) == c["message"]["content"],
+              content)
+        for x in content:
+            check(list(x["token"].encode()) == x["bytes"] and len(x["top_logprobs"]) == 2 and
+                  x["top_logprobs"][0]["logprob"] >= x["top_logprobs"][1]["logprob"], x)
+        st, events, done = srv.stream("/v1/chat/completions", dict(body, stream=True,
+                                      stream_options={"include_usage": True}))
+        check(done == 1 and events[0]["object"] == "chat.completion.chunk", events[:1])
+        check(events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}, events[0])
+        texts, fins, usage = stream_text(events, "chat")
+        check(texts == {0: c["message"]["content"]} and fins == {0: ["length"]}, f"{texts} {fins}")
+        check(usage["completion_tokens"] == 12, usage)
+        check(events[-2]["choices"][0]["delta"] == {}, "the finish chunk's delta is empty")
+        # max_tokens is taken too; max_completion_tokens wins
+        st, _, v = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 3,
+                                                     "max_completion_tokens": 5})
+        check(v["usage"]["completion_tokens"] <= 5 and
+              (v["usage"]["completion_tokens"] == 5 or v["choices"][0]["finish_reason"] == "stop"), v)
+        for bad, param in [({"messages": []}, "messages"), ({"messages": [{"content": "x"}]}, "messages"),
+                           ({"messages": msgs, "top_logprobs": 2}, "top_logprobs"),
+                           ({"messages": msgs, "tool_choice": "required"}, "tool_choice"),
+                           ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+                            "messages[0].content")]:
+            st, _, v = srv.post("/v1/chat/completions", bad)
+            check(st == 400 and v["error"]["param"] == param, f"{bad}: {st} {v}")
+        st, _, v = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "max_tokens": 1})
+        check(st == 200, v)
+        own = {"messages": msgs, "chat_template": "{{ messages[1].content }} and"}
+        for path in ["/v1/chat/completions", "/tokenize"]:
+            st, _, v = srv.post(path, own)
+            check(st == 400 and v["error"]["param"] == "chat_template", f"{path}: {st} {v}")
+    finally:
+        srv.stop()
+        os.unlink(f.name)
+    # a request's own template, when the server trusts them
+    srv = Server(PAGELLM, stories_args(["--trust-request-chat-template"]))
+    try:
+        st, _, tok = srv.post("/tokenize", own)
+        st, _, text = srv.post("/detokenize", {"tokens": tok["tokens"]})
+        check(text["prompt"] == "Once and", text)
+        st, _, v = srv.post("/v1/chat/completions", dict(own, max_tokens=3))
+        check(st == 200 and v["usage"]["prompt_tokens"] == tok["count"], v)
+    finally:
+        srv.stop()
+
+
+def case_greedy_generate():
+    """Greedy text over HTTP equals `pagellm generate`'s for the same prompts."""
+    args = stories_args(serve=False)
+    prompts = ["Once upon a time", "Lily and Tom went to the park", "The cat", "One day, a big",
+               "She was sad because", "In a small town"]
+    ids_prompts = [[1, 403, 407, 261, 378], [1, 306, 411]]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt": p}) + "\n")
+        for p in ids_prompts:
+            f.write(json.dumps({"prompt_token_ids": p}) + "\n")
+    gen = subprocess.run([PAGELLM, "generate"] + args + ["--prompts", f.name, "--json",
+                         "--temperature", "0", "--max-tokens", "48"],
+                         capture_output=True, text=True, timeout=300)
+    os.unlink(f.name)
+    check(gen.returncode == 0, gen.stderr)
+    want = {}
+    for line in gen.stdout.splitlines():
+        r = json.loads(line)
+        want[r["index"]] = r
+    check(len(want) == len(prompts) + len(ids_prompts), gen.stdout)
+    srv = Server(PAGELLM, stories_args())
+    try:
+        for i, p in enumerate(prompts + ids_prompts):
+            body = {"prompt": p, "max_tokens": 48, "temperature": 0}
+            v = completion(srv, body)
+            c = v["choices"][0]
+            check(c["text"] == want[i]["text"], f"prompt {i}: {c['text']!r} vs generate "
+                  f"{want[i]['text']!r}")
+            check(v["usage"]["completion_tokens"] == len(want[i]["output_token_ids"]), v["usage"])
+            check(v["usage"]["prompt_tokens"] == len(want[i]["prompt_token_ids"]), v["usage"])
+            check(c["finish_reason"] == want[i]["finish_reason"], c)
+            st, events, done = srv.stream("/v1/completions", dict(body, stream=True))
+            texts, fins, _ = stream_text(events)
+            check(done == 1 and texts.get(0, "") == want[i]["text"], f"stream {i}: {texts}")
+        # all at once, as one batch request: the same
+        v = completion(srv, {"prompt": prompts, "max_tokens": 48, "temperature": 0})
+        for i in range(len(prompts)):
+            check(v["choices"][i]["text"] == want[i]["text"], f"batched prompt {i}")
+    finally:
+        srv.stop()
+
+
+def case_dummy():
+    """A model without a tokenizer: token ids in, token counts out; text is refused."""
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--log-interval", "0"])
+    try:
+        v = completion(srv, {"prompt": [1, 2, 3], "max_tokens": 7, "ignore_eos": True})
+        check(v["usage"]["completion_tokens"] == 7 and v["choices"][0]["text"] == "", v)
+        v = completion(srv, {"prompt": [[1, 2], [3]], "max_tokens": 2, "ignore_eos": True,
+                             "logprobs": 2})
+        check(len(v["choices"]) == 2 and len(v["choices"][1]["logprobs"]["token_logprobs"]) == 2, v)
+        st, events, done = srv.stream("/v1/completions", {"prompt": [5, 6], "max_tokens": 4,
+                                      "ignore_eos": True, "logprobs": 0, "stream": True})
+        check(done == 1 and sum(1 for e in events if e["choices"] and e["choices"][0]["logprobs"]) == 4,
+              events)
+        for path, body in [("/v1/completions", {"prompt": "text"}), ("/tokenize", {"prompt": "x"}),
+                           ("/detokenize", {"tokens": [1]}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})]:
+            st, _, v = srv.post(path, body)
+            check(st == 400 and "no tokenizer" in v["error"]["message"], f"{path}: {st} {v}")
+        idle_and_free(srv)
+    finally:
+        srv.stop()
+
+
+def case_load():
+    """64 streaming clients, 2,000 requests: every stream's deltas join to the whole response's
+    text for the same request, every request ends exactly once, and the engine is empty
+    afterwards with counters that add up."""
+    srv = Server(PAGELLM, stories_args(["--disable-access-log"]))
+    try:
+        prompts = ["Once upon a time", "Lily", "The dog ran", "Tom and Sue", "A little bird",
+                   "The sun was", "Mom said", "One day", "There was a big", "The girl"]
+        combos = []
+        for i, p in enumerate(prompts):
+            for j, mt in enumerate([8, 16, 24, 32]):
+                b = {"prompt": p, "max_tokens": mt}
+                if (i + j) % 2:
+                    b.update(temperature=0.9, seed=100 * i + j)
+                else:
+                    b["temperature"] = 0
+                if j == 3:
+                    b["stop"] = ["."]
+                combos.append(b)
+        refs = [completion(srv, b) for b in combos]
+        n_requests, n_clients = 2000, 64
+        results = [None] * n_requests
+        next_i = [0]
+        lock = threading.Lock()
+        errors = []
+
+        def client():
+            try:
+                while True:
+                    with lock:
+                        i = next_i[0]
+                        next_i[0] += 1
+                    if i >= n_requests:
+                        return
+                    body = dict(combos[i % len(combos)], stream=True,
+                                stream_options={"include_usage": True})
+                    results[i] = srv.stream("/v1/completions", body)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(repr(e))
+
+        t0 = time.time()
+        threads = [threading.Thread(target=client) for _ in range(n_clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.time() - t0
+        check(not errors, f"client errors: {errors[:5]}")
+        out_tokens = 0
+        for i, (st, events, done) in enumerate(results):
+            ref = refs[i % len(combos)]
+            texts, fins, usage = stream_text(events)
+            check(st == 200 and done == 1, f"request {i}: status {st}, {done} [DONE]")
+            check(fins == {0: [ref["choices"][0]["finish_reason"]]}, f"request {i}: finishes {fins}")
+            check(texts.get(0, "") == ref["choices"][0]["text"],
+                  f"request {i}: deltas join to {texts.get(0)!r}, whole text "
+                  f"{ref['choices'][0]['text']!r}")
+            check(usage == ref["usage"] or (usage["completion_tokens"] ==
+                  ref["usage"]["completion_tokens"]), f"request {i}: usage {usage} vs {ref['usage']}")
+            out_tokens += usage["completion_tokens"]
+        m = idle_and_free(srv)
+        total = n_requests + len(combos)
+        ok = successes(m)
+        check(ok["stop"] + ok["length"] == total and ok["abort"] == 0 and ok["error"] == 0, ok)
+        check(m["pagellm:generation_tokens_total"] == out_tokens +
+              sum(r["usage"]["completion_tokens"] for r in refs), "generation tokens add up")
+        check(m["pagellm:e2e_request_latency_seconds_count"] == total, "one e2e per request")
+        print(f"load: {n_requests} streams from {n_clients} clients in {elapsed:.1f} s, "
+              f"{out_tokens} tokens")
+    finally:
+        srv.stop()
+
+
+def case_disconnect():
+    """Clients that hang up mid-stream, or while waiting for a whole response, have their
+    requests aborted at once and the KV blocks freed."""
+    srv = Server(PAGELLM, SLOW + ["--log-interval", "0"])
+    try:
+        socks = []
+        for k in range(4):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            body = json.dumps({"prompt": [1, 2, 3 + k], "max_tokens": 200, "ignore_eos": True,
+                               "logprobs": 0, "stream": k < 2}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+            socks.append(s)
+        for s in socks[:2]:  # the streams have begun
+            got = b""
+            while got.count(b"data: ") < 2:
+                got += s.recv(65536)
+        m = srv.metrics()
+        check(m["pagellm:num_requests_running"] == 4, f"running {m['pagellm:num_requests_running']}")
+        t0 = time.time()
+        for s in socks:
+            s.close()
+        m = idle_and_free(srv, timeout=10)
+        took = time.time() - t0
+        check(successes(m)["abort"] == 4, successes(m))
+        check(m["pagellm:server_aborted_disconnect_total"] == 4, m)
+        check(m["pagellm:generation_tokens_total"] < 4 * 200, "they did not run to the end")
+        print(f"disconnect: 4 requests aborted and their blocks freed {took * 1e3:.0f} ms after "
+              f"the clients hung up")
+        completion(srv, {"prompt": [1, 2], "max_tokens": 2})  # still serving
+    finally:
+        srv.stop()
+
+
+def case_auth():
+    for how in ["flag", "env"]:
+        args = ["--model", "dummy:tiny", "--log-interval", "0"]
+        env = None
+        if how == "flag":
+            args += ["--api-key", "s3cret-key"]
+        else:
+            env = {"PAGELLM_API_KEY": "s3cret-key"}
+        srv = Server(PAGELLM, args, env=env)
+        try:
+            body = {"prompt": [1, 2], "max_tokens": 2}
+            for hdr in [None, {"Authorization": "Bearer s3cret-kez"},
+                        {"Authorization": "Bearer s3cret-key2"}, {"Authorization": "s3cret-key"},
+                        {"Authorization": "Bearer "}]:
+                for path, method in [("/v1/completions", "POST"), ("/v1/models", "GET"),
+                                     ("/tokenize", "POST")]:
+                    st, h, v = srv.request(method, path, body if method == "POST" else None,
+                                           headers=hdr)
+                    check(st == 401 and v["error"]["code"] == "invalid_api_key" and
+                          h.get("www-authenticate") == "Bearer", f"{how} {hdr} {path}: {st} {v}")
+            ok = {"Authorization": "Bearer s3cret-key"}
+            st, _, v = srv.post("/v1/completions", body, headers=ok)
+            check(st == 200, v)
+            for path in ["/health", "/metrics", "/version"]:
+                st, _, _ = srv.get(path)
+                check(st == 200, f"{path} needs no key: {st}")
+            # a refused request leaves the connection usable
+            c = srv.conn()
+            st, _, _ = srv.request("POST", "/v1/completions", body, conn=c)
+            st2, _, _ = srv.request("POST", "/v1/completions", body, headers=ok, conn=c)
+            check((st, st2) == (401, 200), f"keep-alive after 401: {st} {st2}")
+            c.close()
+        finally:
+            srv.stop()
+
+
+def case_errors():
+    srv = Server(PAGELLM, stories_args(["--max-body-size", "64K", "--max-n", "4",
+                                        "--max-prompt-tokens", "100"]))
+    try:
+        def bad(body, status, param=None, contains=None, path="/v1/completions"):
+            st, h, v = srv.post(path, body)
+            check(st == status, f"{body!r}: {st}, expected {status}: {v}")
+            e = v["error"]
+            check(set(e) == {"message", "type", "param", "code"}, e)
+            if param is not None:
+                check(e["param"] == param, f"{body!r}: param {e['param']!r}, expected {param!r}")
+            if contains:
+                check(contains in e["message"], f"{body!r}: {e['message']!r} lacks {contains!r}")
+            return v
+        bad(b"{\"prompt\": ", 400, contains="not valid JSON")
+        bad(b"[1, 2]", 400, contains="JSON object")
+        bad(b"{\"prompt\": \"a\\u0000b\"}", 400, contains="not valid JSON")
+        bad({"prompt": "a", "temperature": "hot"}, 400, "temperature")
+        bad({"prompt": "a", "top_p": 0}, 400, "top_p", "(0, 1]")
+        bad({"prompt": "a", "max_tokens": -1}, 400, "max_tokens")
+        bad({"prompt": "a", "n": 5}, 400, "n", "--max-n")
+        bad({"prompt": "a", "stream": "yes"}, 400, "stream")
+        bad({"prompt": 5}, 400, "prompt")
+        bad({"prompt": []}, 400, "prompt")
+        bad({"prompt": [1, "a"]}, 400, "prompt")
+        bad({"prompt": [-1]}, 400, "prompt")
+        bad({"prompt": [100000]}, 400, contains="outside the vocabulary")
+        bad({"prompt": ""}, 400, "prompt", "empty")
+        bad({"prompt": [1] * 101}, 400, "prompt", "--max-prompt-tokens")
+        bad({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "stream_options")
+        bad({"prompt": "a", "logit_bias": {"1": 5}}, 400, "logit_bias")
+        bad({"prompt": "a", "min_tokens": 9, "max_tokens": 3}, 400, "min_tokens")
+        bad({"prompt": "a", "max_tokens": 600}, 400, contains="max_model_len")
+        bad({"max_tokens": 3}, 400, "prompt", "required")
+        v = bad({"prompt": "a", "model": "gpt-4"}, 404, "model")
+        check(v["error"]["code"] == "model_not_found", v)
+        st, _, v = srv.post("/v1/completions", {"prompt": "a", "max_tokens": 2, "whatever": 1,
+                                                 "user": "u", "top_k": None})
+        check(st == 200, f"unknown and null fields are ignored: {st} {v}")
+        bad({"tokens": "x"}, 400, "tokens", path="/detokenize")
+        bad({"tokens": [9999]}, 400, path="/detokenize")
+        bad({"prompt": "a", "messages": []}, 400, path="/tokenize")
+
+        st, _, v = srv.get("/v1/nothing")
+        check(st == 404 and v["error"]["code"] == "not_found", f"{st} {v}")
+        st, h, v = srv.get("/v1/completions")
+        check(st == 405 and h.get("allow") == "POST", f"{st} {h}")
+        st, h, v = srv.post("/health", {})
+        check(st == 405 and h.get("allow") == "GET", f"{st} {h}")
+        big = b"{\"prompt\": \"" + b"a" * 70000 + b"\"}"
+        st, h, v = srv.post("/v1/completions", big)
+        check(st == 413 and v["error"]["code"] == "request_too_large", f"{st} {v}")
+        # no Content-Length (chunked) past the limit: the connection is closed, no answer
+        chunked = (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                   b"".join(b"%x\r\n" % 4096 + b"a" * 4096 + b"\r\n" for _ in range(20)) + b"0\r\n\r\n")
+        got = raw_http(srv.port, chunked)
+        check(not got.startswith(b"HTTP/1.1 200"), got[:200])
+        # a small chunked body is fine
+        small = json.dumps({"prompt": "Once", "max_tokens": 2}).encode()
+        got = raw_http(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                       b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(small) + small +
+                       b"\r\n0\r\n\r\n")
+        check(got.startswith(b"HTTP/1.1 200"), got[:300])
+        # keep-alive across an error
+        c = srv.conn()
+        st1, _, _ = srv.request("POST", "/v1/completions", b"{", conn=c)
+        st2, _, v = srv.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2}, conn=c)
+        check((st1, st2) == (400, 200), f"{st1} {st2} {v}")
+        c.close()
+        idle_and_free(srv)
+    finally:
+        srv.stop()
+
+
+def case_queue_full():
+    """One sequence runs, 5 may wait: the rest get 429 with Retry-After, /health says 503 while
+    the queue is 80% full, and everything accepted is answered."""
+    srv = Server(PAGELLM, SLOW + ["--max-num-seqs", "1", "--max-batch-size", "1",
+                                  "--max-waiting", "5", "--log-interval", "0"])
+    try:
+        results = [None] * 10
+        def one(i):
+            results[i] = srv.post("/v1/completions", {"prompt": [1, 2, i + 3], "max_tokens": 24,
+                                                      "ignore_eos": True})
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        health = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(srv.get("/health")), 60,
+                          "/health to say 503 while the queue is full")
+        check(health[2]["status"] == "overloaded" and health[1].get("retry-after") == "1", health)
+        for t in threads:
+            t.join()
+        codes = sorted(r[0] for r in results)
+        check(codes.count(200) >= 5 and set(codes) <= {200, 429} and 429 in codes, codes)
+        for st, h, v in results:
+            if st == 429:
+                check(h.get("retry-after") == "1" and v["error"]["code"] == "queue_full", v)
+            else:
+                check(v["usage"]["completion_tokens"] == 24, v)
+        st, _, v = srv.get("/health")
+        check(st == 200 and v["status"] == "ok", v)
+        idle_and_free(srv)
+    finally:
+        srv.stop()
+
+
+def case_drain():
+    """SIGTERM: new requests get 503, the running ones finish, the server exits 0."""
+    srv = Server(PAGELLM, SLOW + ["--log-interval", "0", "--drain-timeout", "120"])
+    try:
+        results = {}
+        def whole():
+            results["whole"] = srv.post("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 30,
+                                                            "ignore_eos": True})
+        def streamed():
+            results["stream"] = srv.stream("/v1/completions", {"prompt": [4, 5], "max_tokens": 30,
+                                           "ignore_eos": True, "stream": True, "logprobs": 0})
+        threads = [threading.Thread(target=whole), threading.Thread(target=streamed)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: srv.metrics()["pagellm:num_requests_running"] == 2, 60, "both running")
+        keep = srv.conn()
+        srv.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "draining" in srv.text(), 10, "the drain to begin")
+        st, h, v = srv.post("/v1/completions", {"prompt": [1], "max_tokens": 2}, conn=keep)
+        check(st == 503 and v["error"]["code"] == "draining", f"{st} {v}")
+        st, _, v = srv.get("/health")
+        check(st == 503 and v["status"] == "draining", v)
+        for t in threads:
+            t.join()
+        st, _, v = results["whole"]
+        check(st == 200 and v["usage"]["completion_tokens"] == 30, f"{st} {v}")
+        st, events, done = results["stream"]
+        texts, fins, _ = stream_text(events)
+        check(done == 1 and fins == {0: ["length"]}, fins)
+        srv.stop()
+    finally:
+        srv.kill()
+
+    # with a short drain timeout the unfinished are aborted, and still answered
+    srv = Server(PAGELLM, SLOW + ["--log-interval", "0", "--drain-timeout", "0.5"])
+    try:
+        results = {}
+        def whole():
+            results["whole"] = srv.post("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 250,
+                                                            "ignore_eos": True})
+        def streamed():
+            results["stream"] = srv.stream("/v1/completions", {"prompt": [4, 5], "max_tokens": 250,
+                                           "ignore_eos": True, "stream": True, "logprobs": 0})
+        threads = [threading.Thread(target=whole), threading.Thread(target=streamed)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: srv.metrics()["pagellm:num_requests_running"] == 2, 60, "both running")
+        srv.proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=60)
+        st, _, v = results["whole"]
+        check(st == 503 and v["error"]["code"] == "aborted", f"{st} {v}")
+        st, events, done = results["stream"]
+        check(done == 1 and events[-1].get("error", {}).get("code") == "aborted", events[-2:])
+        log = srv.stop()
+        check("aborting 2 request(s)" in log, log[-2000:])
+    finally:
+        srv.kill()
+
+
+def case_slow_reader():
+    """A client that reads nothing: its stream is aborted once --max-pending-deltas events
+    wait, the blocks are freed, and the stream ends with an error saying why."""
+    srv = Server(PAGELLM, stories_args(["--max-pending-deltas", "16", "--send-buffer", "4K"]))
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        s.connect(("127.0.0.1", srv.port))
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 500, "ignore_eos": True,
+                           "logprobs": 5, "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        wait_for(lambda: srv.metrics()["pagellm:server_aborted_slow_reader_total"] == 1, 30,
+                 "the slow reader's abort")
+        m = idle_and_free(srv)
+        check(successes(m)["abort"] == 1, successes(m))
+        s.settimeout(30)
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        check(b"slow_reader" in got and got.rstrip().endswith(b"0"), got[-400:])
+        check(b"data: [DONE]" in got, "the stream still ends with [DONE]")
+    finally:
+        srv.stop()
+
+
+def case_slow_client():
+    """A request trickled a byte at a time is dropped after --request-timeout; an idle
+    connection after --timeout-keep-alive; other clients are served meanwhile."""
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--log-interval", "0", "--request-timeout",
+                           "2", "--timeout-keep-alive", "2"])
+    try:
+        def trickle():
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n")
+            t0 = time.time()
+            try:
+                for ch in b"Content-Type: application/json\r\nX-Slow: " + b"a" * 100:
+                    s.sendall(bytes([ch]))
+                    time.sleep(0.25)
+                    if time.time() - t0 > 20:
+                        break
+                s.recv(10)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            took = time.time() - t0
+            s.close()
+            return took
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault("took", trickle()))
+        t.start()
+        for _ in range(5):  # others are served meanwhile
+            v = completion(srv, {"prompt": [1, 2], "max_tokens": 2})
+        idle = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        t0 = time.time()
+        check(idle.recv(10) == b"", "an idle connection is closed")
+        idle_took = time.time() - t0
+        idle.close()
+        t.join()
+        check(result["took"] < 8, f"the trickling client was dropped after {result['took']:.1f} s")
+        check(1.5 < idle_took < 8, f"the idle connection was closed after {idle_took:.1f} s")
+    finally:
+        srv.stop()
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    global PAGELLM
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        print(f"usage: {sys.argv[0]} PAGELLM CASE ({', '.join(CASES)})")
+        return 2
+    PAGELLM = sys.argv[1]
+    try:
+        CASES[sys.argv[2]]()
+    except Skip as e:
+        print(f"SKIP: {e}")
+        return 77
+    except Failure as e:
+        print(f"FAIL: {e}")
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

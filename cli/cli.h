@@ -77,18 +77,17 @@ typedef struct cli_prompt {
     char *tools;          /* NULL: none given */
     char *chat_template_kwargs;
     size_t line;                /* the file line it came from (from 1); 0 when not from a file */
-    pl_sampling_params params;  /* never deinit: its storage is the defaults' */
-    char **stop_storage;        /* (n_stop_storage) owned copies params.stop points at */
-    size_t n_stop_storage;
+    /* The defaults with the line's fields set: its storage holds the copies the line made;
+     * a list the line did not set still points into the defaults', so they outlive it. */
+    pl_sampling_params params;
 } cli_prompt;
 
 /* Reads a JSONL file ("-": standard input, named <stdin> in messages): one object per line
  * with "prompt" (string), "prompt_token_ids" (array of ints) or "messages" (a chat: an array
  * of message objects, with optional "tools" (array) and "chat_template_kwargs" (object)),
- * and optional sampling fields
- * (max_tokens, min_tokens, temperature, top_p, top_k, min_p, seed, ignore_eos, n, stop
- * (string or array), priority, repetition_penalty, presence_penalty, frequency_penalty) that
- * override defaults; any other key is an error. Blank lines are skipped. On failure returns
+ * and optional fields of pl_sampling_params by their names (max_tokens, temperature, stop
+ * as a string or an array, seed, logprobs, ...: pl_sampling_params_set_json) that override
+ * defaults; any other key is an error. Blank lines are skipped. On failure returns
  * false with "FILE:LINE: problem" in err ("FILE: problem" when no line is at fault: the file
  * cannot be opened or read (with strerror's reason) or holds no prompt). */
 bool cli_prompts_load(const char *path, const pl_sampling_params *defaults, cli_prompt **out,

@@ -19,50 +19,6 @@ static bool fail(char *err, size_t cap, const char *name, size_t line, const cha
     return false;
 }
 
-static bool get_int(json_t *o, const char *k, long long lo, long long hi, int *out,
-                    const char **why) {
-    json_t *v = json_object_get(o, k);
-    if (!v) return true;
-    if (!json_is_integer(v)) return (*why = "must be an integer"), false;
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi) return (*why = "out of range"), false;
-    *out = (int)x;
-    return true;
-}
-
-static bool get_float(json_t *o, const char *k, float *out, const char **why) {
-    json_t *v = json_object_get(o, k);
-    if (!v) return true;
-    if (!json_is_number(v)) return (*why = "must be a number"), false;
-    double x = json_number_value(v);
-    if (!isfinite(x)) return (*why = "must be finite"), false;
-    *out = (float)x;
-    return true;
-}
-
-static bool parse_stop(cli_prompt *p, json_t *v, const char **why) {
-    if (!v) return true;
-    size_t n = json_is_array(v) ? json_array_size(v) : 1;
-    if (!json_is_array(v) && !json_is_string(v))
-        return (*why = "must be a string or an array of strings"), false;
-    if (n > CLI_MAX_STOP) return (*why = "too many stop strings (max 64)"), false;
-    p->stop_storage = calloc(n ? n : 1, sizeof *p->stop_storage);
-    if (!p->stop_storage) return (*why = "out of memory"), false;
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_string(s) || json_string_length(s) == 0)
-            return (*why = "stop strings must be non-empty strings"), false;
-        if (strlen(json_string_value(s)) != json_string_length(s))
-            return (*why = "stop string contains a NUL byte"), false;
-        p->stop_storage[i] = strdup(json_string_value(s));
-        if (!p->stop_storage[i]) return (*why = "out of memory"), false;
-        p->n_stop_storage = i + 1;
-    }
-    p->params.stop = (const char *const *)p->stop_storage;
-    p->params.n_stop = n;
-    return true;
-}
-
 static bool parse_ids(cli_prompt *p, json_t *arr, const char **why) {
     if (!json_is_array(arr)) return (*why = "must be an array of token ids"), false;
     size_t n = json_array_size(arr);
@@ -100,63 +56,49 @@ static bool parse_chat(cli_prompt *p, json_t *o, const char **field, const char 
     return true;
 }
 
-/* Every key a line may hold. */
-static const char *const k_keys[] = {
-    "prompt",      "prompt_token_ids",   "messages",         "tools",
-    "chat_template_kwargs",
-    "max_tokens",  "min_tokens",         "temperature",      "top_p",
-    "top_k",       "min_p",              "seed",             "ignore_eos",
-    "n",           "stop",               "priority",         "repetition_penalty",
-    "presence_penalty", "frequency_penalty",
+/* The keys that say what a line asks for; every other key is a sampling field. */
+static const char *const k_prompt_keys[] = {
+    "prompt", "prompt_token_ids", "messages", "tools", "chat_template_kwargs",
 };
-#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
-/* Edit distance of two short strings (insertions, deletions, substitutions), capped at 9. */
-static size_t distance(const char *a, const char *b) {
-    size_t na = strlen(a), nb = strlen(b);
-    if (na > 40 || nb > 40) return 9;
-    size_t row[41];
-    for (size_t j = 0; j <= nb; j++) row[j] = j;
-    for (size_t i = 1; i <= na; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= nb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[nb] < 9 ? row[nb] : 9;
+static bool is_prompt_key(const char *k) {
+    for (size_t i = 0; i < sizeof k_prompt_keys / sizeof k_prompt_keys[0]; i++)
+        if (!strcmp(k, k_prompt_keys[i])) return true;
+    return false;
 }
 
-/* Fails on the first key that is not in k_keys, naming it in why (why_buf holds the text)
- * and the nearest known key when one is within two edits. */
-static bool check_keys(json_t *o, const char **field, const char **why, char *why_buf,
-                       size_t cap) {
+/* Sets every key that is not a prompt key as a sampling field through the library's field
+ * table, so a line accepts exactly what pl_sampling_params has, with its ranges and its
+ * messages ("sampling.top_p = 2: must be in (0, 1]"). An unknown key is an error, not
+ * ignored: a misspelt "temprature" would otherwise run the line at the default
+ * temperature without a word. */
+static bool set_sampling(json_t *o, pl_sampling_params *s, const char **field,
+                         const char **why, char *why_buf, size_t cap) {
     const char *k;
     json_t *v;
     json_object_foreach(o, k, v) {
-        const char *near = NULL;
-        size_t best = 3;
-        for (size_t i = 0; i < N_KEYS; i++) {
-            if (!strcmp(k, k_keys[i])) {
-                near = k;
-                break;
-            }
-            size_t d = distance(k, k_keys[i]);
-            if (d < best) best = d, near = k_keys[i];
+        if (is_prompt_key(k)) continue;
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text) return (*why = "out of memory"), false;
+        pl_status st = pl_sampling_params_set_json(s, k, text);
+        free(text);
+        if (st == PL_OK) continue;
+        if (st == PL_ERR_NOT_FOUND) {
+            const char *near = strstr(pl_last_error(), "(did you mean");
+            snprintf(why_buf, cap, "unknown key \"%.64s\" %s", k,
+                     near ? near : "(not prompt, prompt_token_ids, messages, tools, "
+                                   "chat_template_kwargs or a sampling field)");
+        } else {
+            snprintf(why_buf, cap, "%s", pl_last_error());
         }
-        if (near == k) continue;
-        if (near)
-            snprintf(why_buf, cap, "unknown key \"%.64s\" (did you mean \"%s\"?)", k, near);
-        else
-            snprintf(why_buf, cap, "unknown key \"%.64s\" (known: prompt, prompt_token_ids, "
-                     "messages, tools, chat_template_kwargs, max_tokens, min_tokens, temperature, top_p, top_k, min_p, seed, "
-                     "ignore_eos, n, stop, priority, repetition_penalty, presence_penalty, "
-                     "frequency_penalty)", k);
+        *field = NULL;
+        *why = why_buf;
+        return false;
+    }
+    /* the rules between fields (min_tokens <= max_tokens, non-empty stops) fail here, with
+     * the line, rather than at submit */
+    if (pl_sampling_params_validate(s) != PL_OK) {
+        snprintf(why_buf, cap, "%s", pl_last_error());
         *field = NULL;
         *why = why_buf;
         return false;
@@ -167,7 +109,6 @@ static bool check_keys(json_t *o, const char **field, const char **why, char *wh
 /* Parses one object into p; on failure sets *field and *why. */
 static bool parse_object(json_t *o, cli_prompt *p, const char **field, const char **why,
                          char *why_buf, size_t why_cap) {
-    if (!check_keys(o, field, why, why_buf, why_cap)) return false;
     json_t *text = json_object_get(o, "prompt"), *ids = json_object_get(o, "prompt_token_ids");
     json_t *msgs = json_object_get(o, "messages");
     if ((text != NULL) + (ids != NULL) + (msgs != NULL) != 1)
@@ -186,35 +127,7 @@ static bool parse_object(json_t *o, cli_prompt *p, const char **field, const cha
     } else if (!parse_ids(p, ids, why)) {
         return (*field = "prompt_token_ids"), false;
     }
-    pl_sampling_params *s = &p->params;
-    struct { const char *k; int *f; long long lo, hi; } ints[] = {
-        {"max_tokens", &s->max_tokens, 1, 1 << 24}, {"min_tokens", &s->min_tokens, 0, 1 << 24},
-        {"top_k", &s->top_k, 0, 1 << 24},          {"n", &s->n, 1, 64},
-        {"priority", &s->priority, -1000000, 1000000},
-    };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!get_int(o, ints[i].k, ints[i].lo, ints[i].hi, ints[i].f, why)) return (*field = ints[i].k), false;
-    struct { const char *k; float *f; } floats[] = {
-        {"temperature", &s->temperature}, {"top_p", &s->top_p}, {"min_p", &s->min_p},
-        {"repetition_penalty", &s->repetition_penalty},
-        {"presence_penalty", &s->presence_penalty}, {"frequency_penalty", &s->frequency_penalty},
-    };
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
-        if (!get_float(o, floats[i].k, floats[i].f, why)) return (*field = floats[i].k), false;
-    json_t *seed = json_object_get(o, "seed");
-    if (seed) {
-        if (!json_is_integer(seed) || json_integer_value(seed) < 0)
-            return (*field = "seed"), (*why = "must be a non-negative integer"), false;
-        s->seed = (uint64_t)json_integer_value(seed);
-        s->has_seed = true;
-    }
-    json_t *ie = json_object_get(o, "ignore_eos");
-    if (ie) {
-        if (!json_is_boolean(ie)) return (*field = "ignore_eos"), (*why = "must be true or false"), false;
-        s->ignore_eos = json_is_true(ie);
-    }
-    if (!parse_stop(p, json_object_get(o, "stop"), why)) return (*field = "stop"), false;
-    return true;
+    return set_sampling(o, &p->params, field, why, why_buf, why_cap);
 }
 
 void cli_prompts_free(cli_prompt *p, size_t n) {
@@ -225,8 +138,7 @@ void cli_prompts_free(cli_prompt *p, size_t n) {
         free(p[i].messages);
         free(p[i].tools);
         free(p[i].chat_template_kwargs);
-        for (size_t k = 0; k < p[i].n_stop_storage; k++) free(p[i].stop_storage[k]);
-        free(p[i].stop_storage);
+        pl_sampling_params_deinit(&p[i].params);
     }
     free(p);
 }
@@ -263,7 +175,8 @@ bool cli_prompts_parse(const char *name, const char *data, size_t len,
                 if (ok) {
                     cli_prompt *c = &list[n++];
                     memset(c, 0, sizeof *c);
-                    c->params = *defaults; /* stop strings stay the caller's until overridden */
+                    c->params = *defaults; /* lists the line does not set stay the caller's */
+                    c->params.storage = NULL;
                     c->line = line;
                     if (!parse_object(o, c, &field, &why, why_buf, sizeof why_buf))
                         ok = fail(err, err_cap, name, line, why, field);

@@ -40,10 +40,9 @@ static void usage(void) {
            "  --prompts FILE.jsonl  one JSON object per line (- reads standard input):\n"
            "                        \"prompt\", \"prompt_token_ids\" or \"messages\" (a chat, with\n"
            "                        optional \"tools\" and \"chat_template_kwargs\" replacing the\n"
-           "                        flags'), and any of max_tokens,\n"
-           "                        min_tokens, temperature, top_p, top_k, min_p, seed,\n"
-           "                        ignore_eos, n, stop, priority, repetition_penalty,\n"
-           "                        presence_penalty, frequency_penalty (other keys are refused)\n"
+           "                        flags'), and any sampling flag's field, named with _\n"
+           "                        (max_tokens, temperature, stop, seed, logprobs, ...;\n"
+           "                        other keys are refused, values checked per line)\n"
            "  --json                one JSON object per completion: index, line, sample, id,\n"
            "                        prompt_token_ids, output_token_ids, text, finish_reason,\n"
            "                        usage, timings; or index, line and error for a refused\n"
@@ -429,6 +428,7 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         if (!prompts) return 1;
         n_prompts = 1;
         prompts[0].params = *sp;
+        prompts[0].params.storage = NULL; /* sp keeps its own: freed by the caller */
         if (prompt && !(prompts[0].text = strdup(prompt))) {
             cli_prompts_free(prompts, n_prompts);
             return 1;

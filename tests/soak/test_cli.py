@@ -396,9 +396,13 @@ def main():
         ("empty file", "empty.jsonl", "", "empty.jsonl: no prompts (the file is empty)"),
         ("unknown key", "typo.jsonl",
          '{"prompt_token_ids": [1]}\n{"prompt_token_ids": [1], "temprature": 0}\n',
-         'typo.jsonl:2: unknown key "temprature" (did you mean "temperature"?)'),
+         'typo.jsonl:2: unknown key "temprature" (did you mean \'temperature\'?)'),
         ("unknown key, nothing near", "key.jsonl", '\n{"prompt": "a", "colour": "red"}\n',
-         'key.jsonl:2: unknown key "colour" (known: prompt, prompt_token_ids,'),
+         'key.jsonl:2: unknown key "colour" (not prompt, prompt_token_ids,'),
+        ("min_tokens above max_tokens", "minmax.jsonl",
+         '{"prompt_token_ids": [1], "max_tokens": 2, "min_tokens": 5}\n', "minmax.jsonl:1: "),
+        ("a sampling field beyond the old list", "lp.jsonl",
+         '{"prompt_token_ids": [1], "logprobs": 99}\n', "lp.jsonl:1: sampling.logprobs"),
         ("n out of range", "n.jsonl", '{"prompt_token_ids": [1], "n": 1000}\n', "n"),
     ]
     for name, fname, text, needle in cases:
@@ -421,9 +425,10 @@ def main():
           "--prompts", jsonl("oov.jsonl", '{"prompt_token_ids": [1]}\n'
                                           '{"prompt_token_ids": [1, 99999]}\n')],
           1, ["prompt 1 (line 2)", "vocabulary"])
+    # a sampling value out of range is the file's fault: refused while reading, with its line
     check("prompts file: sampling value refused", ["generate", "--model", "dummy:tiny",
           "--prompts", jsonl("topp.jsonl", '{"prompt_token_ids": [1], "top_p": 0}\n')],
-          1, ["top_p"])
+          2, ["topp.jsonl:1: sampling.top_p = 0: must be in (0, 1]"])
 
     # flags
     flag_cases = [

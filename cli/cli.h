@@ -22,6 +22,14 @@
  * flag and return false on failure. */
 bool cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out);
 bool cli_float(const char *flag, const char *s, double lo, double hi, double *out);
+/* Prints text with the cursor at column col, wrapped before column 100 onto lines that start
+ * at column indent, and a newline: the help text of every flag table. */
+void cli_wrap(const char *text, int col, int indent);
+/* Token ids in s, separated by commas, white space or the brackets of a JSON array
+ * ("1,5,9", "[1, 5, 9]"), each in [0, INT32_MAX]: *out (malloc'd, the caller frees) and
+ * *out_n >= 1. None, or one that is not such an integer, prints "pagellm: WHAT: ..." and
+ * returns false. */
+bool cli_id_list(const char *what, const char *s, int32_t **out, size_t *out_n);
 
 /* If argv[*i] is the flag of a field of pl_engine_config ("--block-size N",
  * "--block-size=N", a short flag "-m PATH", for booleans "--enable-prefix-caching" and

@@ -169,8 +169,7 @@ int cli_chat_flag(pl_chat_options *o, int argc, char **argv, int *i) {
     return field_flag(f, n, o, set_chat, argc, argv, i);
 }
 
-/* Prints text from column `indent`, wrapped before column 100. */
-static void wrap(const char *text, int col, int indent) {
+void cli_wrap(const char *text, int col, int indent) {
     const int width = 100;
     const char *p = text;
     while (*p) {
@@ -242,7 +241,7 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
         }
         snprintf(text, sizeof text, "%s%s%s%s", f->help,
                  is_json_field(f) ? " (the JSON text, or a file holding it)" : "", choices, dflt);
-        wrap(text, indent, indent);
+        cli_wrap(text, indent, indent);
     }
 }
 
@@ -268,4 +267,49 @@ void cli_print_chat_flags(void) {
     size_t n;
     const pl_field *f = pl_chat_options_fields(&n);
     print_fields("chat flags [default]", f, n, &d);
+}
+
+bool cli_id_list(const char *what, const char *s, int32_t **out, size_t *out_n) {
+    size_t cap = 64, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return false;
+    const char *seps = ", \t\r\n[]";
+    const char *p = s + strspn(s, seps);
+    while (*p) {
+        size_t k = strcspn(p, seps);
+        char num[32];
+        char where[96];
+        snprintf(where, sizeof where, "%s: id %zu", what, n + 1);
+        long long v;
+        if (k >= sizeof num) {
+            fprintf(stderr, "pagellm: %s: '%.32s...' is not an integer\n", where, p);
+            free(ids);
+            return false;
+        }
+        memcpy(num, p, k);
+        num[k] = '\0';
+        if (!cli_int(where, num, 0, INT32_MAX, &v)) {
+            free(ids);
+            return false;
+        }
+        if (n == cap) {
+            int32_t *g = realloc(ids, 2 * cap * sizeof *ids);
+            if (!g) {
+                free(ids);
+                return false;
+            }
+            ids = g, cap *= 2;
+        }
+        ids[n++] = (int32_t)v;
+        p += k;
+        p += strspn(p, seps);
+    }
+    if (n == 0) {
+        fprintf(stderr, "pagellm: %s: no ids given\n", what);
+        free(ids);
+        return false;
+    }
+    *out = ids;
+    *out_n = n;
+    return true;
 }

@@ -128,27 +128,6 @@ static bool set_row(const opt_row *r, pl_srv_options *o, const char *value) {
     return false;
 }
 
-/* Prints text from column indent (where the cursor is), wrapped before column 100. */
-static void wrap(const char *text, int indent) {
-    int col = indent;
-    for (const char *p = text; *p;) {
-        const char *word = p;
-        while (*p && *p != ' ') p++;
-        int len = (int)(p - word);
-        if (col > indent && col + 1 + len > 100) {
-            printf("\n%*s", indent, "");
-            col = indent;
-        } else if (col > indent) {
-            putchar(' ');
-            col++;
-        }
-        printf("%.*s", len, word);
-        col += len;
-        while (*p == ' ') p++;
-    }
-    putchar('\n');
-}
-
 static void usage(void) {
     printf("usage: pagellm serve --model PATH [server flags] [engine flags]\n\n"
            "An OpenAI-compatible HTTP server (docs/server.md): POST /v1/completions,\n"
@@ -167,7 +146,7 @@ static void usage(void) {
         char text[512];
         snprintf(text, sizeof text, "%s%s%s%s", r->help, r->dflt ? " [" : "",
                  r->dflt ? r->dflt : "", r->dflt ? "]" : "");
-        wrap(text, 34);
+        cli_wrap(text, 34, 34);
     }
     printf("\n");
     cli_print_engine_flags();

@@ -55,42 +55,6 @@ static void usage(void) {
     cli_print_engine_flags();
 }
 
-static bool parse_ids(const char *s, int32_t **out, size_t *out_n) {
-    size_t cap = 16, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    if (!ids) return false;
-    const char *p = s;
-    while (*p) {
-        char num[32];
-        size_t k = 0;
-        while (*p && *p != ',' && k < sizeof num - 1) num[k++] = *p++;
-        num[k] = '\0';
-        long long v;
-        if (!cli_int("--prompt-ids", num, 0, INT32_MAX, &v)) {
-            free(ids);
-            return false;
-        }
-        if (n == cap) {
-            int32_t *g = realloc(ids, 2 * cap * sizeof *ids);
-            if (!g) {
-                free(ids);
-                return false;
-            }
-            ids = g, cap *= 2;
-        }
-        ids[n++] = (int32_t)v;
-        if (*p == ',') p++;
-    }
-    if (n == 0) {
-        fprintf(stderr, "pagellm: --prompt-ids: no ids given\n");
-        free(ids);
-        return false;
-    }
-    *out = ids;
-    *out_n = n;
-    return true;
-}
-
 /* ------------------------------------------------------------------------------------------
  * Ctrl-C
  * ---------------------------------------------------------------------------------------- */
@@ -438,7 +402,7 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
             cli_prompts_free(prompts, n_prompts);
             return 2;
         }
-        if (ids_arg && !parse_ids(ids_arg, &prompts[0].ids, &prompts[0].n_ids)) {
+        if (ids_arg && !cli_id_list("--prompt-ids", ids_arg, &prompts[0].ids, &prompts[0].n_ids)) {
             cli_prompts_free(prompts, n_prompts);
             return 2;
         }

@@ -282,52 +282,6 @@ static void detokenize_usage(void) {
            "  --json            one JSON object: {\"ids\": [...], \"pieces\": [...], \"text\": ...}\n");
 }
 
-/* Ids separated by commas, white space or the brackets of a JSON array. */
-static bool parse_id_list(const char *what, const char *s, int32_t **out, size_t *out_n) {
-    size_t cap = 64, n = 0;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    if (!ids) return false;
-    const char *seps = ", \t\r\n[]";
-    const char *p = s + strspn(s, seps);
-    while (*p) {
-        size_t k = strcspn(p, seps);
-        char num[32];
-        char where[96];
-        snprintf(where, sizeof where, "%s: id %zu", what, n + 1);
-        long long v;
-        if (k >= sizeof num) {
-            fprintf(stderr, "pagellm: %s: '%.32s...' is not an integer\n", where, p);
-            free(ids);
-            return false;
-        }
-        memcpy(num, p, k);
-        num[k] = '\0';
-        if (!cli_int(where, num, 0, INT32_MAX, &v)) {
-            free(ids);
-            return false;
-        }
-        if (n == cap) {
-            int32_t *g = realloc(ids, 2 * cap * sizeof *ids);
-            if (!g) {
-                free(ids);
-                return false;
-            }
-            ids = g, cap *= 2;
-        }
-        ids[n++] = (int32_t)v;
-        p += k;
-        p += strspn(p, seps);
-    }
-    if (n == 0) {
-        fprintf(stderr, "pagellm: %s: no ids given\n", what);
-        free(ids);
-        return false;
-    }
-    *out = ids;
-    *out_n = n;
-    return true;
-}
-
 int cmd_detokenize(int argc, char **argv) {
     const char *tok_path = NULL, *model_path = NULL, *ids_arg = NULL, *file = NULL;
     bool skip = false, json = false;
@@ -372,10 +326,10 @@ int cmd_detokenize(int argc, char **argv) {
             fprintf(stderr, "pagellm detokenize: --file %s\n", err);
             return 2;
         }
-        bool ok = parse_id_list(file, text, &ids, &n);
+        bool ok = cli_id_list(file, text, &ids, &n);
         free(text);
         if (!ok) return 2;
-    } else if (!parse_id_list("--ids", ids_arg, &ids, &n)) {
+    } else if (!cli_id_list("--ids", ids_arg, &ids, &n)) {
         return 2;
     }
     pl_tokenizer *own;

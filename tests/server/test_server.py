@@ -317,6 +317,63 @@ def case_dummy():
         srv.stop()
 
 
+def histogram_count(m, name):
+    return m[f"pagellm:{name}_count"]
+
+
+def case_bench_metrics():
+    """`pagellm bench serve` against the server: its counts equal the server's /metrics over
+    the same run (requests, prompt and generation tokens, one histogram observation per
+    request or token), on a fresh server (so /metrics holds that run alone). Timings cannot
+    agree exactly; one order holds per request: the client's TTFT (send -> first chunk) is
+    never shorter than the server's (submit -> first token), so neither is its sum."""
+    tok = os.path.join(HERE, "..", "data", "tok512_hf")
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--tokenizer", tok, "--log-interval", "0",
+                           "--disable-access-log", "--threads", "1"])
+    out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+    try:
+        n = 24
+        p = subprocess.run([PAGELLM, "bench", "serve", "--port", str(srv.port), "--vocab-size", "512",
+                            "--num-prompts", str(n), "--input-len", "12", "--output-len", "10",
+                            "--random-range-ratio", "0.5", "--max-concurrency", "8", "--seed", "3",
+                            "--no-progress", "--output-json", out],
+                           capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, f"bench serve exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        with open(out) as f:
+            j = json.load(f)
+        m = idle_and_free(srv)
+        ok = successes(m)
+        check(j["completed"] == n and j["failed"] == 0, f"client: {j['completed']} / {j['failed']}")
+        # every request ran to its max_tokens (EOS ignored): finished by length
+        check(ok["length"] == n and sum(ok.values()) == n, f"server's successes {ok}")
+        check(m["pagellm:prompt_tokens_total"] == j["total_input_tokens"],
+              f"prompt tokens: server {m['pagellm:prompt_tokens_total']}, client "
+              f"{j['total_input_tokens']}")
+        check(m["pagellm:generation_tokens_total"] == j["total_output_tokens"],
+              f"generation tokens: server {m['pagellm:generation_tokens_total']}, client "
+              f"{j['total_output_tokens']}")
+        check(j["total_output_tokens"] == sum(j["output_lens"]) and
+              sum(j["input_lens"]) == j["total_input_tokens"], "the client's own sums")
+        multi = sum(1 for k in j["output_lens"] if k > 1)
+        for name, want in [("time_to_first_token_seconds", n), ("e2e_request_latency_seconds", n),
+                           ("request_queue_time_seconds", n),
+                           ("request_time_per_output_token_seconds", multi),
+                           ("inter_token_latency_seconds", j["total_output_tokens"] - n)]:
+            got = histogram_count(m, name)
+            check(got == want, f"{name}_count: server {got}, from the client's counts {want}")
+        # the client's inter-token gaps are between chunks: one per token unless a token added
+        # no text of its own (bytes of one character come in one chunk)
+        gaps = sum(len(g) for g in j["itls"])
+        check(0 < gaps <= histogram_count(m, "inter_token_latency_seconds"),
+              f"{gaps} gaps between chunks")
+        check(m["pagellm:time_to_first_token_seconds_sum"] <= sum(j["ttfts"]),
+              f"server TTFT sum {m['pagellm:time_to_first_token_seconds_sum']} > client's "
+              f"{sum(j['ttfts'])}")
+    finally:
+        os.unlink(out)
+        srv.stop()
+
+
 def case_load():
     """64 streaming clients, 2,000 requests: every stream's deltas join to the whole response's
     text for the same request, every request ends exactly once, and the engine is empty

@@ -8,9 +8,10 @@ usage: scripts/bench_serve_sweep.py PAGELLM [--rates 1,2,4,8,inf] [--plot PREFIX
 
 Starts one `pagellm serve` with the engine flags (default --model dummy:stories15m), then for
 each rate runs `bench serve --request-rate R` (Poisson arrivals, every request streamed, EOS
-ignored, token-id prompts: the same workload at every rate) under the shared benchmark lock
+ignored, token-id prompts of the same lengths at every rate, drawn with seed S + the rate's
+index: prompts seen at an earlier rate would be prefix-cache hits) under the shared benchmark lock
 (flock on /tmp/pagellm-bench.lock, one rate at a time), and waits for the engine to be empty
-before the next. Writes PREFIX.csv and, with gnuplot (Debian: gnuplot-nox) and
+before the next (after a short warm-up run, not recorded). Writes PREFIX.csv and, with gnuplot (Debian: gnuplot-nox) and
 scripts/plot_serve_sweep.gp, PREFIX.png and PREFIX.svg.
 """
 import argparse
@@ -102,14 +103,19 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     workload = ["--num-prompts", args.num_prompts, "--input-len", args.input_len,
-                "--output-len", args.output_len, "--seed", args.seed]
+                "--output-len", args.output_len]
     rows = []
     srv = Server(args.pagellm, engine + ["--disable-access-log", "--log-interval", "0"])
     try:
-        for rate in args.rates.split(","):
+        # warm-up, not recorded: the first requests of a fresh server touch its KV pages
+        bench(args, srv.port, "inf", ["--num-prompts", "8", "--input-len", args.input_len,
+                                      "--output-len", "16", "--seed", str(int(args.seed) + 1000)])
+        wait_idle(srv)
+        for k, rate in enumerate(args.rates.split(",")):
             with open(args.lock, "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                rows.append(bench(args, srv.port, rate, workload))
+                seed = ["--seed", str(int(args.seed) + k)]
+                rows.append(bench(args, srv.port, rate, workload + seed))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             wait_idle(srv)
     finally:
@@ -122,7 +128,8 @@ def main():
             for r in rows:
                 w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
         plot(args.plot, csv_path)
-    print(f"engine flags: {' '.join(engine)}; workload: {' '.join(workload)}")
+    print(f"engine flags: {' '.join(engine)}; workload: {' '.join(workload)}, seed {args.seed} + "
+          f"the rate's index")
     print("| request rate (req/s) | achieved req/s | output tok/s | peak concurrency | "
           "TTFT mean / median / P99 (ms) | TPOT mean / median / P99 (ms) | "
           "ITL mean / median / P99 (ms) | E2EL mean / median / P99 (ms) |")

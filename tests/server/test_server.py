@@ -374,6 +374,49 @@ def case_bench_metrics():
         srv.stop()
 
 
+def case_backend_error():
+    """A backend failure (injected with the engine's PAGELLM_FAULT_FORWARD hook: a forward pass
+    holding a prompt that begins with token 7 fails) answers 500 in OpenAI's error object, or
+    an error event and [DONE] in a stream; the server goes on serving the next requests."""
+    tok = os.path.join(HERE, "..", "data", "tok512_hf")
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--tokenizer", tok, "--log-interval", "0",
+                           "--threads", "1"], env={"PAGELLM_FAULT_FORWARD": "7"})
+    try:
+        st, _, v = srv.post("/v1/completions", {"prompt": [7, 20, 30], "max_tokens": 8,
+                                                "ignore_eos": True})
+        check(st == 500, f"whole response: {st} {v}")
+        e = v["error"]
+        check(e["type"] == "server_error" and "backend failed" in e["message"] and
+              e["code"] is None and e["param"] is None, e)
+        st, events, done = srv.stream("/v1/completions", {"prompt": [7, 21], "max_tokens": 8,
+                                                          "ignore_eos": True, "stream": True})
+        check(st == 200 and done == 1, f"stream: {st}, {done} [DONE]")
+        errs = [ev["error"] for ev in events if "error" in ev]
+        check(len(errs) == 1 and events[-1].get("error") and "backend failed" in errs[0]["message"]
+              and errs[0]["type"] == "server_error", f"stream events {events}")
+        check(not any(ev.get("choices") and ev["choices"][0].get("finish_reason")
+                      for ev in events), f"a failed choice has no finish_reason: {events}")
+        for stream in [False, True, False]:  # the next requests are served
+            body = {"prompt": [1, 2, 3], "max_tokens": 6, "ignore_eos": True}
+            if stream:
+                st, events, done = srv.stream("/v1/completions", dict(body, stream=True,
+                                              stream_options={"include_usage": True}))
+                _, fins, usage = stream_text(events)
+                check(st == 200 and done == 1 and fins == {0: ["length"]} and
+                      usage["completion_tokens"] == 6, f"stream after the failure: {events}")
+            else:
+                v = completion(srv, body)
+                check(v["usage"]["completion_tokens"] == 6, v)
+        st, _, v = srv.get("/health")
+        check(st == 200 and v["status"] == "ok", f"/health {st} {v}")
+        m = idle_and_free(srv)
+        ok = successes(m)
+        check(ok["error"] == 2 and ok["length"] == 3, ok)
+    finally:
+        log = srv.stop()
+    check("fault injected (PAGELLM_FAULT_FORWARD)" in log, "the step's error is logged")
+
+
 def case_load():
     """64 streaming clients, 2,000 requests: every stream's deltas join to the whole response's
     text for the same request, every request ends exactly once, and the engine is empty

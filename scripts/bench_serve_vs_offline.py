@@ -55,14 +55,19 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_json(cmd):
+# The client needs no BLAS: without this, OpenBLAS's worker threads, started when the library
+# loads, spin in sched_yield for their first ~0.1 s, on the cores the server is using.
+CLIENT_ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+
+
+def run_json(cmd, env=None):
     """Runs a bench command with --output-json; its JSON and the CPU seconds it used."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     try:
         c0 = children_cpu()
         p = subprocess.run(cmd + ["--output-json", path, "--no-progress"], capture_output=True,
-                           text=True)
+                           text=True, env=env)
         cpu = children_cpu() - c0
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -100,7 +105,8 @@ def online(args, workload):
         before = srv.metrics()
         server_cpu = proc_cpu(srv.proc.pid)
         j, client_cpu = run_json([args.pagellm, "bench", "serve", "--port", str(srv.port),
-                      "--vocab-size", str(args.vocab_size), "--temperature", "1"] + workload)
+                      "--vocab-size", str(args.vocab_size), "--temperature", "1"] + workload,
+                             env=CLIENT_ENV)
         server_cpu = proc_cpu(srv.proc.pid) - server_cpu
         after = srv.metrics()
     finally:

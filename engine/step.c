@@ -78,7 +78,8 @@ static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_ste
     PL_PHASE(pr, PL_PHASE_BATCH, pl_batch_build(e, so, &b));
     PL_PHASE(pr, PL_PHASE_FORWARD,
              st = fault_injected(e, so)
-                      ? pl_fail(PL_ERR_BACKEND, "forward pass: fault injected (PAGELLM_FAULT_FORWARD)")
+                      ? pl_fail(PL_ERR_BACKEND, "forward pass: fault injected "
+                                                "(PAGELLM_FAULT_FORWARD)")
                       : pl_runner_run(e->runner, &b, e->sb.logits));
     if (st != PL_OK) {
         pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());

@@ -11,8 +11,8 @@ each rate runs `bench serve --request-rate R` (Poisson arrivals, every request s
 ignored, token-id prompts of the same lengths at every rate, drawn with seed S + the rate's
 index: prompts seen at an earlier rate would be prefix-cache hits) under the shared benchmark lock
 (flock on /tmp/pagellm-bench.lock, one rate at a time), and waits for the engine to be empty
-before the next (after a short warm-up run, not recorded). Writes PREFIX.csv and, with gnuplot (Debian: gnuplot-nox) and
-scripts/plot_serve_sweep.gp, PREFIX.png and PREFIX.svg.
+before the next (after a short warm-up run, not recorded). Writes PREFIX.csv and, with
+gnuplot (Debian: gnuplot-nox) and scripts/plot_serve_sweep.gp, PREFIX.png and PREFIX.svg.
 """
 import argparse
 import csv
@@ -87,7 +87,7 @@ def plot(prefix, csv_path):
 
 
 def main():
-    ap = argparse.ArgumentParser(usage=__doc__.split("\n\n")[1])
+    ap = argparse.ArgumentParser(usage=__doc__.split("\n\n")[1].removeprefix("usage: "))
     ap.add_argument("pagellm")
     ap.add_argument("--rates", default="1,2,4,8,inf")
     ap.add_argument("--plot", metavar="PREFIX")

@@ -35,7 +35,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "server"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "server"))
 from server_util import Server  # noqa: E402
 
 COUNTERS = ("pagellm:server_step_seconds_total", "pagellm:server_deliver_seconds_total",
@@ -128,7 +129,7 @@ def online(args, workload):
 
 
 def main():
-    ap = argparse.ArgumentParser(usage=__doc__.split("\n\n")[1])
+    ap = argparse.ArgumentParser(usage=__doc__.split("\n\n")[1].removeprefix("usage: "))
     ap.add_argument("pagellm")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--vocab-size", type=int, default=32000,

@@ -10,7 +10,9 @@
 
 if (!exists("csv")) csv = 'serve-sweep.csv'
 if (!exists("out")) out = 'serve-sweep'
-if (!exists("plot_title")) plot_title = 'pagellm bench serve against pagellm serve: latency vs request rate'
+if (!exists("plot_title")) {
+    plot_title = 'pagellm bench serve against pagellm serve: latency vs request rate'
+}
 
 set datafile separator ","
 set grid

@@ -230,6 +230,18 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     return PL_OK;
 }
 
+/* A test hook: PAGELLM_FAULT_FORWARD=ID makes every forward pass whose batch holds a prompt
+ * beginning with token ID fail with PL_ERR_BACKEND, as a device failure would, so that a
+ * program serving the engine (pagellm serve's 500 answers) can be tested end to end; its
+ * other requests run as usual. Read once, here; unset or not a token id: off. */
+static int32_t fault_token_from_env(void) {
+    const char *v = getenv("PAGELLM_FAULT_FORWARD");
+    if (!v || !v[0]) return -1;
+    char *end;
+    long id = strtol(v, &end, 10);
+    return *end || id < 0 || id > INT32_MAX ? -1 : (int32_t)id;
+}
+
 pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "engine_create: out is NULL");
     pl_engine_config c;
@@ -242,6 +254,7 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     e->cfg.chat_template = NULL;
     e->cfg.storage = NULL;
     atomic_init(&e->next_id, 1);
+    e->fault_token = fault_token_from_env();
     pl_status s = pl_intake_init(&e->intake);
     if (s != PL_OK) {
         pl_free(e);

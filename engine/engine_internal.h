@@ -195,6 +195,7 @@ struct pl_engine {
     pl_step_buffers sb;
     pl_engine_stats stats;
     pl_profiler prof;
+    int32_t fault_token;               /* PAGELLM_FAULT_FORWARD (a test hook); -1: off */
 };
 
 /* Whether tok ends a text (ignore_eos aside). */

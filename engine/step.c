@@ -60,6 +60,14 @@ static void account_step(pl_engine *e, const pl_sched_output *so) {
     if (kv.usage > st->kv_usage_peak) st->kv_usage_peak = kv.usage;
 }
 
+/* PAGELLM_FAULT_FORWARD (engine.c): the batch holds a prompt beginning with that token. */
+static bool fault_injected(const pl_engine *e, const pl_sched_output *so) {
+    if (e->fault_token < 0) return false;
+    for (int i = 0; i < so->n_seqs; i++)
+        if (so->entries[i].seq->tokens[0] == e->fault_token) return true;
+    return false;
+}
+
 /* The forward pass and what follows it; a failure finishes this step's requests with
  * reason error (the engine stays usable). */
 static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_step) {
@@ -68,7 +76,11 @@ static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_ste
     pl_status st;
     note_first_scheduled(e, so, t_step);
     PL_PHASE(pr, PL_PHASE_BATCH, pl_batch_build(e, so, &b));
-    PL_PHASE(pr, PL_PHASE_FORWARD, st = pl_runner_run(e->runner, &b, e->sb.logits));
+    PL_PHASE(pr, PL_PHASE_FORWARD,
+             st = fault_injected(e, so)
+                      ? pl_fail(PL_ERR_BACKEND, "forward pass: fault injected "
+                                                "(PAGELLM_FAULT_FORWARD)")
+                      : pl_runner_run(e->runner, &b, e->sb.logits));
     if (st != PL_OK) {
         pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());
         fail_step(e, so);

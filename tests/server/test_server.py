@@ -317,6 +317,106 @@ def case_dummy():
         srv.stop()
 
 
+def histogram_count(m, name):
+    return m[f"pagellm:{name}_count"]
+
+
+def case_bench_metrics():
+    """`pagellm bench serve` against the server: its counts equal the server's /metrics over
+    the same run (requests, prompt and generation tokens, one histogram observation per
+    request or token), on a fresh server (so /metrics holds that run alone). Timings cannot
+    agree exactly; one order holds per request: the client's TTFT (send -> first chunk) is
+    never shorter than the server's (submit -> first token), so neither is its sum."""
+    tok = os.path.join(HERE, "..", "data", "tok512_hf")
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--tokenizer", tok, "--log-interval", "0",
+                           "--disable-access-log", "--threads", "1"])
+    out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+    try:
+        n = 24
+        p = subprocess.run([PAGELLM, "bench", "serve", "--port", str(srv.port), "--vocab-size", "512",
+                            "--num-prompts", str(n), "--input-len", "12", "--output-len", "10",
+                            "--random-range-ratio", "0.5", "--max-concurrency", "8", "--seed", "3",
+                            "--no-progress", "--output-json", out],
+                           capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, f"bench serve exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        with open(out) as f:
+            j = json.load(f)
+        m = idle_and_free(srv)
+        ok = successes(m)
+        check(j["completed"] == n and j["failed"] == 0, f"client: {j['completed']} / {j['failed']}")
+        # every request ran to its max_tokens (EOS ignored): finished by length
+        check(ok["length"] == n and sum(ok.values()) == n, f"server's successes {ok}")
+        check(m["pagellm:prompt_tokens_total"] == j["total_input_tokens"],
+              f"prompt tokens: server {m['pagellm:prompt_tokens_total']}, client "
+              f"{j['total_input_tokens']}")
+        check(m["pagellm:generation_tokens_total"] == j["total_output_tokens"],
+              f"generation tokens: server {m['pagellm:generation_tokens_total']}, client "
+              f"{j['total_output_tokens']}")
+        check(j["total_output_tokens"] == sum(j["output_lens"]) and
+              sum(j["input_lens"]) == j["total_input_tokens"], "the client's own sums")
+        multi = sum(1 for k in j["output_lens"] if k > 1)
+        for name, want in [("time_to_first_token_seconds", n), ("e2e_request_latency_seconds", n),
+                           ("request_queue_time_seconds", n),
+                           ("request_time_per_output_token_seconds", multi),
+                           ("inter_token_latency_seconds", j["total_output_tokens"] - n)]:
+            got = histogram_count(m, name)
+            check(got == want, f"{name}_count: server {got}, from the client's counts {want}")
+        # the client's inter-token gaps are between chunks: one per token unless a token added
+        # no text of its own (bytes of one character come in one chunk)
+        gaps = sum(len(g) for g in j["itls"])
+        check(0 < gaps <= histogram_count(m, "inter_token_latency_seconds"),
+              f"{gaps} gaps between chunks")
+        check(m["pagellm:time_to_first_token_seconds_sum"] <= sum(j["ttfts"]),
+              f"server TTFT sum {m['pagellm:time_to_first_token_seconds_sum']} > client's "
+              f"{sum(j['ttfts'])}")
+    finally:
+        os.unlink(out)
+        srv.stop()
+
+
+def case_backend_error():
+    """A backend failure (injected with the engine's PAGELLM_FAULT_FORWARD hook: a forward pass
+    holding a prompt that begins with token 7 fails) answers 500 in OpenAI's error object, or
+    an error event and [DONE] in a stream; the server goes on serving the next requests."""
+    tok = os.path.join(HERE, "..", "data", "tok512_hf")
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--tokenizer", tok, "--log-interval", "0",
+                           "--threads", "1"], env={"PAGELLM_FAULT_FORWARD": "7"})
+    try:
+        st, _, v = srv.post("/v1/completions", {"prompt": [7, 20, 30], "max_tokens": 8,
+                                                "ignore_eos": True})
+        check(st == 500, f"whole response: {st} {v}")
+        e = v["error"]
+        check(e["type"] == "server_error" and "backend failed" in e["message"] and
+              e["code"] is None and e["param"] is None, e)
+        st, events, done = srv.stream("/v1/completions", {"prompt": [7, 21], "max_tokens": 8,
+                                                          "ignore_eos": True, "stream": True})
+        check(st == 200 and done == 1, f"stream: {st}, {done} [DONE]")
+        errs = [ev["error"] for ev in events if "error" in ev]
+        check(len(errs) == 1 and events[-1].get("error") and "backend failed" in errs[0]["message"]
+              and errs[0]["type"] == "server_error", f"stream events {events}")
+        check(not any(ev.get("choices") and ev["choices"][0].get("finish_reason")
+                      for ev in events), f"a failed choice has no finish_reason: {events}")
+        for stream in [False, True, False]:  # the next requests are served
+            body = {"prompt": [1, 2, 3], "max_tokens": 6, "ignore_eos": True}
+            if stream:
+                st, events, done = srv.stream("/v1/completions", dict(body, stream=True,
+                                              stream_options={"include_usage": True}))
+                _, fins, usage = stream_text(events)
+                check(st == 200 and done == 1 and fins == {0: ["length"]} and
+                      usage["completion_tokens"] == 6, f"stream after the failure: {events}")
+            else:
+                v = completion(srv, body)
+                check(v["usage"]["completion_tokens"] == 6, v)
+        st, _, v = srv.get("/health")
+        check(st == 200 and v["status"] == "ok", f"/health {st} {v}")
+        m = idle_and_free(srv)
+        ok = successes(m)
+        check(ok["error"] == 2 and ok["length"] == 3, ok)
+    finally:
+        log = srv.stop()
+    check("fault injected (PAGELLM_FAULT_FORWARD)" in log, "the step's error is logged")
+
+
 def case_load():
     """64 streaming clients, 2,000 requests: every stream's deltas join to the whole response's
     text for the same request, every request ends exactly once, and the engine is empty

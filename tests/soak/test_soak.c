@@ -24,6 +24,7 @@
 #include <criterion/hooks.h>
 #include <criterion/internal/ordered-set.h>
 #include <malloc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ typedef struct soak_req {
     int32_t *ref;    /* (n_ref) */
     int n_ref;
     pl_finish_reason ref_reason;
+    int ref_tie;     /* the first reference step whose choice was a near tie (n_ref: none) */
     /* soak run */
     pl_request_id id;     /* 0 until accepted */
     bool abort_accepted;  /* pl_engine_abort returned PL_OK */
@@ -56,7 +58,8 @@ typedef struct soak_req {
 } soak_req;
 
 typedef struct soak_stats {
-    long steps, preemptions, completions, aborted, stopped, lengthed, queue_full, greedy_checked;
+    long steps, preemptions, completions, aborted, stopped, lengthed, queue_full, greedy_checked,
+        greedy_ties;
 } soak_stats;
 
 #define SOAK_MODEL_LEN 128
@@ -176,6 +179,29 @@ static void frequent_tokens(uint64_t seed, int vocab, int32_t *pool, int n_pool)
     pl_engine_destroy(e);
 }
 
+/* The same token's K/V may differ in the last bits of f32 between schedules (docs/api.md,
+ * "Greedy output and batching"), so a greedy choice between two logits closer than that can
+ * go either way. The reference marks its first such step; a run under pressure must equal
+ * it token for token up to there, and the test asserts such steps stay rare. TIE_EPS is
+ * ~100x the logit differences seen between schedules of this model. */
+#define TIE_TOP 5
+#define TIE_EPS 1e-4f
+
+/* The first output step where another of the top TIE_TOP tokens is within TIE_EPS of the
+ * chosen one (or the chosen one is not among them), n_output_ids when there is none. */
+static int first_tie(const pl_completion *cp) {
+    cr_assert_eq(cp->n_logprobs, cp->n_output_ids);
+    for (size_t k = 0; k < cp->n_logprobs; k++) {
+        const pl_token_logprobs *lp = &cp->logprobs[k];
+        if (lp->rank > lp->n_top) return (int)k;
+        for (int j = 0; j < lp->n_top; j++)
+            if (lp->top[j].token != lp->token &&
+                fabsf(lp->top[j].logprob - lp->logprob) < TIE_EPS)
+                return (int)k;
+    }
+    return (int)cp->n_output_ids;
+}
+
 /* Step 1: greedy outputs with no KV pressure, n = 1, no aborts. */
 static void run_reference(soak_req *w, int n) {
     pl_engine_config c;
@@ -196,6 +222,7 @@ static void run_reference(soak_req *w, int n) {
             }
             pl_sampling_params sp = w[next].sp;
             sp.n = 1;
+            sp.logprobs = TIE_TOP;
             pl_request_id id;
             cr_assert_eq(pl_engine_submit_tokens(e, w[next].prompt, (size_t)w[next].n_prompt, &sp,
                                                  &id), PL_OK, "%s", pl_last_error());
@@ -217,6 +244,7 @@ static void run_reference(soak_req *w, int n) {
             q->ref = malloc((cp->n_output_ids + 1) * sizeof(int32_t));
             memcpy(q->ref, cp->output_ids, cp->n_output_ids * sizeof(int32_t));
             q->ref_reason = cp->finish_reason;
+            q->ref_tie = first_tie(cp);
             done++;
         }
     }
@@ -277,14 +305,18 @@ static void check_completion(const pl_engine *e, soak_req *q, const pl_completio
         else st->lengthed++;
     }
     if (q->greedy) {
-        if (q->abort_accepted) {
+        /* from the reference's first near tie on, either choice is right: check up to it */
+        int exact = q->ref_tie < n_out ? q->ref_tie : n_out;
+        if (q->ref_tie < q->n_ref) {
+            st->greedy_ties++;
+        } else if (q->abort_accepted) {
             cr_assert_leq(n_out, q->n_ref);
         } else {
             cr_assert_eq(n_out, q->n_ref, "request %llu sample %d: %d tokens, reference %d",
                          (unsigned long long)c->id, c->index, n_out, q->n_ref);
             cr_assert_eq(c->finish_reason, q->ref_reason);
         }
-        for (int k = 0; k < n_out; k++)
+        for (int k = 0; k < exact; k++)
             cr_assert_eq(c->output_ids[k], q->ref[k], "request %llu sample %d: token %d is %d, "
                          "reference %d (preempted %d times)", (unsigned long long)c->id,
                          c->index, k, c->output_ids[k], q->ref[k], c->n_preemptions);
@@ -393,14 +425,17 @@ static void run_soak(int n, uint64_t seed) {
     long growth = (long)heap_end - (long)heap_mark;
     fprintf(stderr, "soak: %d requests (%d accepted, %ld queue-full), %ld steps, %ld "
             "preemptions, %ld completions (%ld stop, %ld length, %ld abort), %ld greedy checked "
-            "against the reference; heap in use idle after %d requests %zu B, after %d %zu B "
+            "against the reference (%ld up to a near tie); heap in use idle after %d requests %zu B, after %d %zu B "
             "(%+ld B)\n", n, accepted, st.queue_full, st.steps, st.preemptions, st.completions,
-            st.stopped, st.lengthed, st.aborted, st.greedy_checked, mark_at, heap_mark, n,
+            st.stopped, st.lengthed, st.aborted, st.greedy_checked, st.greedy_ties, mark_at, heap_mark, n,
             heap_end, growth);
     cr_assert_gt(st.preemptions, n / 20, "the pool must be small enough to preempt often");
     cr_assert_gt(st.aborted, 0);
     cr_assert_gt(st.stopped, 0);
     cr_assert_gt(st.lengthed, 0);
+    /* near ties are rare: most greedy samples are checked whole */
+    cr_assert_lt(st.greedy_ties * 50, st.greedy_checked, "%ld of %ld greedy samples had a near tie",
+                 st.greedy_ties, st.greedy_checked);
     /* 1000 requests served between the marks: less than 16 bytes each */
     cr_assert_lt(growth, (long)(n - mark_at) * 16, "heap grew by %ld bytes", growth);
 

@@ -4,7 +4,7 @@ alternating, and the ratios (pagellm / llama.cpp; above 1 = pagellm faster).
 
 usage: bench/peer/run.py [--shapes stories110m,tinyllama-1.1b] [--types f16,q8_0,q4_0,q4_k_m]
                          [--files pl,ll] [--reps 3] [--threads 2] [--batched 16,64]
-                         [--json OUT.json]
+                         [--batched-shapes S,..] [--batched-files pl,ll] [--json OUT.json]
 
 Files come from bench/peer/make_models.sh ($PEER_MODELS/SHAPE/{pl,ll}-TYPE.gguf: made by
 `pagellm quantize` or by llama-quantize; f16 only pl); the peer from
@@ -35,7 +35,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LOCK = "/tmp/pagellm-bench.lock"
 # token counts per shape: (decode N, prefill P, batched prompt BP, batched output BG); the
 # TinyLlama shape is ~10x the work per token on 2 cores, so its counts are smaller
-COUNTS = {"stories110m": (64, 128, 64, 32), "tinyllama-1.1b": (32, 128, 32, 16)}
+COUNTS = {"stories110m": (128, 128, 64, 64), "tinyllama-1.1b": (32, 128, 32, 16)}
 
 
 def sh(cmd, timeout=1800):
@@ -143,6 +143,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batched", default="16,64", help="sequence counts ('' = none)")
     ap.add_argument("--batched-shapes", default="stories110m,tinyllama-1.1b")
+    ap.add_argument("--batched-files", default="pl", help="whose files run batched")
     ap.add_argument("--json", help="write every repetition's figures here")
     a = ap.parse_args()
     peer = Peer(os.environ.get("PAGELLM_PEER_DIR",
@@ -173,7 +174,8 @@ def main():
                                weight_bytes=reps[0]["weight_bytes"])
                     gbs = row["weight_bytes"] * row["pl_decode"] / 1e9
                     cells = []
-                    if shape in a.batched_shapes.split(","):
+                    if (shape in a.batched_shapes.split(",") and
+                            who in a.batched_files.split(",")):
                         for b in (int(x) for x in a.batched.split(",") if x):
                             br = [batched_rep(a, peer, pagellm, model, shape, b, tmp, r % 2 == 1)
                                   for r in range(a.reps)]

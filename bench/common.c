@@ -115,8 +115,11 @@ int pl_bench_engine_create(const char *cmd, const pl_engine_config *cfg, pl_engi
 
 void pl_bench_print_model(FILE *f, const pl_engine_config *cfg, const pl_engine *e,
                           const char *build) {
-    fprintf(f, "Model: %s (%.1fM matmul params, %.1f MB of matmul weights; %d threads, build %s)\n",
-            cfg->model_path, (double)pl_engine_matmul_params(e) * 1e-6,
+    pl_model_info info;
+    pl_engine_model_info(e, &info);
+    fprintf(f, "Model: %s (%s; %.1fM matmul params, %.1f MB of matmul weights; %d threads, "
+            "build %s)\n", cfg->model_path, info.weight_type,
+            (double)pl_engine_matmul_params(e) * 1e-6,
             (double)pl_engine_weight_bytes(e) * 1e-6,
             cfg->n_threads ? cfg->n_threads : pl_bench_online_cpus(), build);
 }
@@ -126,6 +129,9 @@ json_t *pl_bench_model_json(const pl_engine_config *cfg, const pl_engine *e) {
     json_object_set_new(o, "name", json_string(cfg->model_path ? cfg->model_path : ""));
     json_object_set_new(o, "matmul_params", json_integer((json_int_t)pl_engine_matmul_params(e)));
     json_object_set_new(o, "weight_bytes", json_integer((json_int_t)pl_engine_weight_bytes(e)));
+    pl_model_info info;
+    pl_engine_model_info(e, &info);
+    json_object_set_new(o, "weight_type", json_string(info.weight_type));
     return o;
 }
 

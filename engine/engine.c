@@ -36,12 +36,29 @@ static pl_status available_memory(pl_engine *e, size_t *out) {
 }
 
 /* Bytes of weights where the backend keeps them: a device may store f32 weights narrower (CUDA
- * keeps f16), so counting the host copy would shrink the pool and refuse models that fit. */
+ * keeps f16), so counting the host copy would shrink the pool and refuse models that fit.
+ * Tensor by tensor in its own type (a mixed file's matrices differ), each from a 64-byte
+ * boundary as pl_model_config_weight_bytes counts them. */
 static pl_status stored_weight_bytes(const pl_engine *e, uint64_t *out) {
-    pl_wtype wt = pl_model_weight(e->model, PL_T_TOKEN_EMBD, 0)->type;
-    if (wt == PL_WTYPE_F32 && e->be->f32_weight_type != PL_WTYPE_NONE)
-        wt = e->be->f32_weight_type;
-    return pl_model_config_weight_bytes(&e->model->cfg, wt, out);
+    const pl_model *m = e->model;
+    const pl_model_config *c = &m->cfg;
+    uint64_t total = 0;
+    for (size_t s = 0; s < pl_model_n_slots(c); s++) {
+        int layer;
+        pl_tensor_role r = pl_model_slot_role(c, s, &layer);
+        const pl_weight *w = &m->w[s];
+        if (!w->data || !pl_model_stores_tensor(c, r)) continue;
+        pl_wtype wt = w->type;
+        bool matrix = pl_model_tensor_type(r, PL_WTYPE_NONE) != PL_WTYPE_F32;
+        if (matrix && wt == PL_WTYPE_F32 && e->be->f32_weight_type != PL_WTYPE_NONE)
+            wt = e->be->f32_weight_type;
+        uint64_t b;
+        if (!pl_wtype_bytes(wt, (uint64_t)w->rows * (uint64_t)w->cols, &b) ||
+            __builtin_add_overflow(total, (b + 63) & ~(uint64_t)63, &total))
+            return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weight bytes overflow 64 bits", m->name);
+    }
+    *out = total;
+    return PL_OK;
 }
 
 /* Blocks for the KV pool: max_num_blocks, or what memory_threshold of the backend's memory
@@ -54,7 +71,7 @@ static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_b
     size_t cap = (size_t)c->max_num_seqs * (size_t)e->max_blocks_per_seq + 1;
     if (cap > (size_t)1 << 30) cap = (size_t)1 << 30;
     size_t avail, work_b = pl_runner_workspace_bytes(&e->model->cfg, lim);
-    uint64_t weights_b;
+    uint64_t weights_b = 0;
     PL_TRY(stored_weight_bytes(e, &weights_b));
     PL_TRY(available_memory(e, &avail));
     if (weights_b > (uint64_t)avail) /* a device's copy: host copies were checked at load */
@@ -196,6 +213,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     PL_TRY(available_memory(e, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
     PL_TRY(pl_model_load_within(model_path, &mo, e->be->is_host ? avail : 0, &e->model));
+    pl_engine_name_weights(e);
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
     e->bos_id = mc->bos_id;

@@ -187,6 +187,8 @@ struct pl_engine {
     int eos_ids[PL_MODEL_MAX_EOS];    /* (n_eos) the ids that end a text (the model's set, or
                                          the tokenizer's EOS when the model names none) */
     int n_eos;
+    char weight_type[48];             /* pl_model_info.weight_type (pl_engine_name_weights) */
+    pl_dtype weight_dtype;            /* pl_model_info.weight_dtype */
 
     atomic_uint_fast64_t next_id;
     pl_intake intake;
@@ -197,6 +199,9 @@ struct pl_engine {
     pl_profiler prof;
     int32_t fault_token;               /* PAGELLM_FAULT_FORWARD (a test hook); -1: off */
 };
+
+/* Fills e->weight_type and e->weight_dtype from the loaded model's matrices (queries.c). */
+void pl_engine_name_weights(pl_engine *e);
 
 /* Whether tok ends a text (ignore_eos aside). */
 static inline bool pl_engine_is_eos(const pl_engine *e, int32_t tok) {

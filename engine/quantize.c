@@ -12,6 +12,7 @@
  *             tokenizer's EOS first when the set holds it, so loading the file gives back the
  *             same set and the same tokenizer EOS.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,24 +21,24 @@
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
 
-/* The weight type named `type`, writable to GGUF by this build. */
-static pl_status resolve_type(const char *type, pl_wtype *out) {
-    const pl_gguf_type_info *ti = pl_gguf_type_by_name(type);
-    pl_wtype w = pl_gguf_wtype(ti);
-    const pl_wtype_traits *tr = pl_wtype_traits_of(w);
-    if (tr && tr->from_f32) {
-        *out = w;
-        return PL_OK;
-    }
+/* The recipe named `type`: a weight type writable to GGUF by this build, or a mix. */
+static pl_status resolve_type(const char *type, pl_quant_recipe *out) {
+    if (pl_quant_recipe_parse(type, out) == PL_OK) return PL_OK;
     char list[256] = "";
     for (int i = PL_WTYPE_NONE + 1; i < PL_WTYPE_COUNT; i++) {
         const pl_wtype_traits *t = pl_wtype_traits_of((pl_wtype)i);
         if (!t || !t->from_f32 || !pl_gguf_type_of_wtype((pl_wtype)i)) continue;
         size_t o = strlen(list);
-        snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", t->name);
+        snprintf(list + o, sizeof list - o, "%s, ", t->name);
     }
-    return pl_fail(PL_ERR_UNSUPPORTED, "quantize: type %s is not one this build can write (%s)",
-                   type, list);
+    return pl_fail(PL_ERR_UNSUPPORTED, "quantize: type %s is not one this build can write (%s%s)",
+                   type, list, pl_quant_recipe_names());
+}
+
+static void report(void *user, const char *name, pl_wtype type, pl_wtype asked, int rows,
+                   int cols) {
+    const pl_quantize_options *o = user;
+    o->on_tensor(o->user, name, rows, cols, pl_wtype_name(type), pl_wtype_name(asked));
 }
 
 /* general.* (but the layout keys) and tokenizer.* of a GGUF source. */
@@ -112,15 +113,19 @@ pl_status pl_model_quantize(const char *in_path, const char *out_path, const cha
     if (!in_path || !out_path || !type)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_quantize: NULL %s",
                        !in_path ? "in_path" : !out_path ? "out_path" : "type");
-    pl_quantize_options dflt;
-    pl_quantize_options_default(&dflt);
-    if (!opt) opt = &dflt;
-    if (opt->struct_size != sizeof *opt)
+    pl_quantize_options o;
+    pl_quantize_options_default(&o);
+    /* earlier builds' options end before on_tensor */
+    size_t old_size = offsetof(pl_quantize_options, on_tensor);
+    if (opt && opt->struct_size != sizeof *opt && opt->struct_size != old_size)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_quantize: opt->struct_size = %zu is not "
-                       "a pl_quantize_options size (%zu; use pl_quantize_options_default)",
-                       opt->struct_size, sizeof *opt);
-    pl_wtype wt = PL_WTYPE_NONE;
-    PL_TRY(resolve_type(type, &wt));
+                       "a pl_quantize_options size (%zu or %zu; use pl_quantize_options_default)",
+                       opt->struct_size, sizeof *opt, old_size);
+    if (opt) memcpy(&o, opt, opt->struct_size);
+    o.struct_size = sizeof o;
+    opt = &o;
+    pl_quant_recipe rc;
+    PL_TRY(resolve_type(type, &rc));
     /* dummy: weights as an engine with the default config draws them */
     pl_engine_config ec;
     pl_engine_config_default(&ec);
@@ -130,7 +135,9 @@ pl_status pl_model_quantize(const char *in_path, const char *out_path, const cha
     pl_gguf_writer *w = NULL;
     pl_status s = pl_gguf_writer_create(&w);
     if (s == PL_OK) s = add_tokenizer(m, in_path, opt, w);
-    if (s == PL_OK) s = pl_model_save_gguf(m, wt, w, out_path);
+    if (s == PL_OK)
+        s = pl_model_save_gguf_recipe(m, &rc, o.on_tensor ? report : NULL, &o, w,
+                                      out_path);
     pl_gguf_writer_free(w);
     pl_model_free(m);
     return s;

@@ -3,6 +3,7 @@
  * facts, tokenize and detokenize. Each reads only what create set up and never changes
  * afterwards (the tokenizer is immutable, the pool's size fixed).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -66,6 +67,39 @@ static void count_params(const pl_model *m, uint64_t *out_params, uint64_t *out_
     *out_bytes = bytes;
 }
 
+/* The matrices' types (norms and biases, always f32, aside) by how many weights each holds,
+ * most first, joined by '+' ("q4_k+q6_k"); weight_dtype is their pl_dtype when there is one
+ * float type, else AUTO. */
+void pl_engine_name_weights(pl_engine *e) {
+    const pl_model *m = e->model;
+    const pl_model_config *c = &m->cfg;
+    uint64_t count[PL_WTYPE_COUNT] = {0};
+    for (size_t i = 0; i < pl_model_n_slots(c); i++) {
+        int layer;
+        pl_tensor_role r = pl_model_slot_role(c, i, &layer);
+        const pl_weight *w = &m->w[i];
+        if (!w->data || !pl_model_stores_tensor(c, r) ||
+            pl_model_tensor_type(r, PL_WTYPE_NONE) == PL_WTYPE_F32 || w->type >= PL_WTYPE_COUNT)
+            continue;
+        count[w->type] += (uint64_t)w->rows * (uint64_t)w->cols;
+    }
+    int n = 0;
+    size_t o = 0;
+    e->weight_type[0] = '\0';
+    for (;;) {
+        int best = 0;
+        for (int t = 1; t < PL_WTYPE_COUNT; t++)
+            if (count[t] > count[best]) best = t;
+        if (!count[best]) break;
+        int k = snprintf(e->weight_type + o, sizeof e->weight_type - o, "%s%s", n ? "+" : "",
+                         pl_wtype_name((pl_wtype)best));
+        if (k > 0 && o + (size_t)k < sizeof e->weight_type) o += (size_t)k;
+        e->weight_dtype = n ? PL_DTYPE_AUTO : pl_wtype_dtype((pl_wtype)best);
+        count[best] = 0;
+        n++;
+    }
+}
+
 /* The tokenizer's first end-of-generation token that is not the EOS: Llama 3's <|eot_id|>,
  * Qwen's <|im_end|> (chat models end a turn with it). */
 static int end_of_turn(const pl_engine *e) {
@@ -93,7 +127,7 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
         .eot_id = end_of_turn(e),
         .context_length = c->max_seq_len,
         .max_model_len = e->max_model_len,
-        .weight_dtype = pl_wtype_dtype(pl_model_weight(m, PL_T_TOKEN_EMBD, 0)->type),
+        .weight_dtype = e->weight_dtype,
         .kv_dtype = e->be->kv_dtype,
         .n_layers = c->n_layers, .dim = c->dim, .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .hidden_dim = c->hidden_dim,
@@ -104,6 +138,7 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
         .max_batch_size = e->cfg.max_batch_size,
         .max_num_seqs = e->cfg.max_num_seqs,
     };
+    info.weight_type = e->weight_type;
     count_params(m, &info.n_params, &info.weight_bytes);
     info.max_concurrency = (double)info.kv_tokens / (double)e->max_model_len;
     pl_fields_fill_out(dst, dst_size, &info, sizeof info);

@@ -688,7 +688,9 @@ typedef struct pl_model_info {
     int context_length;         /* the model's own maximum sequence length */
     int max_model_len;          /* what this engine allows (config.max_model_len or the
                                    model's) */
-    pl_dtype weight_dtype;      /* matrices as loaded (PL_DTYPE_F32/F16/BF16) */
+    pl_dtype weight_dtype;      /* matrices as loaded (PL_DTYPE_F32/F16/BF16); PL_DTYPE_AUTO
+                                   when they are block-quantised or of several types:
+                                   weight_type names them */
     pl_dtype kv_dtype;          /* KV cache elements as the backend stores them */
     uint64_t n_params;          /* every weight: embeddings, matrices, norms (tied
                                    embeddings once) */
@@ -702,6 +704,10 @@ typedef struct pl_model_info {
     /* kv_tokens / max_model_len: how many requests of max_model_len tokens the pool holds
      * at once (the figure vLLM logs as "maximum concurrency for N tokens per request") */
     double max_concurrency;
+    /* The matrices' types as loaded (norms and biases, always f32, aside), by how many weights
+     * each holds, most first, joined by '+': "f16", "q8_0", "q4_k+q6_k" (a Q4_K_M file),
+     * "q4_0+f16" (rows that fell back). Engine-owned, valid until pl_engine_destroy. */
+    const char *weight_type;
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */
@@ -845,25 +851,40 @@ typedef struct pl_quantize_options {
                                    form); NULL: the model's own (a GGUF's metadata, else the
                                    one beside the model) */
     bool no_tokenizer;          /* store no tokenizer */
+    /* Called once per tensor, in file order, before the file is written: its GGUF name, its
+     * shape, the type it is stored in and the type the recipe asked for it (not the same
+     * when it fell back: see pl_model_quantize); names are valid during the call. NULL:
+     * none. (A struct_size that ends before it, an earlier build's, is accepted.) */
+    void (*on_tensor)(void *user, const char *name, int rows, int cols, const char *type,
+                      const char *asked);
+    void *user;                 /* passed to on_tensor */
 } pl_quantize_options;
 
 static inline void pl_quantize_options_default(pl_quantize_options *o) {
     o->struct_size = sizeof *o;
     o->tokenizer_path = NULL;
     o->no_tokenizer = false;
+    o->on_tensor = NULL;
+    o->user = NULL;
 }
 
 /* Writes the model at in_path (any model_path form: llama2.c, Hugging Face directory, GGUF,
- * dummy:NAME) as a GGUF file at out_path whose matrices are stored as `type` ("f32", "f16",
- * "bf16", and the block-quantised GGUF types this build has weight types for; case does not
- * matter). Norms and biases stay f32, as llama.cpp keeps them. The file holds the
- * hyperparameters and, unless opt->no_tokenizer, the tokenizer (vocabulary, BOS/EOS, chat
- * templates) so pl_engine_create needs no tokenizer_path for it; from a GGUF the source's
- * tokenizer and general.* metadata are copied. Written as out_path.tmp, then renamed.
- * opt NULL = defaults. Errors: PL_ERR_INVALID_ARGUMENT (NULL path, an options struct_size no
- * pagellm version had), PL_ERR_UNSUPPORTED (a type this build cannot write; a tensor whose rows
- * are not whole blocks of it; a tokenizer GGUF cannot describe: the message says what), and
- * the loading errors of pl_engine_create (IO, FORMAT, NOT_FOUND, OUT_OF_MEMORY). */
+ * dummy:NAME) as a GGUF file at out_path whose matrices are stored as `type` (case does not
+ * matter): "f32", "f16", "bf16", a block-quantised GGUF type this build has a weight type for
+ * ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k"), or a K-quant mix as llama.cpp names them:
+ * "q4_k_m" / "q5_k_m" store Q4_K / Q5_K, except the output projection (the embedding when
+ * tied) and attn_v and ffn_down in the first and last eighth of the layers and every third
+ * layer between, which get Q6_K. A tensor whose rows are not whole blocks of its type falls
+ * back to one they are (Q4_K -> Q4_0; Q5_K, Q6_K -> Q8_0; Q8_0, Q4_0 -> F16), as llama.cpp
+ * does; opt->on_tensor sees which. Norms and biases stay f32, as llama.cpp keeps them;
+ * general.file_type is llama.cpp's for the type or mix. The file holds the hyperparameters
+ * and, unless opt->no_tokenizer, the tokenizer (vocabulary, BOS/EOS, chat templates) so
+ * pl_engine_create needs no tokenizer_path for it; from a GGUF the source's tokenizer and
+ * general.* metadata are copied. Written as out_path.tmp, then renamed. opt NULL = defaults.
+ * Errors: PL_ERR_INVALID_ARGUMENT (NULL path, an options struct_size no pagellm version had),
+ * PL_ERR_UNSUPPORTED (a type this build cannot write; a tokenizer GGUF cannot describe: the
+ * message says what), and the loading errors of pl_engine_create (IO, FORMAT, NOT_FOUND,
+ * OUT_OF_MEMORY). */
 PL_API pl_status pl_model_quantize(const char *in_path, const char *out_path, const char *type,
                                    const pl_quantize_options *opt);
 

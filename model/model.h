@@ -188,16 +188,50 @@ void pl_model_rope_inv_freq(const pl_model_config *cfg, float *out);
 pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matrices,
                                        uint64_t *out);
 
+/* How pl_model_save_gguf picks each tensor's stored type (model/quant_recipe.c): `base` for
+ * every matrix, or with `mix` one of the K-quant mixes ("q4_k_m", "q5_k_m": base Q4_K/Q5_K,
+ * Q6_K for the output projection and for attn_v and ffn_down in about half the layers); then
+ * a type whose blocks a row does not fill falls back (Q4_K -> Q4_0; Q5_K, Q6_K -> Q8_0;
+ * Q8_0, Q4_0 -> F16). Norms and biases are F32 whatever the recipe. */
+typedef struct pl_quant_recipe {
+    pl_wtype base;
+    int mix;         /* 0: none; else a mix of the table */
+    int file_type;   /* llama.cpp's general.file_type for the recipe; -1 when it has none */
+    const char *name; /* "q4_k_m", "q8_0", ...: static */
+} pl_quant_recipe;
+
+/* The recipe named `name` (a mix, or a weight type with a quantiser and a GGUF type id; case
+ * does not matter). Errors: PL_ERR_UNSUPPORTED (no such recipe in this build). */
+pl_status pl_quant_recipe_parse(const char *name, pl_quant_recipe *out);
+/* The mixes' names, for messages: "q4_k_m, q5_k_m". */
+const char *pl_quant_recipe_names(void);
+/* The type a tensor of role (in layer) of a model of c is written in; *asked (may be NULL)
+ * gets the recipe's type before the fallback. */
+pl_wtype pl_quant_recipe_type(const pl_quant_recipe *r, const pl_model_config *c,
+                              pl_tensor_role role, int layer, pl_wtype *asked);
+/* t, or the type t falls back to when rows of `cols` elements are not whole blocks of it. */
+pl_wtype pl_quant_fallback(pl_wtype t, int cols);
+
+/* Called by pl_model_save_gguf_recipe once per tensor, in file order, before it is written:
+ * its GGUF name, the type it is written in, and the type the recipe asked (different when the
+ * tensor fell back). */
+typedef void (*pl_quant_report_fn)(void *user, const char *name, pl_wtype type, pl_wtype asked,
+                                   int rows, int cols);
+
 /* Writes m as a GGUF file at path (llama.cpp's layout: general.architecture and the <arch>.*
  * hyperparameters, then every tensor by its GGUF name), adding them to w, which may already
- * hold other metadata (a tokenizer's; keys already there are left alone). Matrices are
- * stored as `type` (a weight type with a quantiser and a GGUF type id), norms and biases as
- * F32, as llama.cpp does; q and k rows are permuted to the RoPE layout llama.cpp's rope
- * expects for the architecture (interleaved for llama/Mistral, rotate-half for Qwen), and
- * Llama 3 RoPE scaling becomes rope_freqs.weight. Converts one tensor at a time.
- * Errors: PL_ERR_UNSUPPORTED (a type GGUF or this build cannot write; a row that is not whole
- * blocks of it: the message names the tensor), PL_ERR_IO naming the path. */
+ * hold other metadata (a tokenizer's; keys already there are left alone). Each tensor is
+ * stored in the type recipe r gives it (pl_quant_recipe_type), general.file_type is the
+ * recipe's; q and k rows are permuted to the RoPE layout llama.cpp's rope expects for the
+ * architecture (interleaved for llama/Mistral, rotate-half for Qwen), and Llama 3 RoPE
+ * scaling becomes rope_freqs.weight. Converts one tensor at a time. report may be NULL.
+ * Errors: PL_ERR_IO naming the path, PL_ERR_OUT_OF_MEMORY. */
 typedef struct pl_gguf_writer pl_gguf_writer;
+pl_status pl_model_save_gguf_recipe(const pl_model *m, const pl_quant_recipe *r,
+                                    pl_quant_report_fn report, void *user, pl_gguf_writer *w,
+                                    const char *path);
+/* pl_model_save_gguf_recipe with every matrix of `type` (falling back where rows are not whole
+ * blocks of it). Errors: also PL_ERR_UNSUPPORTED (a type GGUF or this build cannot write). */
 pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w,
                              const char *path);
 

@@ -3,11 +3,12 @@
  * so that llama.cpp reads it and load_gguf.c reads it back as the same model.
  *
  * Metadata: general.architecture (Mistral is "llama" with attention.sliding_window), the
- * <arch>.* hyperparameters, general.file_type, and the EOS set as tokenizer.ggml.eos/eot/
- * eom_token_id (the first three ids; GGUF has no list) with bos_token_id, each unless the
- * writer holds the key already (a tokenizer's export wrote it). Tensors in model order by
- * their GGUF names; matrices in the asked type, norms and biases F32; rope_freqs.weight for
- * Llama 3 scaling, rope.scaling.* for linear.
+ * <arch>.* hyperparameters, general.file_type (the recipe's), and the EOS set as
+ * tokenizer.ggml.eos/eot/eom_token_id (the first three ids; GGUF has no list) with
+ * bos_token_id, each unless the writer holds the key already (a tokenizer's export wrote it).
+ * Tensors in model order by their GGUF names; each matrix in the type the recipe gives it
+ * (quant_recipe.c: a mix, and the fallback for rows that are not whole blocks), norms and
+ * biases F32; rope_freqs.weight for Llama 3 scaling, rope.scaling.* for linear.
  *
  * Each tensor is produced row by row when the writer asks for it (pl_gguf_fill_fn): the
  * source row (through the RoPE permutation for q and k when the source layout is not the one
@@ -35,18 +36,6 @@ typedef struct save_ctx {
     float *row;       /* (cols) f32 scratch */
 } save_ctx;
 
-/* llama.cpp's general.file_type for files whose matrices are all of one type. */
-static int file_type(const pl_gguf_type_info *ti) {
-    static const struct {
-        const char *name;
-        int ftype;
-    } k[] = {{"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q8_0", 7}, {"Q4_K", 14},
-             {"Q5_K", 16}, {"Q6_K", 18}, {"BF16", 32}};
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (strcmp(k[i].name, ti->name) == 0) return k[i].ftype;
-    return -1;
-}
-
 // ----------------------------------------------------------------------------
 // metadata
 
@@ -69,7 +58,7 @@ static pl_status f32(meta *x, const char *key, float v) {
     return pl_gguf_writer_has(x->w, key) ? PL_OK : pl_gguf_add_f32(x->w, key, v);
 }
 
-static pl_status write_meta(meta *x, const pl_model *m, const pl_gguf_type_info *ti) {
+static pl_status write_meta(meta *x, const pl_model *m, int file_type) {
     const pl_model_config *c = &m->cfg;
     if (!pl_gguf_writer_has(x->w, "general.architecture"))
         PL_TRY(pl_gguf_add_str(x->w, "general.architecture", x->arch, strlen(x->arch)));
@@ -78,7 +67,7 @@ static pl_status write_meta(meta *x, const pl_model *m, const pl_gguf_type_info 
         const char *name = slash && slash[1] ? slash + 1 : m->name;
         PL_TRY(pl_gguf_add_str(x->w, "general.name", name, strlen(name)));
     }
-    if (file_type(ti) >= 0) PL_TRY(u32(x, "general.file_type", (uint32_t)file_type(ti)));
+    if (file_type >= 0) PL_TRY(u32(x, "general.file_type", (uint32_t)file_type));
     PL_TRY(u32(x, K(x, "context_length"), (uint32_t)c->max_seq_len));
     PL_TRY(u32(x, K(x, "embedding_length"), (uint32_t)c->dim));
     PL_TRY(u32(x, K(x, "block_count"), (uint32_t)c->n_layers));
@@ -172,7 +161,8 @@ static pl_status fill(void *vctx, size_t index, void *dst, size_t n_bytes) {
     return PL_OK;
 }
 
-static pl_status add_tensors(save_ctx *x, pl_gguf_writer *w, pl_wtype type) {
+static pl_status add_tensors(save_ctx *x, pl_gguf_writer *w, const pl_quant_recipe *rc,
+                             pl_quant_report_fn report, void *user) {
     const pl_model_config *c = &x->m->cfg;
     size_t n = pl_model_n_slots(c);
     x->items = pl_calloc(n + 1, sizeof *x->items);
@@ -181,15 +171,13 @@ static pl_status add_tensors(save_ctx *x, pl_gguf_writer *w, pl_wtype type) {
         int layer, rows, cols;
         pl_tensor_role r = pl_model_slot_role(c, s, &layer);
         if (!pl_model_stores_tensor(c, r)) continue;
-        pl_wtype t = pl_model_tensor_type(r, type);
+        pl_wtype asked;
+        pl_wtype t = pl_quant_recipe_type(rc, c, r, layer, &asked);
         const pl_gguf_type_info *ti = pl_gguf_type_of_wtype(t);
         pl_model_tensor_shape(c, r, &rows, &cols);
         char name[128];
         snprintf(name, sizeof name, pl_tensor_spec_of(r)->gguf, layer);
-        if (cols % ti->block_elems != 0)
-            return pl_fail(PL_ERR_UNSUPPORTED, "%s: tensor %s: rows of %d elements are not whole "
-                           "blocks of %s (%d)", x->m->name, name, cols, ti->name,
-                           ti->block_elems);
+        if (report) report(user, name, t, asked, rows, cols);
         bool vector = pl_tensor_spec_of(r)->rows == PL_DIM_NONE;
         uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
         PL_TRY(pl_gguf_add_tensor(w, name, ti, vector ? 1 : 2, ne, NULL));
@@ -204,16 +192,12 @@ static pl_status add_tensors(save_ctx *x, pl_gguf_writer *w, pl_wtype type) {
     return PL_OK;
 }
 
-pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w,
-                             const char *path) {
-    const pl_wtype_traits *tr = pl_wtype_traits_of(type);
-    const pl_gguf_type_info *ti = pl_gguf_type_of_wtype(type);
-    if (!tr || !tr->from_f32 || !ti)
-        return pl_fail(PL_ERR_UNSUPPORTED, "%s: weight type %s cannot be written to GGUF by this "
-                       "build", path, pl_wtype_name(type));
+pl_status pl_model_save_gguf_recipe(const pl_model *m, const pl_quant_recipe *rc,
+                                    pl_quant_report_fn report, void *user, pl_gguf_writer *w,
+                                    const char *path) {
     const pl_arch_info *arch = pl_arch_get(m->cfg.arch);
     meta mx = {.w = w, .arch = arch->gguf};
-    PL_TRY(write_meta(&mx, m, ti));
+    PL_TRY(write_meta(&mx, m, rc->file_type));
     int target_layout = m->cfg.arch == PL_ARCH_QWEN2 || m->cfg.arch == PL_ARCH_QWEN3 ? 1 : 0;
     save_ctx x = {.m = m, .permute = m->cfg.rope_layout != target_layout};
     /* a row of the widest tensor, twice (a vector's permutation needs a second copy) */
@@ -221,10 +205,21 @@ pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w
     if (m->cfg.hidden_dim > widest) widest = m->cfg.hidden_dim;
     if (m->cfg.n_heads * m->cfg.head_dim > widest) widest = m->cfg.n_heads * m->cfg.head_dim;
     x.row = pl_malloc(2 * (size_t)widest * sizeof *x.row);
-    pl_status s = x.row ? add_tensors(&x, w, type)
+    pl_status s = x.row ? add_tensors(&x, w, rc, report, user)
                         : pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: row buffer", m->name);
     if (s == PL_OK) s = pl_gguf_writer_write(w, path, fill, &x);
     pl_free(x.row);
     pl_free(x.items);
     return s;
+}
+
+pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w,
+                             const char *path) {
+    const pl_wtype_traits *tr = pl_wtype_traits_of(type);
+    if (!tr || !tr->from_f32 || !pl_gguf_type_of_wtype(type))
+        return pl_fail(PL_ERR_UNSUPPORTED, "%s: weight type %s cannot be written to GGUF by this "
+                       "build", path, pl_wtype_name(type));
+    pl_quant_recipe rc;
+    PL_TRY(pl_quant_recipe_parse(tr->name, &rc));
+    return pl_model_save_gguf_recipe(m, &rc, NULL, NULL, w, path);
 }

@@ -13,13 +13,39 @@
 static void usage(void) {
     printf("usage: pagellm quantize IN OUT TYPE [--tokenizer PATH | --no-tokenizer]\n\n"
            "Writes the model IN (a llama2.c .bin, a Hugging Face directory, a GGUF file or\n"
-           "dummy:NAME) as the GGUF file OUT with its matrices stored as TYPE (f32, f16, bf16,\n"
-           "and the block-quantised GGUF types this build has). Norms and biases stay f32. The\n"
+           "dummy:NAME) as the GGUF file OUT with its matrices stored as TYPE: f32, f16, bf16,\n"
+           "q8_0, q4_0, q4_k, q5_k, q6_k, or the mixes q4_k_m and q5_k_m (q4_k / q5_k, but q6_k\n"
+           "for the output projection, or the embedding when tied, and for attn_v and ffn_down\n"
+           "in the first and last eighth of the layers and every third layer between). A tensor\n"
+           "whose rows are not whole blocks of its type falls back (q4_k -> q4_0; q5_k, q6_k ->\n"
+           "q8_0; q8_0, q4_0 -> f16) and is named on stderr. Norms and biases stay f32. The\n"
            "tokenizer (vocabulary, BOS/EOS, chat templates) goes into the file, so generate\n"
            "needs no --tokenizer for it: a GGUF source's own, else the one beside the model.\n\n"
            "  --tokenizer PATH      store this tokenizer instead (a tokenizer.json, a directory\n"
            "                        holding one, a SentencePiece .model, or a GGUF file)\n"
            "  --no-tokenizer        store no tokenizer\n");
+}
+
+/* Tensors per stored type, for the summary line; fallbacks are printed as they come. */
+typedef struct tally {
+    const char *type[16];
+    int count[16];
+    int n_types, n_tensors, n_fallback;
+} tally;
+
+static void on_tensor(void *user, const char *name, int rows, int cols, const char *type,
+                      const char *asked) {
+    tally *t = user;
+    t->n_tensors++;
+    if (strcmp(type, asked) != 0) {
+        t->n_fallback++;
+        fprintf(stderr, "pagellm quantize: %s (%d x %d): rows of %d are not whole %s blocks: "
+                "stored as %s\n", name, rows, cols, cols, asked, type);
+    }
+    int i = 0;
+    while (i < t->n_types && strcmp(t->type[i], type) != 0) i++;
+    if (i == t->n_types && i < 16) t->type[t->n_types++] = type; /* static names */
+    if (i < 16) t->count[i]++;
 }
 
 int cmd_quantize(int argc, char **argv) {
@@ -59,13 +85,21 @@ int cmd_quantize(int argc, char **argv) {
         rc = 2;
     }
     if (rc == 0) {
+        tally t = {0};
         opt.tokenizer_path = cfg.tokenizer_path;
+        opt.on_tensor = on_tensor;
+        opt.user = &t;
         pl_status s = pl_model_quantize(pos[0], pos[1], pos[2], &opt);
         if (s != PL_OK) {
             fprintf(stderr, "pagellm quantize: %s: %s\n", pl_status_name(s), pl_last_error());
             rc = 1;
         } else {
-            fprintf(stderr, "pagellm quantize: wrote %s (%s)\n", pos[1], pos[2]);
+            char types[256] = "";
+            for (int i = 0, o = 0; i < t.n_types && o < (int)sizeof types; i++)
+                o += snprintf(types + o, sizeof types - (size_t)o, "%s%s %d", i ? ", " : "",
+                              t.type[i], t.count[i]);
+            fprintf(stderr, "pagellm quantize: wrote %s (%s: %s; %d of %d tensors fell back)\n",
+                    pos[1], pos[2], types, t.n_fallback, t.n_tensors);
         }
     }
     pl_engine_config_deinit(&cfg);

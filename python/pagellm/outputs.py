@@ -147,6 +147,7 @@ class ModelInfo:
     max_batch_size: int
     max_num_seqs: int
     max_concurrency: float
+    weight_type: str
 
 
 # ---- from C -------------------------------------------------------------------------------

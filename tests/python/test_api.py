@@ -84,6 +84,7 @@ def test_engine_arguments_reach_the_config(tiny):
         assert (i.block_size, i.max_num_seqs, i.max_batch_size, i.max_model_len) == \
             (8, 4, 4, 100)
         assert (i.kv_blocks, i.kv_dtype, i.weight_dtype) == (40, "f32", "f32")
+        assert i.weight_type == "f32"
         assert llm.capacity(16, 16) == 40 // 4  # 4 blocks of 8 per request
     assert tiny.model_info.name == "dummy:tiny"
     assert tiny.model_info.architecture == "llama"

@@ -1,0 +1,36 @@
+#!/bin/sh
+# bench/peer/build_llama_cpp.sh - builds the llama.cpp peer at the pinned commit OUTSIDE this
+# repository (it is never committed here): llama-bench, llama-batched-bench and
+# llama-quantize, CPU only, native ISA, Release. About 4 minutes on 2 cores.
+#
+# usage: bench/peer/build_llama_cpp.sh [SOURCE]
+#   SOURCE             a git URL or a local clone to clone from
+#                      (default https://github.com/ggerganov/llama.cpp)
+#   PAGELLM_PEER_DIR   where the clone and its build go (default: ../pagellm-peer/llama.cpp
+#                      beside this repository); must be outside it
+#   LLAMA_CPP_COMMIT   the commit (default: the pinned one below, the one the figures in
+#                      docs/benchmarks.md were measured with)
+#   JOBS               parallel compile jobs (default: the online CPUs)
+# The binaries end up in $PAGELLM_PEER_DIR/build/bin; bench/peer/run.py reads them from there.
+set -eu
+COMMIT=${LLAMA_CPP_COMMIT:-c392e5094deaf2d1a7c18683214f007fad3fe42b}
+SRC=${1:-https://github.com/ggerganov/llama.cpp}
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+DIR=${PAGELLM_PEER_DIR:-$REPO/../pagellm-peer/llama.cpp}
+JOBS=${JOBS:-$(getconf _NPROCESSORS_ONLN)}
+
+mkdir -p "$(dirname "$DIR")"
+ABS=$(cd "$(dirname "$DIR")" && pwd)/$(basename "$DIR")
+case "$ABS/" in
+"$REPO"/*) echo "build_llama_cpp.sh: $ABS is inside the repository; set PAGELLM_PEER_DIR" >&2
+           exit 2 ;;
+esac
+if [ ! -d "$ABS/.git" ]; then
+    git clone --no-checkout "$SRC" "$ABS"
+fi
+git -C "$ABS" fetch --quiet origin "$COMMIT" 2>/dev/null || true
+git -C "$ABS" checkout --quiet --detach "$COMMIT"
+cmake -S "$ABS" -B "$ABS/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF
+cmake --build "$ABS/build" -j "$JOBS" --target llama-bench llama-batched-bench llama-quantize
+echo "llama.cpp $COMMIT built in $ABS/build/bin"

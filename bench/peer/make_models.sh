@@ -1,0 +1,41 @@
+#!/bin/sh
+# bench/peer/make_models.sh - the peer benchmark's GGUF files: random weights of the
+# stories110M shape (dim 768, 12 layers, 12 heads, hidden 2048, vocab 32000) and the
+# TinyLlama-1.1B shape (dim 2048, 22 layers, 32 heads, 4 KV heads, hidden 5632, vocab 32000).
+# The generator is `pagellm quantize dummy:NAME` (the dummy presets stories110m and
+# tinyllama-1.1b draw seeded random weights of exactly these shapes): F16 first, then Q8_0,
+# Q4_0 and Q4_K_M from it by `pagellm quantize` (pl-TYPE.gguf), and by llama.cpp's
+# llama-quantize (ll-TYPE.gguf), so each engine also runs the other's files.
+#
+# usage: bench/peer/make_models.sh [SHAPE ...]   (default: stories110m tinyllama-1.1b)
+#   PAGELLM            the pagellm binary (default build/tools/pagellm)
+#   PAGELLM_PEER_DIR   the llama.cpp build (bench/peer/build_llama_cpp.sh); without
+#                      llama-quantize there the ll-* files are skipped
+#   PEER_MODELS        output directory (default /tmp/pagellm-peer-models; never the repo)
+#   TOKENIZER          the 32000-token vocabulary stored in the files (llama.cpp needs one):
+#                      default $PAGELLM_TEST_MODELS/tokenizer.model (Llama 2's)
+# Files that exist are kept. Disk: ~0.9 GB (stories110m) and ~5 GB (tinyllama) in all.
+set -eu
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+PAGELLM=${PAGELLM:-$REPO/build/tools/pagellm}
+PEER=${PAGELLM_PEER_DIR:-$REPO/../pagellm-peer/llama.cpp}
+OUT=${PEER_MODELS:-/tmp/pagellm-peer-models}
+TOKENIZER=${TOKENIZER:-${PAGELLM_TEST_MODELS:-$REPO/../shared/models}/tokenizer.model}
+QUANTIZE=$PEER/build/bin/llama-quantize
+[ $# -gt 0 ] || set -- stories110m tinyllama-1.1b
+
+for shape in "$@"; do
+    d=$OUT/$shape
+    mkdir -p "$d"
+    [ -f "$d/pl-f16.gguf" ] ||
+        "$PAGELLM" quantize "dummy:$shape" "$d/pl-f16.gguf" f16 --tokenizer "$TOKENIZER"
+    for t in q8_0 q4_0 q4_k_m; do
+        [ -f "$d/pl-$t.gguf" ] || "$PAGELLM" quantize "$d/pl-f16.gguf" "$d/pl-$t.gguf" "$t"
+        if [ -x "$QUANTIZE" ] && [ ! -f "$d/ll-$t.gguf" ]; then
+            T=$(echo "$t" | tr a-z A-Z)
+            "$QUANTIZE" "$d/pl-f16.gguf" "$d/ll-$t.gguf" "$T" 2 >"$d/ll-$t.log" 2>&1 ||
+                { cat "$d/ll-$t.log" >&2; exit 1; }
+        fi
+    done
+done
+ls -l "$OUT"/*

@@ -734,11 +734,30 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
     return PL_OK;
 }
 
+/* Whether json is one JSON integer literal of digits alone ("123", not "0123"), copied into
+ * buf: jansson stops at INT64_MAX, so a U64 field's value above it (a seed, which
+ * pl_field_to_json writes as such a literal) takes the text path instead. */
+static bool unsigned_literal(const char *json, char *buf, size_t cap) {
+    const char *p = json + strspn(json, " \t\r\n");
+    size_t n = strspn(p, "0123456789");
+    if (n == 0 || n >= cap || (p[0] == '0' && n > 1) || p[n + strspn(p + n, " \t\r\n")])
+        return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return true;
+}
+
 pl_status pl_fields_set_json(const pl_field_table *t, void *obj, const char *name,
                              const char *json) {
     const pl_field *f;
     PL_TRY(lookup(t, obj, name, &f));
     if (!json) return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: value is NULL", t->prefix, name);
+    char digits[32];
+    if ((f->kind == PL_FIELD_U64 || f->kind == PL_FIELD_OPT_U64 || f->kind == PL_FIELD_SIZE) &&
+        unsigned_literal(json, digits, sizeof digits)) {
+        value v = {0};
+        return set_value(t, f, obj, &v, parse_text(t, f, digits, &v));
+    }
     json_error_t err;
     json_t *j = json_loads(json, JSON_DECODE_ANY, &err);
     if (!j)

@@ -418,6 +418,14 @@ Test(fields, json_values_of_every_kind) {
     cr_assert_eq(pl_sampling_params_set_json(&p, "seed", "42"), PL_OK);
     cr_assert(p.has_seed);
     cr_assert_eq(p.seed, 42);
+    /* above INT64_MAX (jansson's limit) up to UINT64_MAX: what pl_field_to_json writes */
+    cr_assert_eq(pl_sampling_params_set_json(&p, "seed", "18446744073709551615"), PL_OK, "%s",
+                 pl_last_error());
+    cr_assert_eq(p.seed, UINT64_MAX);
+    EXPECT(pl_sampling_params_set_json(&p, "seed", "18446744073709551616"),
+           PL_ERR_INVALID_ARGUMENT, "sampling.seed");
+    EXPECT(pl_sampling_params_set_json(&p, "seed", "042"), PL_ERR_INVALID_ARGUMENT, "not JSON");
+    cr_assert_eq(p.seed, UINT64_MAX);
     cr_assert_eq(pl_sampling_params_set_json(&p, "seed", "null"), PL_OK);
     cr_assert(!p.has_seed);
     EXPECT(pl_sampling_params_set_json(&p, "temprature", "0"), PL_ERR_NOT_FOUND,

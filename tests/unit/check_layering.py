@@ -9,7 +9,7 @@ import re
 import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels", "engine",
+MODULES = ["util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels", "dist", "engine",
            "cli", "tools", "bench", "server", "tests"]
 ALLOWED = {
     "util": {"util"},
@@ -20,8 +20,9 @@ ALLOWED = {
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "gguf", "model"},
     "kernels": {"util", "kernels"},
+    "dist": {"util", "dist"},
     "engine": {"util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model",
-               "kernels", "engine"},
+               "kernels", "dist", "engine"},
     # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/, server/ <- tools/
     "cli": {"cli"},
     "bench": {"bench", "cli"},

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bench/bench_internal.h"
+#include "cli/cli.h"
 
 #ifndef PL_BENCH_BUILDTYPE
 #define PL_BENCH_BUILDTYPE "unknown"
@@ -106,6 +107,8 @@ int pl_bench_unknown_flag(const char *cmd, const char *flag) {
 }
 
 int pl_bench_engine_create(const char *cmd, const pl_engine_config *cfg, pl_engine **out) {
+    int role = cli_rank_role(cmd, cfg); /* a tensor-parallel worker does not return */
+    if (role) return role;
     pl_status s = pl_engine_create(cfg, out);
     if (s == PL_OK) return 0;
     fprintf(stderr, "pagellm %s: %s (%s)\n", cmd, pl_last_error(), pl_status_name(s));

@@ -132,6 +132,9 @@ pl_status pl_comm_nccl_create(pl_comm *mpi, int device, void *stream, pl_comm **
 /* Whether this build has the MPI / NCCL implementations. */
 bool pl_comm_have_mpi(void);
 bool pl_comm_have_nccl(void);
+/* Their library versions ("Open MPI v4.1.4", "2.28.3"); "" when not built in. Static. */
+const char *pl_comm_mpi_version(void);
+const char *pl_comm_nccl_version(void);
 
 /* The rank and world size MPI's launcher (mpirun) gave this process, read from its
  * environment before MPI is initialised: false when the process was not started by one. */

@@ -282,3 +282,9 @@ pl_status pl_comm_mpi_create(double timeout_s, pl_comm **out) {
 }
 
 bool pl_comm_have_mpi(void) { return true; }
+
+const char *pl_comm_mpi_version(void) {
+    static char v[64]; /* MPI_Get_library_version may be called before MPI_Init */
+    if (!v[0]) library_name(v, sizeof v);
+    return v;
+}

@@ -11,3 +11,5 @@ pl_status pl_comm_mpi_create(double timeout_s, pl_comm **out) {
 }
 
 bool pl_comm_have_mpi(void) { return false; }
+
+const char *pl_comm_mpi_version(void) { return ""; }

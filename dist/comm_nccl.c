@@ -200,10 +200,19 @@ pl_status pl_comm_nccl_create(pl_comm *mpi, int device, void *stream, pl_comm **
     }
     int v = 0;
     ncclGetVersion(&v);
-    snprintf(c->transport, sizeof c->transport, "NCCL %d.%d.%d on CUDA device %d; host side: %s",
-             v / 10000, v / 100 % 100, v % 100, device, mpi->transport);
+    /* the host side (the step plan) goes over mpi: its transport says what links the hosts */
+    snprintf(c->transport, sizeof c->transport, "NCCL %d.%d.%d on CUDA device %d, plan over %.*s",
+             v / 10000, v / 100 % 100, v % 100, device, 100, mpi->transport);
     *out = c;
     return PL_OK;
 }
 
 bool pl_comm_have_nccl(void) { return true; }
+
+const char *pl_comm_nccl_version(void) {
+    static char v[32];
+    int n = 0;
+    if (!v[0] && ncclGetVersion(&n) == ncclSuccess)
+        snprintf(v, sizeof v, "%d.%d.%d", n / 10000, n / 100 % 100, n % 100);
+    return v;
+}

@@ -13,3 +13,5 @@ pl_status pl_comm_nccl_create(pl_comm *mpi, int device, void *stream, pl_comm **
 }
 
 bool pl_comm_have_nccl(void) { return false; }
+
+const char *pl_comm_nccl_version(void) { return ""; }

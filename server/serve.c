@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "server/server.h"
 #include "server/srv.h"
 
@@ -232,7 +233,10 @@ int pl_serve_main(int argc, char **argv) {
     pl_engine_config_default(&cfg);
     pl_srv_options opt;
     int rc = pl_srv_options_parse(argc, argv, &opt, &cfg);
-    if (rc < 0) rc = serve(&opt, &cfg);
+    if (rc < 0) {
+        rc = cli_rank_role("serve", &cfg); /* a tensor-parallel worker ends here */
+        if (rc == 0) rc = serve(&opt, &cfg);
+    }
     pl_engine_config_deinit(&cfg);
     return rc;
 }

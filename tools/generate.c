@@ -379,6 +379,8 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         return 2;
     }
 
+    int role = cli_rank_role("generate", cfg); /* a tensor-parallel worker does not return */
+    if (role) return role;
     cli_prompt *prompts = NULL;
     size_t n_prompts = 0;
     char err[512];

@@ -603,7 +603,8 @@ pl_status pl_runner_stop_followers(pl_runner *r) {
 
 uint64_t pl_runner_comm_ns(const pl_runner *r) { return r->comm_ns; }
 
-pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t *out_steps) {
+pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t stop_after,
+                           uint64_t *out_steps) {
     pl_batch_storage st;
     PL_TRY(pl_batch_storage_alloc(&st, &r->lim));
     int32_t *rows = pl_calloc((size_t)r->lim.max_seqs, sizeof *rows);
@@ -615,6 +616,11 @@ pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t *out_steps) 
         s = pl_tp_link_recv(link, &h, &payload);
         if (s != PL_OK) break;
         if (h.cmd == PL_PLAN_STOP) break;
+        if (h.cmd == PL_PLAN_RUN && stop_after && steps == stop_after) {
+            s = pl_fail(PL_ERR_BACKEND, "test hook: leaving silently before step %llu",
+                        (unsigned long long)steps + 1);
+            break;
+        }
         if (h.cmd == PL_PLAN_RUN) {
             pl_runner_batch b;
             s = pl_plan_decode_run(payload, h.payload_bytes, &link->lim, &st, &b);

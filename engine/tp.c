@@ -8,7 +8,9 @@
 #include "engine/tp.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -19,18 +21,7 @@
 /* How long ranks wait for each other while loading and making their runners. */
 #define STARTUP_TIMEOUT_S 600.0
 
-struct pl_tp_thread {
-    pthread_t thread;
-    bool started;
-    int rank;
-    pl_engine_config cfg;   /* the engine's (no strings are read from it) */
-    pl_model *shard;        /* owned until the thread takes it */
-    pl_comm *comm;          /* owned until the thread takes it */
-    pl_status status;       /* how the rank ended */
-    char error[256];
-    uint64_t steps;
-    pl_comm_stats stats;    /* its communicator's counters at the end */
-};
+
 
 /* ---- which backend --------------------------------------------------------------------- */
 
@@ -172,10 +163,39 @@ static void log_counters(const pl_comm *c, uint64_t steps) {
 
 /* ---- a rank other than 0 ------------------------------------------------------------------ */
 
+/* A test hook, read once per rank: PAGELLM_FAULT_RANK=R:S[:hang] makes rank R fail as if it
+ * died (a thread leaves without a word; a process kills itself with SIGKILL) or, with
+ * ":hang", stopped (SIGSTOP; processes only) when its step S + 1 arrives, so the others'
+ * timeouts and a server's answers can be tested end to end. Unset: off. */
+typedef struct fault {
+    uint64_t after; /* 0: off */
+    bool hang;
+} fault;
+
+static fault fault_for(int rank) {
+    fault f = {0};
+    const char *v = getenv("PAGELLM_FAULT_RANK");
+    int r = -1;
+    unsigned long long after = 0;
+    char mode[8] = "";
+    if (v && sscanf(v, "%d:%llu:%7s", &r, &after, mode) >= 2 && r == rank && after > 0) {
+        f.after = after;
+        f.hang = !strcmp(mode, "hang");
+    }
+    return f;
+}
+
+static void fault_act(const fault *f, bool process) {
+    if (!f->after || !process) return;
+    pl_log(PL_LOG_ERROR, "tensor parallel: PAGELLM_FAULT_RANK: this rank %s now",
+           f->hang ? "stops" : "dies");
+    raise(f->hang ? SIGSTOP : SIGKILL);
+}
+
 /* Everything a follower does once it has its shard, backend and communicator (st: how getting
  * them went; a failure is told to the group at the first agreement). */
 static pl_status follow(const pl_engine_config *cfg, pl_model *shard, pl_backend *be,
-                        pl_comm *comm, pl_status st, uint64_t *out_steps) {
+                        pl_comm *comm, pl_status st, bool process, uint64_t *out_steps) {
     pl_runner_limits lim = limits_of(cfg, shard);
     int32_t shape[10];
     shape_of(shard, &lim, shape);
@@ -191,7 +211,13 @@ static pl_status follow(const pl_engine_config *cfg, pl_model *shard, pl_backend
     st = agree(comm, st, 0, shape, NULL, "starting");
     if (st == PL_OK) {
         comm->timeout_s = cfg->distributed_timeout;
-        st = pl_runner_follow(r, &link, out_steps);
+        fault f = fault_for(comm->rank);
+        st = pl_runner_follow(r, &link, f.after, out_steps);
+        if (st != PL_OK && f.after && *out_steps == f.after) {
+            fault_act(&f, process);
+            comm->broken = true; /* a thread that died says nothing to the others */
+            comm->error[0] = '\0';
+        }
     }
     pl_tp_link_deinit(&link);
     pl_runner_destroy(r);
@@ -202,12 +228,14 @@ static void *thread_main(void *arg) {
     pl_tp_thread *t = arg;
     pl_backend *be = NULL;
     pl_status st = pl_rank_backend_create(&t->cfg, t->rank, pl_tp_threads_per_rank(&t->cfg), &be);
-    st = follow(&t->cfg, t->shard, be, t->comm, st, &t->steps);
+    st = follow(&t->cfg, t->shard, be, t->comm, st, false, &t->steps);
     t->status = st;
     if (st != PL_OK) {
         snprintf(t->error, sizeof t->error, "%s", pl_last_error());
         pl_log(PL_LOG_ERROR, "tensor parallel: rank %d: %s", t->rank, t->error);
-        pl_comm_abort(t->comm, t->error); /* rank 0 learns at once, not at its timeout */
+        /* rank 0 learns at once, not at its timeout (a broken communicator: it knows, or the
+         * test hook's dead rank, which must say nothing) */
+        if (!t->comm->broken) pl_comm_abort(t->comm, t->error);
     }
     t->stats = t->comm->stats;
     log_counters(t->comm, t->steps);
@@ -248,7 +276,7 @@ pl_status pl_tp_run_worker(const pl_engine_config *cfg) {
     if (m || st != PL_OK) {
         /* without a model the shape is unknown: the failure is all the others need */
         pl_model blank = {0};
-        st = follow(cfg, m ? m : &blank, be, c, st, &steps);
+        st = follow(cfg, m ? m : &blank, be, c, st, true, &steps);
     }
     if (st != PL_OK) pl_log(PL_LOG_ERROR, "tensor parallel: rank %d: %s", rank, pl_last_error());
     log_counters(c, steps);

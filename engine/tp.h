@@ -25,7 +25,19 @@
 #include "engine/tp_link.h"
 #include "pagellm.h"
 
-typedef struct pl_tp_thread pl_tp_thread;
+/* A rank of the threads backend (ranks 1 .. size-1). */
+typedef struct pl_tp_thread {
+    pthread_t thread;
+    bool started;
+    int rank;
+    pl_engine_config cfg;   /* the engine's (no strings are read from it) */
+    pl_model *shard;        /* owned until the thread takes it */
+    pl_comm *comm;          /* owned until the thread takes it */
+    pl_status status;       /* how the rank ended */
+    char error[256];
+    uint64_t steps;
+    pl_comm_stats stats;    /* its communicator's counters at the end */
+} pl_tp_thread;
 
 typedef struct pl_tp {
     int size;
@@ -70,6 +82,12 @@ pl_status pl_tp_run_worker(const pl_engine_config *cfg);
 void pl_tp_finish(pl_tp *tp, pl_runner *r);
 /* pl_tp_finish, then frees the group (MPI is finalised when healthy). NULL is a no-op. */
 void pl_tp_stop(pl_tp *tp, pl_runner *r);
+
+/* Rank r + 1 of the threads backend (its status, steps and counters are final after
+ * pl_tp_finish). */
+static inline const pl_tp_thread *pl_tp_thread_at(const pl_tp *tp, int r) {
+    return &tp->threads[r];
+}
 
 /* After a step: when the group's communicator broke, records it (pl_tp_health). */
 void pl_tp_check(pl_tp *tp);

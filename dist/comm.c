@@ -59,15 +59,18 @@ void pl_comm_part(size_t n, int size, int rank, size_t *lo, size_t *hi) {
     *hi = *lo + q + (k < r ? 1 : 0);
 }
 
-void pl_comm_backoff(unsigned attempt) {
-    if (attempt < 64) return; /* spin: the peer is usually microseconds away */
-    if (attempt < 256) {
+void pl_comm_backoff(uint64_t waited_ns) {
+    /* spin first: a peer in step is microseconds away, and a large transfer progresses only
+     * while both sides poll (MPI's rendezvous) */
+    if (waited_ns < 50000) return;
+    /* then give the core away without sleeping: ranks and their compute threads may share
+     * the cores (oversubscription) */
+    if (waited_ns < 5000000) {
         sched_yield();
         return;
     }
-    /* then sleep, growing to 1 ms: an idle worker waiting for the next step */
-    long ns = attempt < 1024 ? 20000 : attempt < 4096 ? 200000 : 1000000;
-    struct timespec ts = {0, ns};
+    /* then sleep, growing to 1 ms: a worker waiting for the next step of an idle engine */
+    struct timespec ts = {0, waited_ns < 100000000 ? 50000 : 1000000};
     nanosleep(&ts, NULL);
 }
 

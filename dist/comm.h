@@ -151,9 +151,9 @@ pl_status pl_comm_failf(pl_comm *c, pl_comm_op op, const char *fmt, ...) PL_PRIN
 /* Element range [*lo, *hi) of the part of n that rank owns in a reduce-scatter: parts as
  * equal as possible, in rank order. */
 void pl_comm_part(size_t n, int size, int rank, size_t *lo, size_t *hi);
-/* Waits for a polled condition with spinning, then yielding, then short sleeps, so an idle
- * rank costs little CPU and a busy one little latency. Call with the attempt count. */
-void pl_comm_backoff(unsigned attempt);
+/* One pause of a polling wait that has lasted waited_ns: spinning, then yielding, then short
+ * sleeps, so a busy rank loses little latency and an idle one costs little CPU. */
+void pl_comm_backoff(uint64_t waited_ns);
 
 #ifdef __cplusplus
 }

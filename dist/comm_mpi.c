@@ -68,7 +68,7 @@ static pl_status post(pl_comm *c, pl_comm_op op, bool recv, void *buf, size_t n,
  * peers whose messages are missing (receives first: a send to a live peer completes). */
 static pl_status wait_posted(pl_comm *c, pl_comm_op op) {
     mctx *m = c->ctx;
-    uint64_t deadline = pl_now_ns() + (uint64_t)(c->timeout_s * 1e9);
+    uint64_t start = pl_now_ns(), deadline = start + (uint64_t)(c->timeout_s * 1e9);
     for (unsigned a = 0;; a++) {
         int done = 0;
         int rc = MPI_Testall(m->n_reqs, m->reqs, &done, MPI_STATUSES_IGNORE);
@@ -78,7 +78,7 @@ static pl_status wait_posted(pl_comm *c, pl_comm_op op) {
             return PL_OK;
         }
         if (pl_now_ns() > deadline) break;
-        pl_comm_backoff(a);
+        pl_comm_backoff(pl_now_ns() - start);
     }
     char missing[200] = "";
     size_t len = 0;

@@ -43,12 +43,12 @@ static pl_status nccl_failed(pl_comm *c, pl_comm_op op, const char *call, ncclRe
 /* Waits for a non-blocking NCCL call to leave ncclInProgress. */
 static pl_status nccl_settle(pl_comm *c, pl_comm_op op, const char *call, ncclResult_t r) {
     nctx *x = c->ctx;
-    uint64_t deadline = pl_now_ns() + (uint64_t)(c->timeout_s * 1e9);
+    uint64_t start = pl_now_ns(), deadline = start + (uint64_t)(c->timeout_s * 1e9);
     for (unsigned a = 0; r == ncclInProgress; a++) {
         if (pl_now_ns() > deadline)
             return pl_comm_failf(c, op, "%s still in progress after %.1f s "
                                  "(--distributed-timeout)", call, c->timeout_s);
-        pl_comm_backoff(a);
+        pl_comm_backoff(pl_now_ns() - start);
         ncclCommGetAsyncError(x->comm, &r);
     }
     return r == ncclSuccess ? PL_OK : nccl_failed(c, op, call, r);
@@ -57,7 +57,7 @@ static pl_status nccl_settle(pl_comm *c, pl_comm_op op, const char *call, ncclRe
 /* Waits for everything enqueued on the stream, or the deadline. */
 static pl_status stream_wait(pl_comm *c, pl_comm_op op) {
     nctx *x = c->ctx;
-    uint64_t deadline = pl_now_ns() + (uint64_t)(c->timeout_s * 1e9);
+    uint64_t start = pl_now_ns(), deadline = start + (uint64_t)(c->timeout_s * 1e9);
     for (unsigned a = 0;; a++) {
         cudaError_t e = cudaStreamQuery(x->stream);
         if (e == cudaSuccess) return PL_OK;
@@ -71,7 +71,7 @@ static pl_status stream_wait(pl_comm *c, pl_comm_op op) {
             return pl_comm_failf(c, op, "timed out after %.1f s waiting for the other %d ranks' "
                                  "NCCL transfers (--distributed-timeout)", c->timeout_s,
                                  c->size - 1);
-        pl_comm_backoff(a);
+        pl_comm_backoff(pl_now_ns() - start);
     }
 }
 

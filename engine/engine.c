@@ -58,6 +58,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_intake_deinit(&e->intake);
     pl_profiler_close_trace(&e->prof);
     pl_sched_destroy(e->sched);
+    pl_tp_set_totals(e->tp, e->stats.steps, e->stats.step_tokens);
     pl_tp_stop(e->tp, e->runner); /* the other ranks first: they follow this runner */
     pl_runner_destroy(e->runner);
     pl_kv_pool_destroy(e->pool);

@@ -604,12 +604,12 @@ pl_status pl_runner_stop_followers(pl_runner *r) {
 uint64_t pl_runner_comm_ns(const pl_runner *r) { return r->comm_ns; }
 
 pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t stop_after,
-                           uint64_t *out_steps) {
+                           uint64_t *out_steps, uint64_t *out_tokens) {
     pl_batch_storage st;
     PL_TRY(pl_batch_storage_alloc(&st, &r->lim));
     int32_t *rows = pl_calloc((size_t)r->lim.max_seqs, sizeof *rows);
     pl_status s = rows ? PL_OK : pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: logit rows");
-    uint64_t steps = 0;
+    uint64_t steps = 0, tokens = 0;
     while (s == PL_OK) {
         pl_plan_header h;
         const void *payload;
@@ -627,6 +627,7 @@ pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t stop_after,
             r->comm_ns = 0;
             if (s == PL_OK) s = forward(r, &b, NULL);
             steps++;
+            tokens += (uint64_t)b.n_tokens;
         } else { /* LOGITS */
             int n;
             s = pl_plan_decode_rows(payload, h.payload_bytes, &link->lim, rows, &n);
@@ -635,6 +636,7 @@ pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t stop_after,
     }
     pl_free(rows);
     pl_batch_storage_free(&st);
-    if (out_steps) *out_steps = steps;
+    *out_steps = steps;
+    *out_tokens = tokens;
     return s;
 }

@@ -90,11 +90,12 @@ void pl_runner_destroy(pl_runner *r);
 typedef struct pl_tp_link pl_tp_link;
 pl_status pl_runner_set_tp(pl_runner *r, pl_comm *comm, pl_tp_link *link);
 /* Ranks other than 0: runs every step rank 0 sends until it says stop (PL_OK) or a
- * collective or a plan fails. *out_steps (may be NULL): RUN plans executed. stop_after > 0
+ * collective or a plan fails. *out_steps, *out_tokens: RUN plans executed and the tokens they
+ * held (a token's all-reduces are what the group's counters are checked against). stop_after > 0
  * (a test hook): returns PL_ERR_BACKEND on receiving RUN plan stop_after + 1, doing nothing
  * the others could see, as a rank that died would. */
 pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t stop_after,
-                           uint64_t *out_steps);
+                           uint64_t *out_steps, uint64_t *out_tokens);
 /* Rank 0: tells the others to leave pl_runner_follow. No-op without a link. */
 pl_status pl_runner_stop_followers(pl_runner *r);
 /* Nanoseconds the last pl_runner_run spent in collectives (plan included). */

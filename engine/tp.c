@@ -146,12 +146,12 @@ static pl_plan_limits plan_limits(const pl_runner_limits *lim, const pl_model *m
                             .vocab = m->cfg.vocab_size};
 }
 
-static void log_counters(const pl_comm *c, uint64_t steps) {
+static void log_counters(const pl_comm *c, uint64_t steps, uint64_t tokens) {
     const pl_comm_stats *s = &c->stats;
     pl_log(PL_LOG_INFO,
-           "tensor parallel: rank %d of %d: %llu steps; all_reduce %llu calls %llu bytes; "
-           "all_gather %llu calls %llu bytes; broadcast %llu calls %llu bytes; %.3f s in "
-           "collectives", c->rank, c->size, (unsigned long long)steps,
+           "tensor parallel: rank %d of %d: %llu steps, %llu tokens; all_reduce %llu calls %llu "
+           "bytes; all_gather %llu calls %llu bytes; broadcast %llu calls %llu bytes; %.3f s in "
+           "collectives", c->rank, c->size, (unsigned long long)steps, (unsigned long long)tokens,
            (unsigned long long)s->calls[PL_COMM_ALL_REDUCE],
            (unsigned long long)s->bytes[PL_COMM_ALL_REDUCE],
            (unsigned long long)s->calls[PL_COMM_ALL_GATHER],
@@ -195,7 +195,8 @@ static void fault_act(const fault *f, bool process) {
 /* Everything a follower does once it has its shard, backend and communicator (st: how getting
  * them went; a failure is told to the group at the first agreement). */
 static pl_status follow(const pl_engine_config *cfg, pl_model *shard, pl_backend *be,
-                        pl_comm *comm, pl_status st, bool process, uint64_t *out_steps) {
+                        pl_comm *comm, pl_status st, bool process, uint64_t *out_steps,
+                        uint64_t *out_tokens) {
     pl_runner_limits lim = limits_of(cfg, shard);
     int32_t shape[10];
     shape_of(shard, &lim, shape);
@@ -212,7 +213,7 @@ static pl_status follow(const pl_engine_config *cfg, pl_model *shard, pl_backend
     if (st == PL_OK) {
         comm->timeout_s = cfg->distributed_timeout;
         fault f = fault_for(comm->rank);
-        st = pl_runner_follow(r, &link, f.after, out_steps);
+        st = pl_runner_follow(r, &link, f.after, out_steps, out_tokens);
         if (st != PL_OK && f.after && *out_steps == f.after) {
             fault_act(&f, process);
             comm->broken = true; /* a thread that died says nothing to the others */
@@ -228,7 +229,7 @@ static void *thread_main(void *arg) {
     pl_tp_thread *t = arg;
     pl_backend *be = NULL;
     pl_status st = pl_rank_backend_create(&t->cfg, t->rank, pl_tp_threads_per_rank(&t->cfg), &be);
-    st = follow(&t->cfg, t->shard, be, t->comm, st, false, &t->steps);
+    st = follow(&t->cfg, t->shard, be, t->comm, st, false, &t->steps, &t->tokens);
     t->status = st;
     if (st != PL_OK) {
         snprintf(t->error, sizeof t->error, "%s", pl_last_error());
@@ -238,7 +239,7 @@ static void *thread_main(void *arg) {
         if (!t->comm->broken) pl_comm_abort(t->comm, t->error);
     }
     t->stats = t->comm->stats;
-    log_counters(t->comm, t->steps);
+    log_counters(t->comm, t->steps, t->tokens);
     pl_comm_destroy(t->comm);
     t->comm = NULL;
     pl_backend_destroy(be);
@@ -272,14 +273,14 @@ pl_status pl_tp_run_worker(const pl_engine_config *cfg) {
     }
     if (st == PL_OK) st = pl_model_shard(m, rank, cfg->tensor_parallel_size);
     pl_comm *c = comm ? comm : mpi;
-    uint64_t steps = 0;
+    uint64_t steps = 0, tokens = 0;
     if (m || st != PL_OK) {
         /* without a model the shape is unknown: the failure is all the others need */
         pl_model blank = {0};
-        st = follow(cfg, m ? m : &blank, be, c, st, true, &steps);
+        st = follow(cfg, m ? m : &blank, be, c, st, true, &steps, &tokens);
     }
     if (st != PL_OK) pl_log(PL_LOG_ERROR, "tensor parallel: rank %d: %s", rank, pl_last_error());
-    log_counters(c, steps);
+    log_counters(c, steps, tokens);
     pl_comm_destroy(comm);
     pl_comm_destroy(mpi);
     pl_model_free(m);
@@ -418,7 +419,13 @@ void pl_tp_finish(pl_tp *tp, pl_runner *r) {
     /* mpi: after a failure the others learn at their next wait (no heartbeat comes any
      * more) or from mpirun when this process exits; MPI_Abort would end this process too */
     join_threads(tp);
-    if (tp->comm) log_counters(tp->comm, 0);
+    if (tp->comm) log_counters(tp->comm, tp->steps, tp->tokens);
+}
+
+void pl_tp_set_totals(pl_tp *tp, uint64_t steps, uint64_t tokens) {
+    if (!tp) return;
+    tp->steps = steps;
+    tp->tokens = tokens;
 }
 
 void pl_tp_stop(pl_tp *tp, pl_runner *r) {

@@ -35,7 +35,7 @@ typedef struct pl_tp_thread {
     pl_comm *comm;          /* owned until the thread takes it */
     pl_status status;       /* how the rank ended */
     char error[256];
-    uint64_t steps;
+    uint64_t steps, tokens; /* RUN plans and the tokens they held */
     pl_comm_stats stats;    /* its communicator's counters at the end */
 } pl_tp_thread;
 
@@ -49,6 +49,7 @@ typedef struct pl_tp {
     pl_tp_thread *threads;         /* threads: ranks 1 .. size-1 */
     int n_threads;                 /* started */
     bool finished;                 /* pl_tp_finish ran */
+    uint64_t steps, tokens;        /* rank 0's, for the closing log line */
     atomic_bool failed;            /* a collective failed: the engine cannot step any more */
     char error[256];               /* why (written before failed is set) */
     char info[256];                /* "mpi: Open MPI v4.1.4, one host (shared memory), 2 ranks" */
@@ -80,6 +81,8 @@ pl_status pl_tp_run_worker(const pl_engine_config *cfg);
 /* Rank 0, end: stops the others (STOP when the group is healthy; threads: abort otherwise)
  * and joins the threads; the counters stay readable until pl_tp_stop. Once; NULL no-op. */
 void pl_tp_finish(pl_tp *tp, pl_runner *r);
+/* Rank 0's figures for its closing log line (the others log theirs). */
+void pl_tp_set_totals(pl_tp *tp, uint64_t steps, uint64_t tokens);
 /* pl_tp_finish, then frees the group (MPI is finalised when healthy). NULL is a no-op. */
 void pl_tp_stop(pl_tp *tp, pl_runner *r);
 

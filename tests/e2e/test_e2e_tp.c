@@ -31,20 +31,6 @@
 
 #define OUT 40
 
-/* A family's config with sizes that split over 2 ranks (and 4 for Llama's variant 2). */
-static void tp_config(pl_arch arch, int variant, pl_model_config *c) {
-    pl_fixture_family_config(arch, variant, c);
-    switch (arch) {
-    case PL_ARCH_LLAMA:
-        if (variant >= 2) c->dim = 64, c->n_heads = 8; /* 4 ranks: 2 heads, 2 KV heads */
-        c->hidden_dim = 76;
-        break;
-    case PL_ARCH_MISTRAL: c->dim = 32, c->n_heads = 4, c->hidden_dim = 70; break;
-    case PL_ARCH_QWEN2: c->hidden_dim = 84; break;
-    default: c->hidden_dim = 72; break;
-    }
-}
-
 static void write_model(const pl_model_config *c, uint64_t seed, char *dir, size_t cap) {
     pl_model *m = pl_fixture_family_model(c, seed);
     cr_assert(m);
@@ -149,7 +135,7 @@ static void greedy(pl_sampling_params *sp) {
 static void family(pl_arch arch) {
     for (int variant = 0; variant < 2; variant++) {
         pl_model_config c;
-        tp_config(arch, variant, &c);
+        pl_fixture_tp_config(arch, variant, &c);
         char dir[512], what[96];
         write_model(&c, 11 + (uint64_t)variant, dir, sizeof dir);
         snprintf(what, sizeof what, "arch %d %s", (int)arch, variant ? "untied" : "tied");
@@ -181,7 +167,7 @@ Test(tp, qwen3_qk_norms) { family(PL_ARCH_QWEN3); }
 
 Test(tp, four_ranks_two_kv_heads) {
     pl_model_config c;
-    tp_config(PL_ARCH_LLAMA, 3, &c);
+    pl_fixture_tp_config(PL_ARCH_LLAMA, 3, &c);
     char dir[512];
     write_model(&c, 21, dir, sizeof dir);
     e2e_prompts p;
@@ -199,7 +185,7 @@ Test(tp, four_ranks_two_kv_heads) {
  * business, which lives on rank 0 and reaches the others only as plans. */
 Test(tp, preemption_chunking_n_seeds_prompt_logprobs) {
     pl_model_config c;
-    tp_config(PL_ARCH_LLAMA, 1, &c);
+    pl_fixture_tp_config(PL_ARCH_LLAMA, 1, &c);
     char dir[512];
     write_model(&c, 13, dir, sizeof dir);
     e2e_prompts p;
@@ -257,7 +243,7 @@ Test(tp, preemption_chunking_n_seeds_prompt_logprobs) {
 Test(tp, runner_logits_within_1e5) {
     for (int arch = 0; arch < PL_ARCH_COUNT; arch++) {
         pl_model_config c;
-        tp_config((pl_arch)arch, 1, &c);
+        pl_fixture_tp_config((pl_arch)arch, 1, &c);
         char dir[512];
         write_model(&c, 17, dir, sizeof dir);
         pl_engine_config ec;
@@ -334,7 +320,7 @@ Test(tp, runner_logits_within_1e5) {
 /* All-reduce bytes per computed token: 2 x layers x dim x 4, on every rank. */
 Test(tp, all_reduce_bytes_per_token_on_every_rank) {
     pl_model_config c;
-    tp_config(PL_ARCH_QWEN2, 1, &c);
+    pl_fixture_tp_config(PL_ARCH_QWEN2, 1, &c);
     char dir[512];
     write_model(&c, 19, dir, sizeof dir);
     e2e_prompts p;
@@ -361,6 +347,9 @@ Test(tp, all_reduce_bytes_per_token_on_every_rank) {
         cr_assert_eq(t->stats.bytes[PL_COMM_ALL_REDUCE], r.m.tp_all_reduce_bytes,
                      "rank %d", i + 1);
         cr_assert_eq(t->steps, r.m.steps, "rank %d", i + 1);
+        cr_assert_eq(t->tokens, r.m.tokens_computed, "rank %d", i + 1);
+        cr_assert_eq(t->stats.bytes[PL_COMM_ALL_REDUCE], per_token * t->tokens, "rank %d",
+                     i + 1);
     }
     free_run(&r);
     pl_engine_destroy(e);
@@ -385,10 +374,10 @@ Test(tp, impossible_splits_are_refused_with_the_numbers) {
     pl_model_config c;
     pl_fixture_family_config(PL_ARCH_MISTRAL, 1, &c); /* 5 heads, 69 hidden units */
     refused(&c, 2, "5 attention heads cannot be split over 2 ranks");
-    tp_config(PL_ARCH_LLAMA, 1, &c);
+    pl_fixture_tp_config(PL_ARCH_LLAMA, 1, &c);
     c.hidden_dim = 75;
     refused(&c, 2, "75 hidden units cannot be split over 2 ranks");
-    tp_config(PL_ARCH_LLAMA, 1, &c); /* 6 heads, 2 KV heads: over 3 ranks neither divides */
+    pl_fixture_tp_config(PL_ARCH_LLAMA, 1, &c); /* 6 heads, 2 KV heads: over 3 ranks neither divides */
     refused(&c, 3, "2 KV heads");
 }
 
@@ -396,7 +385,7 @@ Test(tp, impossible_splits_are_refused_with_the_numbers) {
  * one rank's outputs; 4 ranks would cut blocks in half and are refused, naming the tensor. */
 Test(tp, quantised_split_on_blocks) {
     pl_model_config c;
-    tp_config(PL_ARCH_LLAMA, 1, &c);
+    pl_fixture_tp_config(PL_ARCH_LLAMA, 1, &c);
     c.dim = 64, c.n_heads = 8, c.head_dim = 8, c.n_kv_heads = 4, c.hidden_dim = 64;
     pl_model *m = pl_fixture_family_model(&c, 23);
     cr_assert(m);
@@ -428,7 +417,7 @@ Test(tp, quantised_split_on_blocks) {
  * rank and which collective; the next requests fail at once. */
 Test(tp, a_dead_rank_fails_the_engine_within_the_timeout) {
     pl_model_config c;
-    tp_config(PL_ARCH_LLAMA, 1, &c);
+    pl_fixture_tp_config(PL_ARCH_LLAMA, 1, &c);
     char dir[512];
     write_model(&c, 29, dir, sizeof dir);
     setenv("PAGELLM_FAULT_RANK", "1:3", 1);

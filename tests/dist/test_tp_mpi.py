@@ -53,10 +53,11 @@ def main():
             sys.exit(77)
         flags = ["-m", os.path.join(root, "stories260K.bin"), "--tokenizer",
                  os.path.join(root, "tok512.model")]
-        dim, layers, blocks = 64, 5, 60
-        prompts = [{"prompt": "Once upon a time", "max_tokens": 200, "logprobs": 2},
-                   {"prompt": "The little dog", "max_tokens": 30, "n": 2, "temperature": 0.8,
-                    "seed": 5},
+        dim, layers, blocks = 64, 5, 56
+        prompts = [{"prompt": "Once upon a time", "max_tokens": 200, "logprobs": 2,
+                    "ignore_eos": True},
+                   {"prompt": "The little dog", "max_tokens": 100, "n": 2, "temperature": 0.8,
+                    "seed": 5, "ignore_eos": True},
                    {"prompt": "Tom and Lily went to the park. They saw a big tree and",
                     "max_tokens": 30}]
     else:

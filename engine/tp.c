@@ -434,19 +434,25 @@ void pl_tp_stop(pl_tp *tp, pl_runner *r) {
     tp_free(tp);
 }
 
-void pl_tp_check(pl_tp *tp) {
+/* Reads the communicator's state under the link's lock (the keep-alive thread writes it
+ * too); with `wait` false gives up when the lock is busy (a step is running: it will tell). */
+static void check(pl_tp *tp, bool wait) {
     if (!tp || atomic_load(&tp->failed) || !tp->link_on) return;
-    pl_tp_link_lock(&tp->link); /* the keep-alive thread writes the communicator too */
-    bool broken = tp->comm->broken;
-    if (broken) snprintf(tp->error, sizeof tp->error, "%s", tp->comm->error);
-    pl_tp_link_unlock(&tp->link);
+    if (wait) pl_tp_link_lock(&tp->link);
+    else if (pthread_mutex_trylock(&tp->link.mu) != 0) return;
+    bool broken = tp->comm->broken && !atomic_load(&tp->failed);
     if (broken) {
+        snprintf(tp->error, sizeof tp->error, "%s", tp->comm->error);
         pl_log(PL_LOG_ERROR, "tensor parallel: the group failed: %s", tp->error);
         atomic_store(&tp->failed, true);
     }
+    pl_tp_link_unlock(&tp->link);
 }
 
-pl_status pl_tp_health(const pl_tp *tp) {
-    if (!tp || !atomic_load(&((pl_tp *)tp)->failed)) return PL_OK;
+void pl_tp_check(pl_tp *tp) { check(tp, true); }
+
+pl_status pl_tp_health(pl_tp *tp) {
+    check(tp, false); /* a failure between steps (the keep-alive's) shows without one */
+    if (!tp || !atomic_load(&tp->failed)) return PL_OK;
     return pl_fail(PL_ERR_BACKEND, "tensor parallel: %s", tp->error);
 }

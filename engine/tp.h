@@ -95,6 +95,6 @@ static inline const pl_tp_thread *pl_tp_thread_at(const pl_tp *tp, int r) {
 /* After a step: when the group's communicator broke, records it (pl_tp_health). */
 void pl_tp_check(pl_tp *tp);
 /* PL_OK, or PL_ERR_BACKEND with why the group failed. Any thread. */
-pl_status pl_tp_health(const pl_tp *tp);
+pl_status pl_tp_health(pl_tp *tp);
 
 #endif

@@ -125,6 +125,7 @@ void pl_bench_print_model(FILE *f, const pl_engine_config *cfg, const pl_engine 
             (double)pl_engine_matmul_params(e) * 1e-6,
             (double)pl_engine_weight_bytes(e) * 1e-6,
             cfg->n_threads ? cfg->n_threads : pl_bench_online_cpus(), build);
+    if (info.tensor_parallel_size > 1) fprintf(f, "Tensor parallel: %s\n", info.distributed);
 }
 
 json_t *pl_bench_model_json(const pl_engine_config *cfg, const pl_engine *e) {

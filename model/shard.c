@@ -32,6 +32,15 @@ pl_status pl_model_shard_plan_make(const pl_model_config *c, int rank, int size,
     if (size < 1 || rank < 0 || rank >= size)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "tensor parallelism: rank %d of %d", rank, size);
     pl_model_shard_plan p = {.rank = rank, .size = size};
+    /* the families whose every tensor has a rule in slice_of; others (mixture-of-experts,
+     * other layer shapes) would be split wrong, so they are refused until they get theirs */
+    if (size > 1 && c->arch != PL_ARCH_LLAMA && c->arch != PL_ARCH_MISTRAL &&
+        c->arch != PL_ARCH_QWEN2 && c->arch != PL_ARCH_QWEN3) {
+        const pl_arch_info *a = pl_arch_get(c->arch);
+        return REFUSE("--tensor-parallel-size %d: models of the %s architecture are not split "
+                      "over ranks yet (Llama, Mistral, Qwen2 and Qwen3 are)", size,
+                      a ? a->hf_class : "unknown");
+    }
     if (c->n_heads % size)
         return REFUSE("--tensor-parallel-size %d: the model's %d attention heads cannot be "
                       "split over %d ranks (the heads must be a multiple of the ranks)",
@@ -73,8 +82,10 @@ typedef struct slice {
     int r0, nr, c0, nc;
 } slice;
 
-static slice slice_of(const pl_model_config *c, const pl_model_shard_plan *p, pl_tensor_role role,
-                      const pl_weight *w) {
+/* The slice of role this rank keeps; false for a role without a rule (a tensor this file does
+ * not know how to split must not be kept whole by accident: every rank would add it in). */
+static bool slice_of(const pl_model_config *c, const pl_model_shard_plan *p, pl_tensor_role role,
+                     const pl_weight *w, slice *out) {
     int hd = c->head_dim;
     slice s = {0, w->rows, 0, w->cols};
     switch (role) {
@@ -90,9 +101,17 @@ static slice slice_of(const pl_model_config *c, const pl_model_shard_plan *p, pl
     case PL_T_FFN_UP: s.r0 = p->hidden0, s.nr = p->hidden; break;
     case PL_T_FFN_DOWN: s.c0 = p->hidden0, s.nc = p->hidden; break;
     case PL_T_OUTPUT: s.r0 = p->vocab0, s.nr = p->vocab; break;
-    default: break; /* whole: embedding, norms, q/k norms */
+    /* whole on every rank: they act on the whole residual stream or on every head alike */
+    case PL_T_TOKEN_EMBD:
+    case PL_T_ATTN_NORM:
+    case PL_T_FFN_NORM:
+    case PL_T_OUTPUT_NORM:
+    case PL_T_ATTN_Q_NORM:
+    case PL_T_ATTN_K_NORM: break;
+    default: return false;
     }
-    return s;
+    *out = s;
+    return true;
 }
 
 /* Copies slice s of w (of its type) into dst. Columns must start and end on blocks. */
@@ -131,7 +150,12 @@ pl_status pl_model_shard_copy(const pl_model *m, int rank, int size, pl_model **
         /* tied: the output projection's rows are the embedding's */
         if (role == PL_T_OUTPUT && c->tied_embeddings) w = &m->w[0];
         if (!w->data) continue;
-        slice sl = size > 1 ? slice_of(c, &p, role, w) : (slice){0, w->rows, 0, w->cols};
+        slice sl = {0, w->rows, 0, w->cols};
+        if (size > 1 && !slice_of(c, &p, role, w, &sl)) {
+            st = REFUSE("--tensor-parallel-size %d: tensor %s has no rule for splitting over "
+                        "ranks", size, pl_tensor_spec_of(role)->hf);
+            break;
+        }
         const pl_wtype_traits *t = pl_wtype_traits_of(w->type);
         uint64_t bytes;
         if (!t || !pl_wtype_bytes(w->type, (uint64_t)sl.nr * (uint64_t)sl.nc, &bytes)) {

@@ -416,6 +416,9 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         cli_prompts_free(prompts, n_prompts);
         return 1;
     }
+    pl_model_info info;
+    if (cfg->tensor_parallel_size > 1 && pl_engine_model_info(e, &info) == PL_OK)
+        fprintf(stderr, "pagellm generate: tensor parallel: %s\n", info.distributed);
     g_interrupted = 0;
     catch_sigint();
     int rc;

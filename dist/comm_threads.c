@@ -152,8 +152,10 @@ static pl_status t_all_reduce(pl_comm *c, float *buf, size_t n) {
 static pl_status t_all_gather(pl_comm *c, const void *send, size_t n_bytes, void *recv) {
     publish(c, (void *)send);
     PL_TRY(barrier_wait(c, PL_COMM_ALL_GATHER));
-    for (int r = 0; r < c->size; r++)
-        memcpy((char *)recv + (size_t)r * n_bytes, peer(c, r), n_bytes);
+    for (int r = 0; r < c->size; r++) {
+        char *dst = (char *)recv + (size_t)r * n_bytes;
+        if (dst != peer(c, r)) memcpy(dst, peer(c, r), n_bytes); /* a rank's own part in place */
+    }
     return barrier_wait(c, PL_COMM_ALL_GATHER);
 }
 

@@ -116,7 +116,10 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     size_t avail;
     PL_TRY(pl_rank_memory(&e->cfg, e->be, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
-    PL_TRY(pl_model_load_within(model_path, &mo, e->be->is_host ? avail : 0, &e->model));
+    /* with tensor parallelism this rank keeps 1/N of the weights: the whole model may be N
+     * times this rank's memory (the loader maps it; the shard is what stays) */
+    size_t limit = e->be->is_host ? avail * (size_t)c->tensor_parallel_size : 0;
+    PL_TRY(pl_model_load_within(model_path, &mo, limit, &e->model));
     pl_engine_name_weights(e);
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;

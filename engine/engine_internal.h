@@ -206,10 +206,13 @@ struct pl_engine {
 };
 
 /* engine/rank.c: what one rank takes from its machine */
+/* Tensor-parallel ranks on this host (threads of this process, or mpirun's local ranks). */
+int pl_rank_local_ranks(const pl_engine_config *c);
 /* Its backend: cfg's, on device cuda_device + local_rank, with n_threads CPU threads. */
 pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int n_threads,
                                  pl_backend **out);
-/* The memory it may use: memory_limit_bytes, else what be reports. */
+/* The memory it may use: memory_limit_bytes, else what be reports; on a host backend divided
+ * among the ranks on this host. */
 pl_status pl_rank_memory(const pl_engine_config *c, pl_backend *be, size_t *out);
 /* KV blocks for the pool of model (this rank's part) on be within lim (n_blocks unused). */
 pl_status pl_rank_pool_blocks(const pl_engine_config *c, const pl_model *model, pl_backend *be,

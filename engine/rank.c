@@ -7,6 +7,14 @@
  */
 #include "engine/engine_internal.h"
 
+int pl_rank_local_ranks(const pl_engine_config *c) {
+    if (c->tensor_parallel_size <= 1) return 1;
+    int rank, size, local;
+    /* an mpirun launch says how many ranks share this host; threads are all here */
+    if (pl_comm_launcher_rank(&rank, &size, &local) && size > 1) return local;
+    return c->tensor_parallel_size;
+}
+
 pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int n_threads,
                                  pl_backend **out) {
     pl_backend_options opt = {.n_threads = n_threads, .device = c->cuda_device + local_rank,
@@ -25,6 +33,8 @@ pl_status pl_rank_memory(const pl_engine_config *c, pl_backend *be, size_t *out)
     PL_TRY(be->ops->memory_info(be, &free_b, &total_b));
     if (c->memory_limit_bytes) total_b = free_b = c->memory_limit_bytes;
     *out = be->is_host ? total_b : free_b;
+    /* host memory is shared by the ranks on this host (a device is each rank's own) */
+    if (be->is_host) *out /= (size_t)pl_rank_local_ranks(c);
     return PL_OK;
 }
 

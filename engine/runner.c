@@ -279,7 +279,7 @@ static pl_status alloc_tp_buffers(pl_runner *r) {
     }
     if (r->comm->device && !r->be->is_host)
         PL_TRY(balloc(r, gather * F, "gathered logits", (void **)&r->d_gather));
-    r->h_gather = pl_malloc(gather * F);
+    r->h_gather = pl_calloc(gather, F); /* the last rank sends its padding too */
     if (!r->h_gather) return pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: gathered logits");
     return PL_OK;
 }

@@ -67,10 +67,7 @@ pl_status pl_tp_resolve(const pl_engine_config *cfg, pl_dist_backend *out_kind,
 
 int pl_tp_threads_per_rank(const pl_engine_config *cfg) {
     if (cfg->n_threads > 0 || cfg->tensor_parallel_size <= 1) return cfg->n_threads;
-    pl_dist_backend k;
-    int local = cfg->tensor_parallel_size;
-    if (pl_tp_resolve(cfg, &k, NULL, &local) != PL_OK) return 0;
-    int n = pl_cpu_count() / (local > 0 ? local : 1);
+    int n = pl_cpu_count() / pl_rank_local_ranks(cfg);
     return n > 0 ? n : 1;
 }
 
@@ -269,7 +266,9 @@ pl_status pl_tp_run_worker(const pl_engine_config *cfg) {
         st = pl_rank_memory(cfg, be, &avail);
         pl_model_load_options mo = {.dtype = cfg->weight_dtype, .dummy_seed = cfg->dummy_seed};
         if (st == PL_OK)
-            st = pl_model_load_within(cfg->model_path, &mo, be->is_host ? avail : 0, &m);
+            st = pl_model_load_within(cfg->model_path, &mo,
+                                      be->is_host ? avail * (size_t)cfg->tensor_parallel_size
+                                                  : 0, &m);
     }
     if (st == PL_OK) st = pl_model_shard(m, rank, cfg->tensor_parallel_size);
     pl_comm *c = comm ? comm : mpi;

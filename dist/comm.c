@@ -98,7 +98,10 @@ pl_status pl_comm_all_reduce_sum(pl_comm *c, float *buf, size_t n) {
     PL_TRY(enter(c, PL_COMM_ALL_REDUCE));
     if (n > 0 && !buf) return pl_fail(PL_ERR_INVALID_ARGUMENT, "all_reduce: NULL buffer");
     uint64_t t0 = pl_now_ns();
-    pl_status s = c->size == 1 || n == 0 ? PL_OK : c->ops->all_reduce_sum(c, buf, n);
+    /* one rank: nothing to add, except on a device, where the one-rank NCCL path is what a
+     * machine with one GPU can check */
+    pl_status s = (c->size == 1 && !c->device) || n == 0 ? PL_OK
+                                                          : c->ops->all_reduce_sum(c, buf, n);
     return leave(c, PL_COMM_ALL_REDUCE, t0, (uint64_t)n * sizeof(float), s);
 }
 

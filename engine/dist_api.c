@@ -178,7 +178,8 @@ pl_status pl_comm_benchmark(const pl_engine_config *cfg, const size_t *sizes, si
     PL_TRY(pl_engine_config_take(cfg, &c));
     bench_job proto = {.sizes = sizes, .n_sizes = n_sizes, .iters = iters, .rows = rows};
     pl_status st;
-    if (c.tensor_parallel_size == 1) {
+    if (c.tensor_parallel_size == 1 && c.distributed_backend != PL_DIST_MPI &&
+        c.distributed_backend != PL_DIST_NCCL) {
         st = pl_comm_one_create(&proto.comm);
         if (st == PL_OK) {
             snprintf(info, sizeof info, "one rank: nothing to exchange");

@@ -135,7 +135,9 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;
     /* Tensor parallelism: the other ranks start here, and this one keeps its shard. From now
      * on a failure is told to them: every step up to the runner goes through an agreement. */
-    if (c->tensor_parallel_size > 1) PL_TRY(pl_tp_start(c, e->model, e->be, &e->tp));
+    if (c->tensor_parallel_size > 1 || c->distributed_backend == PL_DIST_MPI ||
+        c->distributed_backend == PL_DIST_NCCL) /* one MPI rank: what one GPU can check */
+        PL_TRY(pl_tp_start(c, e->model, e->be, &e->tp));
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,
                             .block_size = c->block_size};

@@ -6,6 +6,7 @@
  * KV heads only, so its blocks are smaller and more of them fit). One rank: the whole engine.
  */
 #include "engine/engine_internal.h"
+#include "util/log.h"
 
 int pl_rank_local_ranks(const pl_engine_config *c) {
     if (c->tensor_parallel_size <= 1) return 1;
@@ -21,7 +22,16 @@ pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int 
                               .kv_dtype = c->kv_dtype};
     switch (c->backend) {
     case PL_BACKEND_REF: return pl_backend_ref_create(&opt, out);
-    case PL_BACKEND_CUDA: return pl_backend_cuda_create(&opt, out);
+    case PL_BACKEND_CUDA: {
+        pl_status s = pl_backend_cuda_create(&opt, out);
+        if (s != PL_ERR_INVALID_ARGUMENT || local_rank == 0) return s;
+        /* fewer devices than ranks on this host: they share --cuda-device (MPI stages through
+         * the host; NCCL refuses two ranks on one device and says so) */
+        pl_log(PL_LOG_WARN, "tensor parallel: no CUDA device %d for this host's rank %d: it "
+               "shares device %d", opt.device, local_rank, c->cuda_device);
+        opt.device = c->cuda_device;
+        return pl_backend_cuda_create(&opt, out);
+    }
     default: return pl_backend_cpu_create(&opt, out);
     }
 }

@@ -294,7 +294,7 @@ pl_status pl_runner_set_tp(pl_runner *r, pl_comm *comm, pl_tp_link *link) {
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "--distributed-backend nccl needs --backend cuda");
     r->comm = comm;
     r->link = link;
-    if (comm->size > 1) return alloc_tp_buffers(r);
+    if (comm->size > 1 || comm->device) return alloc_tp_buffers(r);
     return PL_OK;
 }
 
@@ -405,7 +405,7 @@ static pl_status check_batch(const pl_runner *r, const pl_runner_batch *b) {
 
 /* Sums buf (n floats, backend memory) across the ranks, in place. */
 static pl_status all_reduce(pl_runner *r, float *buf, size_t n) {
-    if (!r->comm || r->comm->size == 1) return PL_OK;
+    if (!r->comm || (r->comm->size == 1 && !r->comm->device)) return PL_OK;
     pl_backend *be = r->be;
     uint64_t t0 = pl_now_ns();
     pl_status st;
@@ -468,7 +468,7 @@ static pl_status logits_of_rows(pl_runner *r, const int32_t *d_rows, int n, floa
     const pl_model_config *c = &r->lc;
     OP(PL_OP_LOGITS, be->ops->gather_rows(be, r->xs, r->xb, d_rows, n, c->dim));
     PL_TRY(matmul(r, r->logits, r->xs, dw(r, PL_T_OUTPUT, 0), n, c->dim, r->vocab_local));
-    if (r->comm && r->comm->size > 1) {
+    if (r->comm && (r->comm->size > 1 || r->comm->device)) {
         PL_TRY(gather_logits(r, n, out_logits));
         return be->ops->sync(be);
     }

@@ -798,7 +798,7 @@ PL_API pl_status pl_engine_run_worker(const pl_engine_config *cfg);
  * rank died or hung; the message says which rank and collective): every request after that
  * finishes with PL_FINISH_ERROR, so a server should stop. Any thread. */
 PL_API pl_status pl_engine_health(const pl_engine *e);
-/* The distributed backends this build has: "threads, mpi (Open MPI v4.1.4), nccl (2.28.3)".
+/* The distributed backends this build has: "threads, mpi (Open MPI v4.1.4), nccl (2.28.9)".
  * Static storage. */
 PL_API const char *pl_distributed_backends(void);
 

@@ -161,6 +161,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_backend_destroy(e->be);
     pl_sampler_deinit(&e->sampler);
     pl_chat_state_free(&e->chat);
+    pl_constrain_deinit(&e->constrain);
     pl_tok_free(e->tok);
     pl_model_free(e->model);
     free_step_buffers(&e->sb);
@@ -275,6 +276,12 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     e->fault_token = fault_token_from_env();
     pl_status s = pl_intake_init(&e->intake);
     if (s != PL_OK) {
+        pl_free(e);
+        return s;
+    }
+    s = pl_constrain_init(&e->constrain);
+    if (s != PL_OK) {
+        pl_intake_deinit(&e->intake);
         pl_free(e);
         return s;
     }

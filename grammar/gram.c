@@ -133,7 +133,7 @@ long pl_gram_builder_class(pl_gram_builder *b, const uint32_t *pairs, size_t n_p
         pl_fail(PL_ERR_OUT_OF_MEMORY, "grammar: classes");
         return -1;
     }
-    memcpy(tmp, pairs, n_pairs * 2 * sizeof *tmp);
+    if (n_pairs) memcpy(tmp, pairs, n_pairs * 2 * sizeof *tmp);
     for (size_t i = 0; i < n_pairs; i++)
         if (tmp[2 * i] > tmp[2 * i + 1]) { /* [z-a] matches nothing, as llama.cpp */
             tmp[2 * i] = 1;

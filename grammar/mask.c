@@ -227,13 +227,17 @@ static void add_token_refs(const pl_gram *g, const pl_gram_state *st, int n_voca
         if (e->type == PL_GE_TOKEN) {
             if (e->value < (uint32_t)n_vocab) bits[e->value >> 6] |= 1ull << (e->value & 63);
         } else if (e->type == PL_GE_TOKEN_NOT) {
+            /* every token but the one named and end-of-text, added to what the bytes allow
+             * (the named token may still be allowed by its text elsewhere) */
             size_t words = ((size_t)n_vocab + 63) / 64;
-            for (size_t w = 0; w < words; w++) bits[w] = ~0ull;
-            if (n_vocab % 64) bits[words - 1] = (1ull << (n_vocab % 64)) - 1;
-            if (e->value < (uint32_t)n_vocab) bits[e->value >> 6] &= ~(1ull << (e->value & 63));
-            for (size_t k = 0; k < n_eog; k++)
-                if (eog[k] >= 0 && eog[k] < n_vocab)
-                    bits[eog[k] >> 6] &= ~(1ull << (eog[k] & 63));
+            for (size_t w = 0; w < words; w++) {
+                uint64_t m = ~0ull;
+                if (w == words - 1 && n_vocab % 64) m = (1ull << (n_vocab % 64)) - 1;
+                if (e->value >> 6 == w) m &= ~(1ull << (e->value & 63));
+                for (size_t k = 0; k < n_eog; k++)
+                    if (eog[k] >= 0 && (size_t)eog[k] >> 6 == w) m &= ~(1ull << (eog[k] & 63));
+                bits[w] |= m;
+            }
         }
     }
 }

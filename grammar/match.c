@@ -123,7 +123,7 @@ static pl_status add_stack(scratch *sc, pl_gram_state *out, const uint32_t *s, s
         if (sc->slots[k] == h) {
             uint32_t i = sc->slot_idx[k];
             size_t tn = out->start[i + 1] - out->start[i];
-            if (tn == n && !memcmp(out->pos + out->start[i], s, n * sizeof *s)) return PL_OK;
+            if (tn == n && (n == 0 || !memcmp(out->pos + out->start[i], s, n * sizeof *s))) return PL_OK;
         }
         k = (k + 1) & (sc->n_slots - 1);
     }

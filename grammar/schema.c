@@ -459,8 +459,10 @@ static bool gen_number(sc *s, const json_t *node, bool integer, pl_gtext *o) {
     if (has_lo && has_hi && lo > hi)
         return fail(s, "no %s lies within the bounds%s", integer ? "integer" : "number",
                     integer ? "" : " (fractional bounds are taken to the integers inside them)");
+    /* the unbounded sides as 0: never read (has_lo / has_hi say so), and no infinity cast */
+    long long lo_i = has_lo ? (long long)lo : 0, hi_i = has_hi ? (long long)hi : 0;
     if (integer) {
-        int_range(o, has_lo, (long long)lo, has_hi, (long long)hi);
+        int_range(o, has_lo, lo_i, has_hi, hi_i);
         return true;
     }
     /* numbers: an integer part in range, and a fraction only where it stays inside:
@@ -470,23 +472,23 @@ static bool gen_number(sc *s, const json_t *node, bool integer, pl_gtext *o) {
     int alts = 0;
     const char *frac = "( \".\" [0-9]{1,16} )";
     if (!has_hi || hi >= 0) {
-        long long a = has_lo && lo > 0 ? (long long)lo : 0;
+        long long a = has_lo && lo > 0 ? lo_i : 0;
         if (!has_hi || hi > (double)a) {
             /* [a, hi - 1] with a fraction */
             if (alts++) pl_gt_puts(o, " | ");
-            nonneg_range(o, a, has_hi ? (long long)hi - 1 : -1);
+            nonneg_range(o, a, has_hi ? hi_i - 1 : -1);
             pl_gt_printf(o, " %s?", frac);
         }
         if (has_hi && hi >= (double)a) {
             if (alts++) pl_gt_puts(o, " | ");
             char b[24];
-            snprintf(b, sizeof b, "%lld", (long long)hi);
+            snprintf(b, sizeof b, "%lld", hi_i);
             pl_gt_literal(o, b, strlen(b));
         }
     }
     if (!has_lo || lo < 0) {
-        long long k_lo = has_hi && hi < 0 ? (long long)-hi : 1;
-        long long k_hi = has_lo ? (long long)-lo : -1; /* -1: unbounded */
+        long long k_lo = has_hi && hi < 0 ? -hi_i : 1;
+        long long k_hi = has_lo ? -lo_i : -1; /* -1: unbounded */
         if (k_hi < 0 || k_lo <= k_hi) {
             if (alts++) pl_gt_puts(o, " | ");
             /* -k with a fraction when k < -lo; -(-lo) without one */

@@ -90,7 +90,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     if (pl_gram_matcher_copy(&c, &m) != PL_OK) break;
                     bool ok = pl_gram_matcher_accept_token(&c, v, (int32_t)t) == PL_OK;
                     pl_gram_matcher_deinit(&c);
-                    if (ok != (bool)((bits[0] >> t) & 1)) abort();
+                    if (ok != (bool)((bits[0] >> t) & 1)) {
+                        fprintf(stderr, "output byte %zu, token %zu (%s): mask %d, accepted %d\n",
+                                i, t, k_tokens[t], (int)((bits[0] >> t) & 1), ok);
+                        abort();
+                    }
                 }
             }
             if (pl_gram_matcher_accept_bytes(&m, out + i, 1) != PL_OK) break;

@@ -36,14 +36,17 @@ static int utf8_len(unsigned char c) { return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >
 static pl_status replace_all(const pl_tok_buf *in, const char *pat, size_t pat_len,
                              const char *rep, size_t rep_len, pl_tok_buf *out) {
     out->n = 0;
-    size_t at = 0;
-    while (pat_len && at < in->n) {
-        const char *hit = in->n - at >= pat_len ? memmem(in->p + at, in->n - at, pat, pat_len)
-                                                : NULL;
-        if (!hit) break;
-        PL_TRY(pl_tok_buf_put(out, in->p + at, (size_t)(hit - (in->p + at))));
+    size_t at = 0, i = 0;
+    /* patterns are a few bytes (a Replace decoder's, the Metaspace character): a plain scan */
+    while (pat_len && i + pat_len <= in->n) {
+        if (memcmp(in->p + i, pat, pat_len) != 0) {
+            i++;
+            continue;
+        }
+        PL_TRY(pl_tok_buf_put(out, in->p + at, i - at));
         PL_TRY(pl_tok_buf_put(out, rep, rep_len));
-        at = (size_t)(hit - in->p) + pat_len;
+        i += pat_len;
+        at = i;
     }
     return pl_tok_buf_put(out, in->p + at, in->n - at);
 }

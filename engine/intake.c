@@ -19,6 +19,7 @@
 #include "util/alloc.h"
 #include "util/log.h"
 #include "util/timer.h"
+#include "util/utf8.h"
 
 pl_status pl_intake_init(pl_intake *in) {
     memset(in, 0, sizeof *in);
@@ -52,24 +53,8 @@ void pl_intake_deinit(pl_intake *in) {
 
 /* Checks text: valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
 static pl_status check_utf8(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || i + len > n) goto bad;
-        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xC0) != 0x80) goto bad;
-            cp = (cp << 6) | (p[i + k] & 0x3Fu);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            goto bad;
-        i += len;
-        continue;
-    bad:
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "prompt: invalid UTF-8 at byte %zu", i);
-    }
+    size_t i = pl_utf8_validate(s, n);
+    if (i < n) return pl_fail(PL_ERR_INVALID_ARGUMENT, "prompt: invalid UTF-8 at byte %zu", i);
     return PL_OK;
 }
 

@@ -12,6 +12,7 @@
 #include "util/alloc.h"
 #include "util/log.h"
 #include "util/timer.h"
+#include "util/utf8.h"
 
 static pl_status text_append(pl_sample *s, const char *p, size_t n) {
     if (n == 0) return PL_OK;
@@ -37,7 +38,7 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok,
     if (!s->finished && s->req->max_stop_len > 1) {
         size_t hold = s->req->max_stop_len - 1;
         safe = safe > hold ? safe - hold : 0;
-        while (safe > s->streamed && ((unsigned char)s->text[safe] & 0xC0) == 0x80) safe--;
+        while (safe > s->streamed && pl_utf8_is_cont((unsigned char)s->text[safe])) safe--;
     }
     if (safe < s->streamed) safe = s->streamed;
     void *p = b->deltas;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 /* Functions kept out of the recursive frames (see pl_tm_eval_expr). */
 #define NOINLINE __attribute__((noinline))
@@ -195,7 +196,7 @@ static NOINLINE int eval_slice(pl_tm_rs *rs, pl_tm_val obj, const pl_tm_node *sl
         for (size_t i = 0; i < s.n;) {
             uint32_t cp;
             cps[len++] = s.p + i;
-            i += (size_t)pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+            i += (size_t)pl_utf8_decode(s.p + i, s.n - i, &cp);
         }
         cps[len] = s.p + s.n;
     } else {
@@ -261,7 +262,7 @@ static NOINLINE int index_at(pl_tm_rs *rs, pl_tm_val obj, double idx, pl_tm_val 
     size_t unit = 0;
     for (size_t i = 0; i < s.n;) {
         uint32_t cp;
-        int len = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+        int len = pl_utf8_decode(s.p + i, s.n - i, &cp);
         size_t units = cp >= 0x10000 ? 2 : 1;
         if ((double)(unit + units) > k) {
             if (units == 2) {

@@ -9,6 +9,7 @@
  * parentheses. tojson(sort_keys=true) is refused: the oracle sorts with localeCompare.
  */
 #include "template/tmpl_internal.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <string.h>
@@ -164,7 +165,7 @@ static int join_items(pl_tm_rs *rs, pl_tm_val v, pl_tm_str sep, pl_tm_val *out) 
         pl_tm_str s = v.u.s;
         for (size_t i = 0; i < s.n;) {
             uint32_t cp;
-            int k = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+            int k = pl_utf8_decode(s.p + i, s.n - i, &cp);
             if (i) PL_TRY(pl_tm_sb_put(rs, &b, sep));
             PL_TRY(pl_tm_sb_put(rs, &b, (pl_tm_str){s.p + i, (size_t)k}));
             i += (size_t)k;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 typedef struct sbuf {
     pl_tm_rs *rs;
@@ -74,7 +75,7 @@ static int quote(sbuf *b, pl_tm_str s, bool ascii) {
             k = 6;
         } else if (ascii && c >= 0x7F) {
             uint32_t cp;
-            len = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+            len = pl_utf8_decode(s.p + i, s.n - i, &cp);
             uint32_t units[2] = {cp, 0};
             int nu = 1;
             if (cp >= 0x10000) {

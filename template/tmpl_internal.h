@@ -372,9 +372,6 @@ int pl_tm_from_json(pl_tm_rs *rs, const json_t *j, int depth, pl_tm_val *out);
 
 /* Length in UTF-16 code units. */
 size_t pl_tm_utf16_len(pl_tm_str s);
-/* Decodes one code point at p (valid UTF-8 assumed); returns its byte length. */
-int pl_tm_utf8_next(const char *p, size_t n, uint32_t *cp);
-int pl_tm_utf8_put(uint32_t cp, char *out); /* returns bytes written (1..4) */
 /* Byte length of the JavaScript white space (\s, String.prototype.trim) at p, else 0. */
 int pl_tm_js_space(const char *p, size_t n);
 /* Byte length of JavaScript white space ending at p + n (looking backwards), else 0. */

@@ -63,11 +63,6 @@ int pl_tok_spm_type_of(const pl_tokenizer *t, int32_t id);
  * pl_tok_finish_facts. name is for messages. */
 pl_status pl_tok_spm_open_proto(pl_tokenizer *t, const char *name, const void *bytes, size_t n);
 
-/* Strict UTF-8 (RFC 3629, which is also what SentencePiece's decoder accepts): the length
- * (1..4) of the sequence at b[0..n) when complete and valid, 0 when b[0..n) is a proper
- * prefix of a valid sequence, -1 when b[0] cannot start one given the bytes present. n >= 1. */
-int pl_tok_utf8_step(const unsigned char *b, size_t n);
-
 /* The streaming detokeniser of spm_detok.c (the ops of the SentencePiece implementation). */
 pl_status pl_tok_spm_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out);
 void pl_tok_spm_detok_free(pl_detok *d);

@@ -25,6 +25,7 @@
 
 #include "tokenizer/spm.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
 /* Room pl_detok_text needs beyond text_len: up to 4 held-back bytes as U+FFFD, plus NUL. */
@@ -79,7 +80,7 @@ static void drain(spm_detok *d, bool at_end) {
     int start = 0;
     while (start < d->n_pending) {
         const unsigned char *b = d->pending + start;
-        int k = pl_tok_utf8_step(b, (size_t)(d->n_pending - start));
+        int k = pl_utf8_step(b, (size_t)(d->n_pending - start));
         if (k == 0 && !at_end) break; /* could still complete: hold back */
         if (k > 0) {
             put_char(d, b, k);

@@ -161,15 +161,6 @@ pl_status pl_tok_gguf_open(pl_tokenizer *t, const char *path);
 
 // ---- UTF-8 and Unicode ---------------------------------------------------------------------
 
-/* Decodes the code point at s (valid UTF-8 assumed); returns its length in bytes. */
-int pl_tok_utf8_decode(const unsigned char *s, uint32_t *out_cp);
-/* Encodes cp into out (4 bytes room); returns the length. */
-int pl_tok_utf8_encode(uint32_t cp, char *out);
-/* The length of the maximal valid prefix of b[0..n) that could start a character (the
- * "maximal subpart" of Unicode's U+FFFD substitution), at least 1 when b[0] is a lead byte
- * of a possible sequence; 0 when b[0] can start nothing. n >= 1. */
-int pl_tok_utf8_subpart(const unsigned char *b, size_t n);
-
 bool pl_tok_is_white_space(uint32_t cp); /* Unicode White_Space */
 bool pl_tok_is_word_char(uint32_t cp);   /* \w of the regex crate: letters, marks, Nd, Nl, Pc */
 bool pl_tok_is_numeric(uint32_t cp);     /* general category Nd, Nl or No */

@@ -12,6 +12,7 @@
 #include "tokenizer/spm.h"
 #include "tokenizer/tok_internal.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 /* Texts longer than this are refused: the SentencePiece library indexes with int in places. */
 #define MAX_TEXT_BYTES ((size_t)1 << 30)
@@ -242,7 +243,7 @@ static pl_status check_text(const char *text, size_t len) {
             i++;
             continue;
         }
-        int k = pl_tok_utf8_step(u + i, len - i);
+        int k = pl_utf8_step(u + i, len - i);
         if (k <= 0)
             return pl_fail(PL_ERR_INVALID_ARGUMENT, "text: invalid UTF-8 at byte offset %zu "
                            "(byte 0x%02X)", i, u[i]);

@@ -25,6 +25,7 @@
 #include "tokenizer/hf.h"
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #ifndef PL_TOK_DATA_DIR
 #error "PL_TOK_DATA_DIR (tests/data) must be defined"
@@ -548,7 +549,7 @@ static pl_tokenizer *byte_tok(void) {
         char ch[4];
         int k = pl_hf_char_of_byte((uint8_t)b, ch);
         uint32_t cp;
-        pl_tok_utf8_decode((const unsigned char *)ch, &cp);
+        pl_utf8_decode(ch, (size_t)k, &cp);
         n += (size_t)snprintf(vocab + n, cap - n, "%s\"\\u%04x\": %d", b ? ", " : "", cp, b);
         (void)k;
     }

@@ -16,15 +16,10 @@
 
 static pl_status text_append(pl_sample *s, const char *p, size_t n) {
     if (n == 0) return PL_OK;
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t cap = s->text_cap ? s->text_cap : 64;
-        while (cap < s->text_len + n + 1) cap *= 2;
-        char *g = pl_reallocarray(s->text, cap, 1);
-        if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "output text of request %llu",
-                               (unsigned long long)s->req->id);
-        s->text = g;
-        s->text_cap = cap;
-    }
+    if (s->text_len + n + 1 > s->text_cap &&
+        pl_grow_array((void **)&s->text, &s->text_cap, s->text_len + n + 1, 1, "text") != PL_OK)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "output text of request %llu",
+                       (unsigned long long)s->req->id);
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = '\0';

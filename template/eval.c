@@ -68,14 +68,7 @@ static int out_put(pl_tm_rs *rs, pl_tm_str s) {
         return pl_tm_fail(rs, PL_ERR_TOO_LONG, "the output exceeds the limit of %zu bytes",
                           rs->lim.max_output_bytes);
     PL_TRY(pl_tm_charge_n(rs, s.n));
-    if (o->n + s.n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 1024;
-        while (cap < o->n + s.n + 1) cap *= 2;
-        char *p = pl_reallocarray(o->p, cap, 1);
-        if (!p) return pl_tm_oom(rs);
-        o->p = p;
-        o->cap = cap;
-    }
+    if (pl_buf_reserve(o, s.n + 1, "template: output") != PL_OK) return pl_tm_oom(rs);
     if (s.n) memcpy(o->p + o->n, s.p, s.n);
     o->n += s.n;
     return 0;

@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "template/template.h"
+#include "util/buf.h"
 #include "util/status.h"
 
 /* ---- arena ----------------------------------------------------------------------------- */
@@ -285,10 +286,7 @@ struct pl_tm_env {
     pl_tm_val *vals;
 };
 
-typedef struct pl_tm_out {
-    char *p;
-    size_t n, cap;
-} pl_tm_out;
+typedef pl_buf pl_tm_out; /* the render's output */
 
 typedef struct pl_tm_rs {
     pl_tm_arena a;

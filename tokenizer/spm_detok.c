@@ -99,13 +99,7 @@ static void drain(spm_detok *d, bool at_end) {
 static pl_status reserve(spm_detok *d, size_t more) {
     size_t need = d->text_len + more + RESERVE;
     if (need <= d->text_cap) return PL_OK;
-    size_t cap = d->text_cap ? d->text_cap : 64;
-    while (cap < need) cap *= 2;
-    char *p = pl_reallocarray(d->text, cap, 1);
-    if (!p) return pl_fail(PL_ERR_OUT_OF_MEMORY, "detok: %zu bytes of text", cap);
-    d->text = p;
-    d->text_cap = cap;
-    return PL_OK;
+    return pl_grow_array((void **)&d->text, &d->text_cap, need, 1, "detok: text");
 }
 
 pl_status pl_tok_spm_detok_push(pl_detok *base, int32_t id, const char **out_new,

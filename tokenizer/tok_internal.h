@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "tokenizer/tokenizer.h"
+#include "util/buf.h"
 
 /* Files larger than this are refused before reading: the biggest real tokenizers are tens
  * of MB. */
@@ -40,16 +41,17 @@ typedef struct pl_tok_ids {
 pl_status pl_tok_ids_push(pl_tok_ids *l, int32_t id);
 pl_status pl_tok_ids_append(pl_tok_ids *l, const int32_t *ids, size_t n);
 
-// ---- growable byte buffer -------------------------------------------------------------------
+// ---- growable byte buffer: util's, with the tokenizer's message ------------------------------
 
-typedef struct pl_tok_buf {
-    char *p; /* (cap) pl_malloc'd */
-    size_t n, cap;
-} pl_tok_buf;
+typedef pl_buf pl_tok_buf;
 
-pl_status pl_tok_buf_reserve(pl_tok_buf *b, size_t more);
-pl_status pl_tok_buf_put(pl_tok_buf *b, const void *s, size_t n);
-void pl_tok_buf_free(pl_tok_buf *b);
+static inline pl_status pl_tok_buf_reserve(pl_tok_buf *b, size_t more) {
+    return pl_buf_reserve(b, more, "tokenizer: text buffer");
+}
+static inline pl_status pl_tok_buf_put(pl_tok_buf *b, const void *s, size_t n) {
+    return pl_buf_put(b, s, n, "tokenizer: text buffer");
+}
+static inline void pl_tok_buf_free(pl_tok_buf *b) { pl_buf_free(b); }
 
 // ---- the implementation table ---------------------------------------------------------------
 

@@ -31,24 +31,6 @@ pl_status pl_tok_ids_append(pl_tok_ids *l, const int32_t *ids, size_t n) {
     return PL_OK;
 }
 
-pl_status pl_tok_buf_reserve(pl_tok_buf *b, size_t more) {
-    if (b->cap - b->n >= more) return PL_OK;
-    if (more > SIZE_MAX / 2 - b->n) return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer: text buffer");
-    return pl_grow_array((void **)&b->p, &b->cap, b->n + more, 1, "tokenizer: text buffer");
-}
-
-pl_status pl_tok_buf_put(pl_tok_buf *b, const void *s, size_t n) {
-    PL_TRY(pl_tok_buf_reserve(b, n));
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    return PL_OK;
-}
-
-void pl_tok_buf_free(pl_tok_buf *b) {
-    pl_free(b->p);
-    *b = (pl_tok_buf){0};
-}
-
 // ---- string -> id map ------------------------------------------------------------------------
 
 uint64_t pl_tok_hash_bytes(const void *p, size_t n) { return XXH3_64bits(p, n); }

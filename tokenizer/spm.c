@@ -610,12 +610,17 @@ static pl_status spm_decode(const pl_tokenizer *t, const int32_t *ids, size_t n,
     return spm_decode_text(impl_of(t), ids, n, out_text);
 }
 
+/* The detokeniser gets the decode table now, so spm_detok.c never calls back into this file. */
+static pl_status spm_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out) {
+    return pl_tok_spm_detok_create(t, impl_of(t)->entries, impl_of(t)->ws_rule, flags, out);
+}
+
 static const pl_tok_ops spm_ops = {
     .name = "sentencepiece",
     .destroy = spm_destroy,
     .encode = spm_encode,
     .decode = spm_decode,
-    .detok_create = pl_tok_spm_detok_create,
+    .detok_create = spm_detok_create,
     .detok_free = pl_tok_spm_detok_free,
     .detok_push = pl_tok_spm_detok_push,
     .detok_text = pl_tok_spm_detok_text,

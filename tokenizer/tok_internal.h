@@ -132,6 +132,8 @@ pl_status pl_tok_index_pieces(pl_tokenizer *t, const char *path);
  * plus the special tokens that end a turn), the BOS/EOS strings. Called by each loader last,
  * once piece_of, special and bos/eos are set. */
 pl_status pl_tok_finish_facts(pl_tokenizer *t, const char *path);
+/* Frees what the facts own (t itself and its implementation stay). */
+void pl_tok_free_facts(pl_tokenizer *t);
 
 /* Reads tokenizer_config.json at path (and chat_template.jinja beside it when the config has
  * no template) into t's facts: bos/eos (string or {"content": ...}), add_bos_token,
@@ -156,10 +158,9 @@ bool pl_tok_file_exists(const char *path);
 
 /* Each fills t (whose facts are zeroed, bos/eos -1) and sets t->ops/impl; on failure it
  * leaves nothing for the caller to free besides t's common fields. */
-pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_path);
 pl_status pl_tok_hf_open(pl_tokenizer *t, const char *path, const char *config_path);
-/* The vocabulary inside a GGUF file (gguf_vocab.c). */
-pl_status pl_tok_gguf_open(pl_tokenizer *t, const char *path);
+/* pl_tok_spm_open: spm.h; pl_tok_gguf_open (the vocabulary inside a GGUF file):
+ * gguf_vocab.h. */
 
 // ---- UTF-8 and Unicode ---------------------------------------------------------------------
 

@@ -14,6 +14,12 @@
  *
  * Limits (pl_tmpl_limits): every node evaluated and every loop iteration costs a step, scans
  * cost by length; nesting (expressions, blocks, calls, nested values) is counted in depth.
+ *
+ * The one loop between files: this file applies filters (filters.c), and a filter evaluates
+ * its arguments through pl_tm_eval_args here, because arguments are expressions. That is the
+ * interpreter's own recursion, bounded by the depth limit; everything else this file uses
+ * (values, text, JSON, strings, failures and the budget in budget.c) sits below it and never
+ * calls back.
  */
 #include "template/tmpl_internal.h"
 
@@ -26,32 +32,6 @@
 
 /* Functions kept out of the recursive frames (see pl_tm_eval_expr). */
 #define NOINLINE __attribute__((noinline))
-
-/* ---- failures, budget ------------------------------------------------------------------ */
-
-int pl_tm_fail(pl_tm_rs *rs, pl_status code, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return pl_fail(code, "template line %d: %s", rs->line, msg);
-}
-
-int pl_tm_oom(pl_tm_rs *rs) {
-    if (rs->a.over_limit)
-        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "the render exceeds its memory limit of %zu bytes",
-                          rs->lim.max_memory_bytes);
-    return pl_tm_fail(rs, PL_ERR_OUT_OF_MEMORY, "out of memory");
-}
-
-int pl_tm_charge(pl_tm_rs *rs, uint64_t steps) {
-    rs->steps += steps;
-    if (rs->steps > rs->lim.max_steps)
-        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "the render exceeds its budget of %llu steps",
-                          (unsigned long long)rs->lim.max_steps);
-    return 0;
-}
 
 static int enter(pl_tm_rs *rs) {
     if (++rs->depth > rs->lim.max_depth)

@@ -7,6 +7,9 @@
  * Beyond the oracle, with Jinja's meaning: d (= default), count (= length), select/reject
  * (by a test name, with an optional argument), the float test, and `x|default` without
  * parentheses. tojson(sort_keys=true) is refused: the oracle sorts with localeCompare.
+ *
+ * eval.c calls in here and this file calls eval.c back for a filter's arguments
+ * (pl_tm_eval_args): the interpreter's own recursion, the one loop allowed between files.
  */
 #include "template/tmpl_internal.h"
 #include "util/utf8.h"

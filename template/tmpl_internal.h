@@ -309,6 +309,7 @@ int pl_tm_eval_args(pl_tm_rs *rs, pl_tm_node *const *args, size_t n, pl_tm_env *
 #define PL_TM_BREAK 1
 #define PL_TM_CONTINUE 2
 
+/* Failures and the budget (budget.c, below every other file of the render). */
 /* Records a render failure naming the current line; returns code. */
 int pl_tm_fail(pl_tm_rs *rs, pl_status code, const char *fmt, ...) PL_PRINTF(3, 4);
 /* PL_ERR_TOO_LONG when the arena hit its limit, else PL_ERR_OUT_OF_MEMORY. */
@@ -346,6 +347,7 @@ const char *pl_tm_kind_name(pl_tm_kind k); /* the oracle's type names ("StringVa
 
 /* JavaScript number -> string (Number.prototype.toString). buf >= 32 bytes. */
 size_t pl_tm_num_js(double x, char *buf);
+/* Values as text and equality (text.c). */
 /* The oracle's toString of a value (FloatValue 1 -> "1.0", arrays/objects -> JSON). */
 int pl_tm_to_string(pl_tm_rs *rs, pl_tm_val v, pl_tm_str *out);
 /* The JavaScript toString of the underlying value (`value.toString()`: FloatValue 1 -> "1",

@@ -7,7 +7,8 @@
  * register the id and append to the intake queue, and signal `arrived`. The stepping thread
  * drains the queue into the scheduler at the start of each step, so the scheduler itself
  * stays single-threaded; between steps it may sleep on `arrived` (pl_engine_wait). Only this
- * file touches the intake's fields.
+ * file touches the intake's fields and the live list (the requests the stepping thread holds,
+ * in submit order, until retired to the graveyard).
  */
 #include <errno.h>
 #include <math.h>
@@ -197,6 +198,22 @@ void pl_intake_publish(pl_engine *e) {
     pthread_mutex_unlock(&e->intake.mu);
 }
 
+/* The live list (submit order) of the requests the stepping thread holds. */
+static void live_append(pl_engine *e, pl_request *r) {
+    r->prev = e->live_tail;
+    r->next = NULL;
+    if (e->live_tail) e->live_tail->next = r;
+    else e->live_head = r;
+    e->live_tail = r;
+}
+
+static void live_remove(pl_engine *e, pl_request *r) {
+    if (r->prev) r->prev->next = r->next;
+    else e->live_head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else e->live_tail = r->prev;
+}
+
 void pl_intake_drain(pl_engine *e) {
     pl_intake *in = &e->intake;
     pthread_mutex_lock(&in->mu);
@@ -206,7 +223,7 @@ void pl_intake_drain(pl_engine *e) {
     while (r) {
         pl_request *next = r->inbox_next;
         r->inbox_next = NULL;
-        pl_engine_live_append(e, r);
+        live_append(e, r);
         pl_seq *dropped = NULL;
         pl_status s = pl_sched_add(e->sched, &r->samples[0].seq, &dropped);
         if (s != PL_OK) { /* only if the queue filled behind the submit-time check */
@@ -238,7 +255,7 @@ void pl_intake_retire_reported(pl_engine *e) {
     for (pl_request *r = e->live_head, *n; r; r = n) {
         n = r->next;
         if (r->n_unreported > 0) continue;
-        pl_engine_live_remove(e, r);
+        live_remove(e, r);
         pl_id_map_del(&in->live, r->id);
         r->inbox_next = e->graveyard;
         e->graveyard = r;

@@ -219,3 +219,7 @@ pl_status pl_output_collect(pl_engine *e) {
     }
     return PL_OK;
 }
+
+void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason) {
+    for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], reason);
+}

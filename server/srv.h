@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "pagellm.h"
+#include "server/log.h"
 
 struct MHD_Connection;
 struct MHD_Daemon;
@@ -419,9 +420,5 @@ const char *pl_srv_finish_name(pl_finish_reason r);
 char *pl_srv_metrics_text(pl_srv *s, const pl_srv_snapshot *snap, size_t *out_len);
 /* The latency buckets of kind (upper bounds, seconds). */
 const double *pl_srv_buckets(pl_latency kind, size_t *out_n);
-
-/* Log lines on stderr: "INFO 12:34:56.789 text". */
-void pl_srv_log(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-double pl_srv_now(void); /* monotonic seconds */
 
 #endif

@@ -25,7 +25,7 @@ static void defaults(void *obj) {
 static const size_t sizes[] = {offsetof(pl_sampling_params, json_schema),
                                sizeof(pl_sampling_params)};
 
-const pl_field_table pl_sampling_params_table = {
+static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],
     .struct_size = sizeof(pl_sampling_params), .known_sizes = sizes,
     .n_known = sizeof sizes / sizeof sizes[0], .defaults = defaults,

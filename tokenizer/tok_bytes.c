@@ -16,6 +16,7 @@
 #include "tokenizer/hf.h"
 #include "tokenizer/spm.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 static int fallback_byte(const char *s, size_t n) {
     if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
@@ -111,7 +112,7 @@ static pl_status hf_bytes(const pl_tokenizer *t, int32_t id, pl_tok_buf *out, bo
                     own = true;
                     break;
                 }
-                pl_tok_utf8_decode((const unsigned char *)a.p + j, &cp);
+                pl_utf8_decode(a.p + j, a.n - j, &cp);
                 int byte = pl_hf_byte_of_char(cp);
                 if (byte < 0) {
                     own = true;

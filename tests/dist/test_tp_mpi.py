@@ -7,7 +7,8 @@ prints what one process prints.
              replicated over the ranks, biases, q/k norms) or stories260K (needs
              PAGELLM_TEST_MODELS; exit 77, SKIP, without it)
 
-The prompts file mixes greedy prompts with logprobs and seeded samples (n = 2); the engine
+The prompts file mixes greedy prompts with logprobs and seeded samples (n = 2) (and, on
+stories260K, a regex and a choice constraint); the engine
 runs with a tiny KV pool (preemption) and an 8-token budget (chunked prefill). Every record
 of `generate --json` but its timings must be equal. With PAGELLM_LOG=info every rank logs its
 counters when it ends: each must have sent 2 x layers x dim x 4 bytes of all-reduce per token
@@ -61,7 +62,10 @@ def main():
                    {"prompt": "The little dog", "max_tokens": 100, "n": 2, "temperature": 0.8,
                     "seed": 5, "ignore_eos": True},
                    {"prompt": "Tom and Lily went to the park. They saw a big tree and",
-                    "max_tokens": 30}]
+                    "max_tokens": 30},
+                   # structured decoding lives on rank 0 too
+                   {"prompt": "Tom saw", "max_tokens": 24, "regex": "( [a-z]+)+\\."},
+                   {"prompt": "Lily liked", "max_tokens": 10, "choice": [" cats", " dogs"]}]
     else:
         subprocess.run([writer, tmp], check=True)
         path = os.path.join(tmp, model)

@@ -188,6 +188,11 @@ static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
         return pl_fail(PL_ERR_FORMAT,
                        "tokenizer %s has %d pieces but model %s has a vocabulary of %d", path, tv,
                        e->model->name, e->vocab);
+    if (tv < e->vocab) {
+        e->n_decodable = tv;
+        pl_log(PL_LOG_INFO, "engine: model %s scores %d ids, tokenizer %s decodes %d: the other "
+               "%d (padding) are never sampled", e->model->name, e->vocab, path, tv, e->vocab - tv);
+    }
     if (e->bos_id < 0) e->bos_id = pl_tok_bos_id(e->tok);
     /* End of text: the model's set, and the tokenizer's EOS and end-of-turn tokens (Llama 3
      * Instruct's <|eot_id|>, Qwen's <|im_end|>) that a config may not list. */
@@ -216,6 +221,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     pl_engine_name_weights(e);
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
+    e->n_decodable = e->vocab; /* token ids only: every id is an answer */
     e->bos_id = mc->bos_id;
     e->n_eos = mc->n_eos;
     memcpy(e->eos_ids, mc->eos_ids, sizeof e->eos_ids);

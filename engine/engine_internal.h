@@ -183,6 +183,9 @@ struct pl_engine {
     int max_blocks_per_seq;
     int n_blocks;
     int vocab;
+    int n_decodable;                  /* ids [n_decodable, vocab) have logits but no text (a
+                                         model vocabulary padded past its tokenizer's): they
+                                         are masked before every draw and logprob */
     int bos_id;                       /* -1: none */
     int eos_ids[PL_MODEL_MAX_EOS];    /* (n_eos) the ids that end a text (the model's set, or
                                          the tokenizer's EOS when the model names none) */

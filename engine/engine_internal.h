@@ -34,13 +34,18 @@
 typedef struct pl_request pl_request;
 
 /* Log-probabilities recorded for a run of token positions (engine/logprobs.c). entries[i].top
- * points into tops (k per entry); both grow together. */
+ * points into tops (k per entry); both grow together. The first n_text entries' texts are
+ * NUL-terminated slots of texts, in order (entry i's at text_at[i]). */
 typedef struct pl_logprob_list {
     pl_token_logprobs *entries; /* (n) */
     pl_logprob *tops;           /* (n * k) */
     size_t n, cap;
     int k;                      /* alternatives per position */
     bool on;                    /* requested */
+    char *texts;                /* (texts_len) the entries' texts, each followed by a NUL */
+    size_t texts_len, texts_cap;
+    size_t *text_at;            /* (cap) */
+    size_t n_text;
 } pl_logprob_list;
 
 /* What a sample keeps for a request that asked for logprobs (allocated only then). */
@@ -275,6 +280,16 @@ pl_status pl_logprob_list_reserve(pl_logprob_list *l, size_t n);
 pl_status pl_logprob_list_push(pl_logprob_list *l, const pl_token_logprobs *e,
                                const pl_logprob *tops);
 void pl_logprob_list_free(pl_logprob_list *l);
+/* Gives entry i (>= n_text: texts are set in order; skipped ones get "") the text p[0..len). */
+pl_status pl_logprob_list_set_text(pl_logprob_list *l, size_t i, const char *p, size_t len);
+/* Appends p[0..len) to the last entry's text (the tail a detokeniser held back). */
+pl_status pl_logprob_list_extend_text(pl_logprob_list *l, const char *p, size_t len);
+/* Cuts the entries' texts so that they join to at most keep bytes (a stop string cut the
+ * text they join to). */
+void pl_logprob_list_cut_text(pl_logprob_list *l, size_t keep);
+/* Prompt positions: entry i gets prompt token i + 1's part of the prompt's decode. */
+pl_status pl_logprob_list_prompt_text(pl_logprob_list *l, const pl_tokenizer *tok,
+                                      const int32_t *prompt, size_t n_prompt);
 
 /* engine/output.c */
 /* Appends d's token to its sample (and its logprobs); detokenises, checks stops, streams. */

@@ -511,6 +511,14 @@ typedef struct pl_token_logprobs {
     int32_t n_top;           /* entries in top: min(K, vocabulary) for logprobs = K */
     const pl_logprob *top;   /* (n_top) the most likely tokens, most likely first, ties by
                                 lower id; NULL when n_top is 0 */
+    /* What this token added to the text, NUL-terminated (NULL without a tokenizer): the
+     * texts of consecutive positions join to the text itself. Output positions: the
+     * sample's text (pl_completion.text, the stream's deltas joined), so a character spelt
+     * over several tokens belongs to the one that completes it, a stop id or a token a stop
+     * string cut away adds "", and bytes left unfinished at the end (U+FFFD) belong to the
+     * last. Prompt positions: the prompt's decode, as pl_tokenizer_decode_offsets gives it
+     * (with PL_DECODE_SKIP_SPECIAL). vLLM's decoded_token of the position's own token. */
+    const char *text;
 } pl_token_logprobs;
 
 /* A finished request (one sample of it). */
@@ -809,6 +817,14 @@ PL_API pl_status pl_tokenizer_encode(const pl_tokenizer *t, const char *text, si
  * out_len may be NULL. PL_ERR_INVALID_ARGUMENT for an id out of range (its index named). */
 PL_API pl_status pl_tokenizer_decode(const pl_tokenizer *t, const int32_t *ids, size_t n,
                                      unsigned flags, char **out_text, size_t *out_len);
+/* As pl_tokenizer_decode, also saying which part of the text each id gave: id i's part is
+ * text[out_offsets[i] .. out_offsets[i + 1]) in bytes (out_offsets: n + 1 entries, the last
+ * the text's length), so the parts tile the text in order (an echoed prompt's tokens and
+ * their offsets). A character spelt over several ids (byte tokens) belongs to the id that
+ * completes it; bytes the last id leaves unfinished (U+FFFD) to the last id. */
+PL_API pl_status pl_tokenizer_decode_offsets(const pl_tokenizer *t, const int32_t *ids,
+                                             size_t n, unsigned flags, char **out_text,
+                                             size_t *out_offsets);
 /* The template text of `name` (NULL: the default); tokenizer-owned; NULL when none. */
 PL_API const char *pl_tokenizer_chat_template(const pl_tokenizer *t, const char *name);
 /* Renders a chat with the tokenizer's template (or opt->chat_template). opt NULL = defaults.

@@ -100,7 +100,7 @@ class LogprobC(Structure):
 
 class TokenLogprobs(Structure):
     _fields_ = [("token", c_int32), ("logprob", c_float), ("rank", c_int32),
-                ("n_top", c_int32), ("top", POINTER(LogprobC))]
+                ("n_top", c_int32), ("top", POINTER(LogprobC)), ("text", c_void_p)]
 
 
 class Completion(Structure):

@@ -147,12 +147,15 @@ pl_status pl_intake_submit_text(pl_engine *e, const char *prompt, size_t len, un
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "submit: no tokenizer is loaded (tokenizer_path is NULL and none was "
                        "found beside the model); submit token ids instead");
-    if (len == 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: prompt is empty");
     PL_TRY(check_utf8(prompt, len));
     int32_t *ids;
     size_t n;
     PL_TRY(pl_tok_encode(e->tok, prompt, len, flags, &ids, &n));
     pl_status s = PL_OK;
+    /* an empty prompt generates from BOS alone, as llama2.c and vLLM do */
+    if (n == 0)
+        s = pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: the prompt is empty and the tokenizer adds "
+                    "no BOS: there is no token to generate from");
     for (size_t i = 0; i < n && s == PL_OK; i++)
         if (ids[i] < 0 || ids[i] >= e->vocab)
             s = pl_fail(PL_ERR_INVALID_ARGUMENT,

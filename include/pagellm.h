@@ -474,9 +474,11 @@ typedef uint64_t pl_request_id; /* 0 is never a valid id */
 PL_API pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out);
 PL_API void pl_engine_destroy(pl_engine *e); /* NULL is a no-op; frees all requests */
 
-/* Queues a request. prompt: NUL-terminated UTF-8, tokenized with BOS as the model expects.
+/* Queues a request. prompt: NUL-terminated UTF-8, tokenized with BOS as the model expects;
+ * "" is BOS alone (the output then starts a text, as llama2.c and vLLM generate from BOS).
  * params NULL = defaults. *out_id (may be NULL) gets its id. Everything is copied.
- * Errors: PL_ERR_INVALID_ARGUMENT (NULL engine/prompt, empty prompt, invalid UTF-8, a bad
+ * Errors: PL_ERR_INVALID_ARGUMENT (NULL engine/prompt, a prompt of no tokens at all (empty,
+ * and the tokenizer adds no BOS), invalid UTF-8, a bad
  * sampling value: the message names the field; no tokenizer loaded), PL_ERR_TOO_LONG
  * (prompt + max_tokens > max_model_len), PL_ERR_QUEUE_FULL (REJECT_NEWEST policy),
  * PL_ERR_OUT_OF_MEMORY. A refused request leaves no trace. Thread-safe (see Threads). */

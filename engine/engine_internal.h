@@ -113,6 +113,9 @@ typedef struct pl_intake {
     size_t n_aborts, cap_aborts;
     pl_id_map live;              /* every request not yet reported finished */
     int n_waiting_new;           /* the scheduler's count at the last drain (queue bound) */
+    int n_free_slots;            /* its free running slots then (pl_sched_counts): the
+                                    room is these + max_waiting - waiting new requests */
+    size_t n_queued_forks;       /* samples past the first of the queued requests */
     pl_occupancy occ;            /* as of the last drain / retire (pl_engine_occupancy) */
 } pl_intake;
 

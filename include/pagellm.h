@@ -153,7 +153,8 @@ typedef enum pl_dtype {
     PL_DTYPE_BF16 = 3, /* "bf16" */
 } pl_dtype;
 
-/* What submit does when max_waiting requests are already waiting. */
+/* What submit does when every running slot (max_num_seqs) and waiting slot (max_waiting) is
+ * taken. */
 typedef enum pl_overflow_policy {
     PL_OVERFLOW_REJECT_NEWEST = 0, /* "reject-newest": submit fails with PL_ERR_QUEUE_FULL */
     PL_OVERFLOW_DROP_OLDEST = 1,   /* "drop-oldest": the oldest waiting request finishes as
@@ -254,11 +255,11 @@ typedef enum pl_overflow_policy {
     X(DOUBLE, double, watermark, 0.01, PL_RANGE_CO(0, 1), "--watermark", 0, "F",               \
       "fraction of the KV blocks admission keeps free for running sequences")                  \
     X(INT, int, max_waiting, 4096, PL_RANGE(0, 16777216), "--max-waiting", 0, "N",             \
-      "waiting queue bound; 0 = unbounded")                                                    \
+      "waiting slots besides the running ones; 0 = unbounded")                                 \
     X(ENUM, pl_overflow_policy, overflow_policy, PL_OVERFLOW_REJECT_NEWEST, PL_RANGE_NONE,     \
       "--overflow-policy", 0, "NAME",                                                          \
-      "when max_waiting requests wait: reject-newest refuses the submit, drop-oldest ends "    \
-      "the oldest waiting request as overloaded")                                              \
+      "when every running and waiting slot is taken: reject-newest refuses the submit, "       \
+      "drop-oldest ends the oldest waiting request as overloaded")                             \
     X(BOOL, bool, log_preemptions, false, PL_RANGE_NONE, "--log-preemptions", 0, NULL,         \
       "log every preemption on stderr")
 
@@ -666,11 +667,16 @@ PL_API pl_status pl_engine_latency_histogram(const pl_engine *e, pl_latency kind
 typedef struct pl_occupancy {
     size_t struct_size;   /* bytes the library filled */
     int n_waiting;        /* sequences waiting to run (new, and preempted ones) */
-    int n_waiting_new;    /* of which never ran: what max_waiting bounds */
+    int n_waiting_new;    /* of which never ran (max_waiting bounds those beyond the free
+                             running slots) */
     int n_running;        /* sequences holding KV blocks */
     int max_waiting;      /* config.max_waiting (0: unbounded) */
     int kv_blocks_total, kv_blocks_used;
     double kv_usage;      /* used / total */
+    /* running slots (max_num_seqs) no sequence holds or will take back, as of the latest
+     * step: admission takes that many new requests beyond max_waiting, so the waiting queue
+     * proper is max(0, n_waiting_new - n_free_slots) */
+    int n_free_slots;
 } pl_occupancy;
 
 /* Fills *out (NULL: no-op; NULL e gives zeros). Thread-safe. */

@@ -54,6 +54,17 @@ pl_status pl_sched_capacity(const pl_sched *s, size_t n_prompt, size_t max_token
     return PL_OK;
 }
 
+/* Held: running seqs and the forks they reserve, preempted ones back in the waiting queue,
+ * and the forks waiting requests will make once they run. So running a new request moves one
+ * slot from free to held and one request out of fresh: free + max_waiting - fresh, the room
+ * left, stays put while the scheduler works, which is what lets a submitting thread check it
+ * from the counts of the latest step. Negative when new requests' samples outnumber the free
+ * slots (their other samples then wait in waiting slots). */
+int pl_sched_free_slots(const pl_sched *s) {
+    return s->cfg.max_num_seqs - (s->running.n + s->n_reserved_forks +
+                                  (s->waiting.n - s->fresh.n) + s->waiting_forks);
+}
+
 pl_status pl_sched_add(pl_sched *s, pl_seq *seq, pl_seq **out_dropped) {
     if (out_dropped) *out_dropped = NULL;
     if (!s || !seq) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_sched_add: NULL argument");
@@ -69,11 +80,14 @@ pl_status pl_sched_add(pl_sched *s, pl_seq *seq, pl_seq **out_dropped) {
                        (unsigned long long)seq->id, seq->n_forks + 1, s->cfg.max_num_seqs);
 
     pl_seq *dropped = NULL;
-    if (s->cfg.max_waiting > 0 && s->fresh.n >= s->cfg.max_waiting) {
+    /* capacity: the free running slots (the next step takes those new requests) + max_waiting */
+    if (s->cfg.max_waiting > 0 && s->fresh.n >= s->cfg.max_waiting + pl_sched_free_slots(s)) {
         if (s->cfg.overflow_policy == PL_OVERFLOW_REJECT_NEWEST)
             return pl_fail(PL_ERR_QUEUE_FULL,
-                           "request %llu refused: %d requests already wait (max_waiting)",
-                           (unsigned long long)seq->id, s->fresh.n);
+                           "request %llu refused: every running slot (max_num_seqs %d) and "
+                           "waiting slot (max_waiting %d) is taken",
+                           (unsigned long long)seq->id, s->cfg.max_num_seqs,
+                           s->cfg.max_waiting);
         if (!out_dropped)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,
                            "pl_sched_add: out_dropped is NULL under the DROP_OLDEST policy");

@@ -44,6 +44,7 @@ void pl_sched_waiting_insert_new(pl_sched *s, pl_seq *seq) {
     while (pos && pos->priority > seq->priority) pos = pos->link.prev;
     pl_sched_list_insert_after(&s->waiting, pos, seq);
     pl_sched_list_push_tail(&s->fresh, seq);
+    s->waiting_forks += seq->n_forks;
     seq->aux_list = PL_SCHED_AUX_FRESH;
 }
 
@@ -54,10 +55,12 @@ void pl_sched_waiting_insert_front(pl_sched *s, pl_seq *seq) {
     for (pl_seq *it = s->waiting.head; it && it->priority < seq->priority; it = it->link.next)
         pos = it;
     pl_sched_list_insert_after(&s->waiting, pos, seq);
+    s->waiting_forks += seq->n_forks;
 }
 
 void pl_sched_waiting_remove(pl_sched *s, pl_seq *seq) {
     pl_sched_list_remove(&s->waiting, seq);
+    s->waiting_forks -= seq->n_forks;
     if (seq->aux_list == PL_SCHED_AUX_FRESH) pl_sched_list_remove(&s->fresh, seq);
     else if (seq->aux_list == PL_SCHED_AUX_PREEMPTED) pl_sched_list_remove(&s->preempted, seq);
     seq->aux_list = PL_SCHED_AUX_NONE;

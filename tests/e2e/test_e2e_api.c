@@ -606,6 +606,7 @@ Test(api, occupancy_follows_the_intake_and_the_steps) {
     cr_assert_eq(o.kv_blocks_total, 96, "the pool is known before the first step");
     cr_assert_eq(o.n_waiting + o.n_running + o.kv_blocks_used, 0);
     cr_assert_eq(o.max_waiting, c.max_waiting);
+    cr_assert_eq(o.n_free_slots, c.max_num_seqs);
     pl_sampling_params sp;
     pl_sampling_params_default(&sp);
     sp.ignore_eos = true;
@@ -621,6 +622,7 @@ Test(api, occupancy_follows_the_intake_and_the_steps) {
     pl_engine_occupancy(e, &o);
     cr_assert_eq(o.n_waiting, 0);
     cr_assert_eq(o.n_running, 3);
+    cr_assert_eq(o.n_free_slots, c.max_num_seqs - 3);
     cr_assert_gt(o.kv_blocks_used, 0);
     cr_assert_float_eq(o.kv_usage, (double)o.kv_blocks_used / 96.0, 1e-12);
     pl_completion *cs;

@@ -160,11 +160,13 @@ def case_overflow():
                                               "--output-json", out])
     n_prompt, n_out = check_throughput_consistent(p.stdout, load_json(out))
     check((n_prompt, n_out) == (160, 80), f"bounded queue: counts {n_prompt}/{n_out} != 160/80")
-    # One that drops the oldest: dropped requests are not counted as throughput.
+    # One that drops the oldest when its 2 running and 2 waiting slots are taken: dropped
+    # requests are not counted as throughput.
     p = run(["bench", "throughput"] + TINY + ["--num-prompts", "20", "--input-len", "8",
                                               "--output-len", "4", "--max-waiting", "2",
                                               "--overflow-policy", "drop-oldest",
-                                              "--max-batch-size", "2", "--output-json", out])
+                                              "--max-batch-size", "2", "--max-num-seqs", "2",
+                                              "--output-json", out])
     js = load_json(out)
     n_prompt, n_out = check_throughput_consistent(p.stdout, js)
     done, dropped = js["num_requests"], js["num_dropped"]

@@ -4,6 +4,7 @@
  * holds. The step itself is in step.c.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -25,13 +26,13 @@ static pl_status create_backend(const pl_engine_config *c, pl_backend **out) {
     }
 }
 
-/* The memory the engine may use: memory_limit_bytes, else what the backend reports (all of
- * host memory; a device's free memory). */
+/* The memory the engine may use: memory_limit_bytes, else what the backend reports as free:
+ * MemAvailable on the host (so a server does not push other programs into swap), free
+ * device memory on a GPU. Measured once, at create, before the model is loaded. */
 static pl_status available_memory(pl_engine *e, size_t *out) {
     size_t free_b = 0, total_b = 0;
     PL_TRY(e->be->ops->memory_info(e->be, &free_b, &total_b));
-    if (e->cfg.memory_limit_bytes) total_b = free_b = e->cfg.memory_limit_bytes;
-    *out = e->be->is_host ? total_b : free_b;
+    *out = e->cfg.memory_limit_bytes ? e->cfg.memory_limit_bytes : free_b;
     return PL_OK;
 }
 
@@ -61,41 +62,84 @@ static pl_status stored_weight_bytes(const pl_engine *e, uint64_t *out) {
     return PL_OK;
 }
 
-/* Blocks for the KV pool: max_num_blocks, or what memory_threshold of the backend's memory
- * holds after weights and workspace, capped at what max_num_seqs full-length sequences use.
- * Weights count as stored (embedding table and norms too, as the loader's limit check counts
- * them), so both checks report the same number for the same model. */
+/* A size for a log line: "80.0 MiB", "11.8 GiB". Eight rotating buffers: one message holds
+ * up to five. */
+static const char *human(double bytes) {
+    static _Thread_local char buf[8][32];
+    static _Thread_local unsigned next;
+    char *o = buf[next++ % 8];
+    if (bytes >= 1024.0 * 1024.0 * 1024.0)
+        snprintf(o, sizeof buf[0], "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+    else
+        snprintf(o, sizeof buf[0], "%.1f MiB", bytes / (1024.0 * 1024.0));
+    return o;
+}
+
+/* Where the memory figure came from, for messages. */
+static const char *memory_source(const pl_engine *e) {
+    return e->cfg.memory_limit_bytes ? "memory_limit_bytes"
+           : e->be->is_host         ? "available memory"
+                                    : "free device memory";
+}
+
+/* A pool given by the user (max_num_blocks, or kv_cache_memory_bytes as whole blocks): taken
+ * as asked, but it must fit beside the weights and the workspace in the memory there is (an
+ * explicit memory_limit_bytes is held to the byte, as the message shows). */
+static pl_status explicit_pool(pl_engine *e, int blocks, const char *what, size_t block_bytes,
+                               uint64_t weights_b, size_t work_b, size_t avail) {
+    const pl_engine_config *c = &e->cfg;
+    uint64_t pool_b = UINT64_MAX, need = UINT64_MAX;
+    if (!__builtin_mul_overflow((uint64_t)blocks, (uint64_t)block_bytes, &pool_b) &&
+        (__builtin_add_overflow(pool_b, weights_b, &need) ||
+         __builtin_add_overflow(need, (uint64_t)work_b, &need)))
+        need = UINT64_MAX;
+    if ((c->memory_limit_bytes || c->kv_cache_memory_bytes) && need > (uint64_t)avail)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                       "%s = %zu: %llu bytes of weights + %llu bytes of KV cache "
+                       "(%s = %d blocks of %zu bytes) + %zu bytes of workspace do not fit",
+                       c->memory_limit_bytes ? "memory_limit_bytes" : "available memory", avail,
+                       (unsigned long long)weights_b, (unsigned long long)pool_b, what, blocks,
+                       block_bytes, work_b);
+    snprintf(e->kv_sizing, sizeof e->kv_sizing, "%s of KV cache (%d blocks of %d tokens): %s",
+             human((double)pool_b), blocks, c->block_size, what);
+    return PL_OK;
+}
+
+/* Blocks for the KV pool. Given: max_num_blocks, or kv_cache_memory_bytes (a fixed KV space,
+ * as vLLM's CPU backend has one). Else what max_num_seqs sequences of max_model_len tokens can
+ * use, bounded by memory_threshold of the memory available at start, less the weights and
+ * the workspace: a laptop keeps the memory no request could fill. Weights count as stored
+ * (embedding table and norms too, as the loader's limit check counts them), so both checks
+ * report the same number for the same model. e->kv_sizing says which rule sized it. */
 static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_blocks) {
     const pl_engine_config *c = &e->cfg;
     size_t block_bytes = pl_runner_kv_block_bytes(&e->model->cfg, c->block_size, e->be->kv_dtype);
     size_t cap = (size_t)c->max_num_seqs * (size_t)e->max_blocks_per_seq + 1;
     if (cap > (size_t)1 << 30) cap = (size_t)1 << 30;
-    size_t avail, work_b = pl_runner_workspace_bytes(&e->model->cfg, lim);
+    size_t avail = e->memory_at_start, work_b = pl_runner_workspace_bytes(&e->model->cfg, lim);
     uint64_t weights_b = 0;
     PL_TRY(stored_weight_bytes(e, &weights_b));
-    PL_TRY(available_memory(e, &avail));
     if (weights_b > (uint64_t)avail) /* a device's copy: host copies were checked at load */
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "%s: weights take %llu bytes on backend %s, more than the %zu bytes of "
                        "memory available (memory_limit_bytes, else free device memory)",
                        e->model->name, (unsigned long long)weights_b, e->be->ops->name, avail);
     if (c->max_num_blocks > 0) {
-        /* An explicit pool is taken as asked, but under an explicit limit it must fit beside
-         * the weights and the workspace (the threshold only shapes a derived pool). */
-        uint64_t pool_b = UINT64_MAX, need = UINT64_MAX;
-        if (!__builtin_mul_overflow((uint64_t)c->max_num_blocks, (uint64_t)block_bytes, &pool_b) &&
-            (__builtin_add_overflow(pool_b, weights_b, &need) ||
-             __builtin_add_overflow(need, (uint64_t)work_b, &need)))
-            need = UINT64_MAX;
-        if (c->memory_limit_bytes && need > (uint64_t)c->memory_limit_bytes)
-            return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                           "memory_limit_bytes = %zu: %llu bytes of weights + %llu bytes of KV "
-                           "cache (max_num_blocks = %d blocks of %zu bytes) + %zu bytes of "
-                           "workspace do not fit",
-                           c->memory_limit_bytes, (unsigned long long)weights_b,
-                           (unsigned long long)pool_b, c->max_num_blocks, block_bytes, work_b);
         *out_blocks = c->max_num_blocks;
-        return PL_OK;
+        return explicit_pool(e, c->max_num_blocks, "max_num_blocks", block_bytes, weights_b,
+                             work_b, avail);
+    }
+    if (c->kv_cache_memory_bytes) {
+        size_t n = c->kv_cache_memory_bytes / block_bytes;
+        if (n < 1 || n > (size_t)1 << 30)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                           "config.kv_cache_memory_bytes = %zu: %s one KV block of %zu bytes "
+                           "(block_size %d tokens)", c->kv_cache_memory_bytes,
+                           n < 1 ? "less than" : "more than 2^30 blocks of", block_bytes,
+                           c->block_size);
+        *out_blocks = (int)n;
+        return explicit_pool(e, (int)n, "kv_cache_memory_bytes", block_bytes, weights_b, work_b,
+                             avail);
     }
     double budget = c->memory_threshold * (double)avail;
     double weights = (double)weights_b;
@@ -104,12 +148,31 @@ static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_b
     double n = left / (double)block_bytes;
     if (n < 1) {
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                       "KV cache: %.0f bytes of memory (memory_threshold %.2f of %zu bytes) "
-                       "minus %.0f bytes of weights and %.0f bytes of workspace leaves no room "
-                       "for one %zu-byte block",
-                       budget, c->memory_threshold, avail, weights, work, block_bytes);
+                       "KV cache: %.0f bytes of memory (memory_threshold %.2f of %zu bytes of "
+                       "%s) minus %.0f bytes of weights and %.0f bytes of workspace leaves no "
+                       "room for one %zu-byte block",
+                       budget, c->memory_threshold, avail, memory_source(e), weights, work,
+                       block_bytes);
     }
-    *out_blocks = n > (double)cap ? (int)cap : (int)n;
+    double seqs_b = (double)cap * (double)block_bytes;
+    if (n >= (double)cap) {
+        *out_blocks = (int)cap;
+        snprintf(e->kv_sizing, sizeof e->kv_sizing,
+                 "%s of KV cache (%d blocks of %d tokens): what max_num_seqs %d x "
+                 "max_model_len %d use (memory_threshold %.2f of the %s of %s would allow %s; "
+                 "kv_cache_memory_bytes fixes it)",
+                 human(seqs_b), *out_blocks, c->block_size, c->max_num_seqs, e->max_model_len,
+                 c->memory_threshold, human((double)avail), memory_source(e), human(left));
+    } else {
+        *out_blocks = (int)n;
+        snprintf(e->kv_sizing, sizeof e->kv_sizing,
+                 "%s of KV cache (%d blocks of %d tokens): memory_threshold %.2f of the %s of "
+                 "%s, less %s of weights and %s of workspace (max_num_seqs %d x max_model_len "
+                 "%d would use %s)",
+                 human((double)*out_blocks * (double)block_bytes), *out_blocks, c->block_size,
+                 c->memory_threshold, human((double)avail), memory_source(e), human(weights),
+                 human(work), c->max_num_seqs, e->max_model_len, human(seqs_b));
+    }
     return PL_OK;
 }
 
@@ -214,8 +277,8 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
      * memory bounds the device copy instead, which may be narrower (f16 for f32 weights):
      * size_pool checks it, before anything is uploaded. */
     PL_TRY(create_backend(c, &e->be));
-    size_t avail;
-    PL_TRY(available_memory(e, &avail));
+    PL_TRY(available_memory(e, &e->memory_at_start));
+    size_t avail = e->memory_at_start;
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
     PL_TRY(pl_model_load_within(model_path, &mo, e->be->is_host ? avail : 0, &e->model));
     pl_engine_name_weights(e);
@@ -249,8 +312,8 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     PL_TRY(pl_sampler_init(&e->sampler, e->vocab));
     PL_TRY(alloc_step_buffers(e, &lim));
     pl_intake_publish(e);
-    pl_log(PL_LOG_INFO, "engine: model %s, backend %s, %d KV blocks of %d tokens, max_model_len %d",
-           e->model->name, e->be->ops->name, lim.n_blocks, c->block_size, e->max_model_len);
+    pl_log(PL_LOG_INFO, "engine: model %s, backend %s, max_model_len %d; %s", e->model->name,
+           e->be->ops->name, e->max_model_len, e->kv_sizing);
     return PL_OK;
 }
 

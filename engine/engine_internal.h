@@ -199,6 +199,8 @@ struct pl_engine {
                                          the tokenizer's EOS when the model names none) */
     int n_eos;
     char weight_type[48];             /* pl_model_info.weight_type (pl_engine_name_weights) */
+    char kv_sizing[320];              /* pl_model_info.kv_sizing (engine.c's size_pool) */
+    size_t memory_at_start;           /* what the pool is sized from (engine.c) */
     pl_dtype weight_dtype;            /* pl_model_info.weight_dtype */
 
     atomic_uint_fast64_t next_id;

@@ -139,6 +139,7 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
         .max_num_seqs = e->cfg.max_num_seqs,
     };
     info.weight_type = e->weight_type;
+    info.kv_sizing = e->kv_sizing;
     count_params(m, &info.n_params, &info.weight_bytes);
     info.max_concurrency = (double)info.kv_tokens / (double)e->max_model_len;
     pl_fields_fill_out(dst, dst_size, &info, sizeof info);

@@ -227,13 +227,19 @@ typedef enum pl_overflow_policy {
     X(INT, int, block_size, 16, PL_RANGE(1, 256), "--block-size", 0, "N",                      \
       "token slots per KV block, a power of two")                                              \
     X(INT, int, max_num_blocks, 0, PL_RANGE(0, 1073741824), "--max-num-blocks", 0, "N",        \
-      "KV blocks in the pool; 0 = as many as memory_threshold of the memory holds")            \
+      "KV blocks in the pool; 0 = sized by kv_cache_memory_bytes, else what max_num_seqs "     \
+      "sequences of max_model_len tokens use, within memory_threshold of the memory")          \
     X(DOUBLE, double, memory_threshold, 0.9, PL_RANGE_OC(0, 1), "--memory-threshold", 0, "F",  \
       "fraction of the memory the engine may use for weights, KV cache and workspace")         \
     X(SIZE, size_t, memory_limit_bytes, 0, PL_RANGE_NONE,                                      \
       "--memory-limit", 0, "SIZE",                                                             \
-      "memory to size the KV pool from (bytes, or 512M, 4GiB...); 0 = physical memory (CPU) "  \
-      "or free device memory. Weights larger than it are refused before loading")              \
+      "memory to size the KV pool from (bytes, or 512M, 4GiB...); 0 = the memory available "  \
+      "at start (CPU: MemAvailable, so other programs are not pushed into swap) or free "      \
+      "device memory. Weights larger than it are refused before loading")                      \
+    X(SIZE, size_t, kv_cache_memory_bytes, 0, PL_RANGE_NONE, "--kv-cache-memory", 0, "SIZE",   \
+      "KV cache size (bytes, or 512M, 4GiB...): a fixed KV space, as vLLM's "                  \
+      "--kv-cache-memory (its CPU backend's VLLM_CPU_KVCACHE_SPACE); 0 = what max_num_seqs "   \
+      "sequences of max_model_len tokens use, within memory_threshold of the memory")          \
     X(BOOL, bool, enable_prefix_caching, true, PL_RANGE_NONE, "--enable-prefix-caching", 0,    \
       NULL, "automatic prefix caching: requests sharing a prompt prefix share its KV blocks")  \
     X(INT, int, max_batch_size, 0, PL_RANGE(0, 65536), "--max-batch-size", 0, "N",             \
@@ -724,6 +730,11 @@ typedef struct pl_model_info {
      * each holds, most first, joined by '+': "f16", "q8_0", "q4_k+q6_k" (a Q4_K_M file),
      * "q4_0+f16" (rows that fell back). Engine-owned, valid until pl_engine_destroy. */
     const char *weight_type;
+    /* Why the KV pool has its size, one line for a start-up log: "1.6 GiB of KV cache (...):
+     * what max_num_seqs 256 x max_model_len 2048 use", or the memory bound, or the setting
+     * (kv_cache_memory_bytes, max_num_blocks) that sized it. Engine-owned, valid until
+     * pl_engine_destroy. */
+    const char *kv_sizing;
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */

@@ -148,6 +148,7 @@ class ModelInfo:
     max_num_seqs: int
     max_concurrency: float
     weight_type: str
+    kv_sizing: str
 
 
 # ---- from C -------------------------------------------------------------------------------

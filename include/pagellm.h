@@ -705,8 +705,10 @@ typedef struct pl_model_info {
                                    "mistral", "qwen2", "qwen3"; static */
     int vocab_size;
     int bos_id, eos_id;         /* -1 when the model has none */
-    int eot_id;                 /* end of turn (chat models: the tokenizer's first
-                                   end-of-generation token besides EOS); -1 when none */
+    int eot_id;                 /* end of turn (chat models): the end-of-generation token
+                                   spelt as a turn marker (<|eot_id|>, <|im_end|>, <|end|>,
+                                   <end_of_turn>), even when it is the EOS too, else the first
+                                   one besides EOS; -1 when none */
     int context_length;         /* the model's own maximum sequence length */
     int max_model_len;          /* what this engine allows (config.max_model_len or the
                                    model's) */

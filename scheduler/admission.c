@@ -54,17 +54,6 @@ pl_status pl_sched_capacity(const pl_sched *s, size_t n_prompt, size_t max_token
     return PL_OK;
 }
 
-/* Held: running seqs and the forks they reserve, preempted ones back in the waiting queue,
- * and the forks waiting requests will make once they run. So running a new request moves one
- * slot from free to held and one request out of fresh: free + max_waiting - fresh, the room
- * left, stays put while the scheduler works, which is what lets a submitting thread check it
- * from the counts of the latest step. Negative when new requests' samples outnumber the free
- * slots (their other samples then wait in waiting slots). */
-int pl_sched_free_slots(const pl_sched *s) {
-    return s->cfg.max_num_seqs - (s->running.n + s->n_reserved_forks +
-                                  (s->waiting.n - s->fresh.n) + s->waiting_forks);
-}
-
 pl_status pl_sched_add(pl_sched *s, pl_seq *seq, pl_seq **out_dropped) {
     if (out_dropped) *out_dropped = NULL;
     if (!s || !seq) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_sched_add: NULL argument");

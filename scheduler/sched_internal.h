@@ -66,10 +66,9 @@ struct pl_sched {
     size_t cap_passed;
 };
 
-/* Running slots nothing holds or will take (admission.c); may be negative. */
-int pl_sched_free_slots(const pl_sched *s);
-
 /* ---- lists (queue.c) ---- */
+/* Running slots nothing holds or will take; may be negative (admission and the counts). */
+int pl_sched_free_slots(const pl_sched *s);
 void pl_sched_list_init(pl_sched_list *l, bool aux);
 void pl_sched_list_remove(pl_sched_list *l, pl_seq *s);
 void pl_sched_list_push_tail(pl_sched_list *l, pl_seq *s);

@@ -115,6 +115,10 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
     }
     int n_out = pl_seq_n_generated(&s->seq);
     uint64_t now = pl_now_ns();
+    /* counted as they come (vLLM's prompt and generation token counters): a prompt once its
+     * request has a first token, once per request */
+    e->stats.output_tokens++;
+    if (n_out == 1 && s->index == 0) e->stats.prompt_tokens += (uint64_t)s->seq.n_prompt;
     if (n_out == 1) s->t_first_token_ns = now;
     else pl_hist_add(&e->stats.itl, (double)(now - s->t_last_token_ns) * 1e-9);
     s->t_last_token_ns = now;
@@ -216,8 +220,6 @@ pl_status pl_output_collect(pl_engine *e) {
             int n_out = s->seq.n_tokens - s->seq.n_prompt;
             st->samples_finished++;
             if (r->n_unreported == 0) st->requests_finished++; /* its last sample */
-            if (s->index == 0) st->prompt_tokens += (uint64_t)s->seq.n_prompt; /* once per request */
-            st->output_tokens += (uint64_t)n_out;
             if ((unsigned)s->reason < 8) st->samples_by_reason[s->reason]++;
             const pl_completion *c = &b->finished[b->n_finished - 1];
             pl_hist_add(&st->latency, c->total_s);

@@ -612,9 +612,10 @@ typedef struct pl_metrics {
     size_t struct_size;            /* bytes the library filled */
     uint64_t requests_finished;    /* requests whose every sample finished */
     uint64_t samples_finished;     /* samples (completions): n per request */
-    uint64_t prompt_tokens;        /* prompt tokens of finished requests (once per request) */
+    uint64_t prompt_tokens;        /* prompt tokens of requests that have their first output
+                                      token, counted in that step, once per request */
     uint64_t prompt_tokens_computed; /* prompt tokens actually computed (no cache hits) */
-    uint64_t output_tokens;
+    uint64_t output_tokens;        /* counted in the step that draws them */
     uint64_t steps;
     uint64_t preemptions;
     double elapsed_s;              /* time spent inside pl_engine_step */

@@ -349,6 +349,49 @@ Test(api, metrics_count_requests_and_samples_apart) {
     pl_engine_destroy(e);
 }
 
+/* Token counters move with every step, as vLLM's prompt_tokens_total and
+ * generation_tokens_total do: a dashboard sees tokens/s while requests run, not a burst when
+ * they finish. A prompt counts when its request has its first output token; a request aborted
+ * before that adds nothing. */
+Test(api, token_counters_grow_every_step) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.max_tokens = 6;
+    sp.ignore_eos = true;
+    int32_t p[] = {1, 2, 3, 4, 5};
+    for (int i = 0; i < 3; i++) {
+        sp.n = i == 2 ? 2 : 1;
+        cr_assert_eq(pl_engine_submit_tokens(e, p, 5, &sp, NULL), PL_OK, "%s", pl_last_error());
+    }
+    pl_step_result r;
+    uint64_t out = 0;
+    for (int step = 1; step <= 3; step++) {
+        cr_assert_eq(pl_engine_step(e, &r), PL_OK);
+        out += 4; /* four samples, one token each, every step (the prefill step draws one) */
+        pl_metrics m;
+        pl_engine_metrics(e, &m);
+        cr_assert_eq(m.output_tokens, out, "step %d: %llu output tokens counted, %llu made", step,
+                     (unsigned long long)m.output_tokens, (unsigned long long)out);
+        cr_assert_eq(m.prompt_tokens, 15, "step %d: the prompts once each", step);
+        cr_assert_eq(m.requests_finished, 0);
+    }
+    int32_t q[] = {1, 9};
+    pl_request_id id;
+    cr_assert_eq(pl_engine_submit_tokens(e, q, 2, &sp, &id), PL_OK);
+    cr_assert_eq(pl_engine_abort(e, id), PL_OK);
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    pl_completions_free(cs, n);
+    pl_metrics m;
+    pl_engine_metrics(e, &m);
+    cr_assert_eq(m.output_tokens, 24);
+    cr_assert_eq(m.prompt_tokens, 15, "an aborted request computed no prompt");
+    pl_engine_destroy(e);
+}
+
 /* ---- detokenize -------------------------------------------------------------------------- */
 
 Test(api, detokenize_inverts_tokenize) {

@@ -291,7 +291,11 @@ static bool tokenize(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_erro
     json_t *v = json_object(), *a = json_array(), *strs = t.return_token_strs ? json_array() : NULL;
     for (size_t i = 0; i < n; i++) {
         json_array_append_new(a, json_integer(ids[i]));
-        if (strs) json_array_append_new(strs, json_string(pl_srv_vocab_text(&s->vocab, ids[i])));
+        if (strs) { /* the tokens as vLLM gives them (convert_ids_to_tokens): "<s>", "▁the" */
+            const char *piece = pl_tokenizer_piece(s->tok, ids[i]);
+            json_t *x = piece ? json_string(piece) : NULL;
+            json_array_append_new(strs, x ? x : json_string("\xef\xbf\xbd"));
+        }
     }
     json_object_set_new(v, "count", json_integer((json_int_t)n));
     json_object_set_new(v, "max_model_len", json_integer(s->info.max_model_len));

@@ -152,7 +152,7 @@ bool pl_srv_detokenize_parse(const char *body, size_t len, int32_t **out_ids, si
                              pl_srv_error *err);
 
 /* ------------------------------------------------------------------------------------------
- * Token strings (vocab.c): what each id adds to a text, for logprobs and /tokenize
+ * Token strings (vocab.c): what each id adds to a text, for the alternatives of logprobs
  * ---------------------------------------------------------------------------------------- */
 
 typedef struct pl_srv_vocab {
@@ -179,10 +179,10 @@ typedef struct pl_srv_event {
     pl_token_logprobs lp;      /* lp.top points at tops */
     size_t text_len;
     char *text;                /* points after tops */
-    pl_logprob tops[];         /* (lp.n_top), then text_len + 1 bytes */
+    pl_logprob tops[];         /* (lp.n_top), then text_len + 1 bytes, then lp.text's */
 } pl_srv_event;
 
-/* A copied list of logprobs: entries and their tops in one allocation (free()). */
+/* A copied list of logprobs: entries, their tops and texts in one allocation (free()). */
 typedef struct pl_srv_logprobs {
     pl_token_logprobs *entries; /* (n) */
     size_t n;

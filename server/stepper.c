@@ -26,7 +26,11 @@
 
 static bool push_delta(pl_srv_req *r, int choice, const pl_stream_delta *d) {
     int n_top = d->logprobs ? d->logprobs->n_top : 0;
-    pl_srv_event *ev = malloc(sizeof *ev + (size_t)n_top * sizeof(pl_logprob) + d->text_len + 1);
+    /* the token's own text (its logprobs' token string), engine-owned until the next step */
+    const char *tok = d->logprobs ? d->logprobs->text : NULL;
+    size_t tok_len = tok ? strlen(tok) + 1 : 0;
+    pl_srv_event *ev = malloc(sizeof *ev + (size_t)n_top * sizeof(pl_logprob) + d->text_len + 1 +
+                              tok_len);
     if (!ev) return false;
     memset(ev, 0, sizeof *ev);
     ev->choice = choice;
@@ -41,6 +45,11 @@ static bool push_delta(pl_srv_req *r, int choice, const pl_stream_delta *d) {
     ev->text_len = d->text_len;
     if (d->text_len) memcpy(ev->text, d->text, d->text_len);
     ev->text[d->text_len] = '\0';
+    if (tok) {
+        char *copy = ev->text + d->text_len + 1;
+        memcpy(copy, tok, tok_len);
+        ev->lp.text = copy;
+    }
     if (r->ev_tail) r->ev_tail->next = ev;
     else r->ev_head = ev;
     r->ev_tail = ev;

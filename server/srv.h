@@ -202,6 +202,11 @@ typedef struct pl_srv_choice {
     pl_srv_logprobs lp;        /* whole responses with logprobs */
     pl_srv_logprobs prompt_lp; /* echo with logprobs (sample 0 of each prompt) */
     int32_t *out_ids;          /* whole responses with logprobs */
+    /* tokens drawn so far and when the first came (pl_srv_now), counted from the deltas by
+     * the stepping thread under req->mu: the access log of a request abandoned before its
+     * completion arrives still has them */
+    size_t n_drawn;
+    double t_first_token;
     /* streaming: the HTTP thread's */
     bool role_sent, finish_sent;
     size_t text_offset;        /* characters streamed so far (logprobs' text_offset) */

@@ -522,7 +522,14 @@ def case_disconnect():
               f"the clients hung up")
         completion(srv, {"prompt": [1, 2], "max_tokens": 2})  # still serving
     finally:
-        srv.stop()
+        log = srv.stop()
+    # the access log has what was sent before the hang-up; a hang-up is no warning
+    lines = [l for l in log.splitlines() if "POST /v1/completions" in l and "went away" in l]
+    check(len(lines) == 4, f"{len(lines)} access-log lines of aborted requests:\n{log}")
+    streamed = [l for l in lines if "completion_tokens=0" not in l and "ttft_ms=0.0 " not in l]
+    check(len(streamed) >= 2 and all("prompt_tokens=3 " in l for l in lines),
+          f"the counts of the streams that sent tokens are missing:\n" + "\n".join(lines))
+    check("WARN" not in log, f"a client hanging up is logged as a warning:\n{log}")
 
 
 def case_auth():
@@ -949,6 +956,21 @@ def case_small_fields():
                                             "return_token_strs": True})
         check(st == 200 and tok["token_strs"] == ["<s>", "\u2581Once", "\u2581upon", "\u2581a",
                                                   "\u2581time"], tok)
+    finally:
+        srv.stop()
+
+
+def case_port_in_use():
+    """Issue 26 item 23: a port in use is said so, with the port asked for (libmicrohttpd said
+    "Failed to bind to port 0")."""
+    srv = Server(PAGELLM, ["--model", "dummy:tiny"])
+    try:
+        p = subprocess.run([PAGELLM, "serve", "--model", "dummy:tiny", "--host", "127.0.0.1",
+                            "--port", str(srv.port)], capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0, f"a second server on port {srv.port} started: {p.stderr}")
+        want = f"127.0.0.1:{srv.port}"
+        check(want in p.stderr and "in use" in p.stderr and "port 0" not in p.stderr,
+              f"unclear: {p.stderr}")
     finally:
         srv.stop()
 

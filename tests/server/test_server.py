@@ -975,6 +975,31 @@ def case_port_in_use():
         srv.stop()
 
 
+def case_metrics_per_step():
+    """Issue 26 item 3: the token counters move while a request runs (vLLM counts per step),
+    so a dashboard's tokens/s is not 0 until a burst at the end."""
+    srv = Server(PAGELLM, SLOW + ["--log-interval", "0"])
+    try:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 200, "ignore_eos": True,
+                           "logprobs": 0, "stream": True}).encode()  # no tokenizer: no text
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        got = b""
+        while got.count(b"data: ") < 6:
+            got += s.recv(65536)
+        m = srv.metrics()
+        check(m["pagellm:num_requests_running"] == 1, m)
+        check(m["pagellm:prompt_tokens_total"] == 3, f"prompt tokens {m['pagellm:prompt_tokens_total']}")
+        check(m["pagellm:generation_tokens_total"] >= 5,
+              f"{m['pagellm:generation_tokens_total']} generation tokens counted after 6 chunks")
+        s.close()
+        idle_and_free(srv)
+    finally:
+        srv.stop()
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

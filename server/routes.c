@@ -211,6 +211,9 @@ static bool models(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     json_object_set_new(m, "root", json_string(s->model_name));
     json_object_set_new(m, "parent", json_null());
     json_object_set_new(m, "max_model_len", json_integer(s->info.max_model_len));
+    /* not in vLLM's card: what random token ids may be (bench serve reads it, as llama.cpp's
+     * meta.n_vocab) */
+    json_object_set_new(m, "vocab_size", json_integer(s->info.vocab_size));
     json_t *data = json_array();
     json_array_append_new(data, m);
     json_t *v = json_object();

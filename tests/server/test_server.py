@@ -76,6 +76,7 @@ def case_api():
         st, _, v = srv.get("/v1/models")
         check(st == 200 and v["object"] == "list" and len(v["data"]) == 1, f"{st} {v}")
         check(v["data"][0]["id"] == model and v["data"][0]["max_model_len"] == 512, v)
+        check(v["data"][0]["vocab_size"] == 512, f"the vocabulary size is reported: {v}")
         version = subprocess.run([PAGELLM, "version"], capture_output=True, text=True).stdout
         st, _, v = srv.get("/version")
         check(st == 200 and "pagellm " + v["version"] == version.strip(), f"{v} vs {version}")
@@ -333,7 +334,8 @@ def case_bench_metrics():
     out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     try:
         n = 24
-        p = subprocess.run([PAGELLM, "bench", "serve", "--port", str(srv.port), "--vocab-size", "512",
+        # no --vocab-size and no --tokenizer: the server's model list says the vocabulary
+        p = subprocess.run([PAGELLM, "bench", "serve", "--port", str(srv.port),
                             "--num-prompts", str(n), "--input-len", "12", "--output-len", "10",
                             "--random-range-ratio", "0.5", "--max-concurrency", "8", "--seed", "3",
                             "--no-progress", "--output-json", out],

@@ -46,6 +46,8 @@ static enum MHD_Result send_body(pl_srv_req *r, struct MHD_Connection *c, int st
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (header) MHD_add_response_header(resp, header, value);
+    for (int i = 0; i < r->n_extra; i++)
+        MHD_add_response_header(resp, r->extra[i].name, r->extra[i].value);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->status = status;
@@ -135,6 +137,8 @@ static enum MHD_Result start_stream(pl_srv_req *r, struct MHD_Connection *c,
     }
     MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, resp->type);
     if (resp->header) MHD_add_response_header(mr, resp->header, resp->value);
+    for (int i = 0; i < r->n_extra; i++)
+        MHD_add_response_header(mr, r->extra[i].name, r->extra[i].value);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)resp->status, mr);
     MHD_destroy_response(mr);
     r->status = resp->status;
@@ -200,6 +204,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                                          MHD_HTTP_HEADER_AUTHORIZATION),
             .content_length = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                           MHD_HTTP_HEADER_CONTENT_LENGTH),
+            .origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+            .cookie = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Cookie"),
+            .request_method = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                          "Access-Control-Request-Method"),
+            .request_headers = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                           "Access-Control-Request-Headers"),
         };
         if (pl_srv_route_headers(s, r, url, method, &h, &resp)) return deliver(s, r, c, &resp);
         return MHD_YES;

@@ -111,6 +111,10 @@ static bool refuse(pl_srv_req *r, const pl_srv_error *err) {
 bool pl_srv_route_headers(pl_srv *s, pl_srv_req *r, const char *url, const char *method,
                           const pl_srv_headers *h, pl_srv_response *out) {
     pl_srv_error err;
+    /* CORS first, as the middleware wraps vLLM's app: a preflight is answered on any path
+     * without a key, and every other answer to an allowed origin carries its headers */
+    if (pl_srv_cors_preflight(&s->opt.cors, r, method, h, out)) return true;
+    pl_srv_cors_simple(&s->opt.cors, r, h);
     const route *rt = NULL;
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {

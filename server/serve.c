@@ -212,6 +212,7 @@ int pl_serve_main(int argc, char **argv) {
     pl_srv_options opt;
     int rc = pl_srv_options_parse(argc, argv, &opt, &cfg);
     if (rc < 0) rc = serve(&opt, &cfg);
+    pl_srv_cors_free(&opt.cors);
     pl_engine_config_deinit(&cfg);
     return rc;
 }

@@ -47,6 +47,15 @@ struct MHD_Daemon;
  * Options (options.c)
  * ---------------------------------------------------------------------------------------- */
 
+/* CORS as vLLM's server answers it (FastAPI's CORSMiddleware, Starlette's rules): the flags'
+ * JSON lists parsed once. "*" in a list allows everything. */
+typedef struct pl_srv_cors {
+    char **origins, **methods, **headers; /* (n_*) as given; headers also get the safelisted */
+    size_t n_origins, n_methods, n_headers;
+    bool all_origins, all_methods, all_headers;
+    bool credentials;                     /* --allow-credentials */
+} pl_srv_cors;
+
 typedef struct pl_srv_options {
     const char *host;              /* --host (127.0.0.1) */
     int port;                      /* --port (8000; 0: any free port, printed) */
@@ -68,6 +77,8 @@ typedef struct pl_srv_options {
     double log_interval;           /* --log-interval seconds (0: off) */
     bool access_log;               /* off with --disable-access-log */
     bool trust_request_chat_template; /* --trust-request-chat-template */
+    const char *allowed_origins, *allowed_methods, *allowed_headers; /* JSON lists (["*"]) */
+    pl_srv_cors cors;              /* the three above parsed, and --allow-credentials */
 } pl_srv_options;
 
 /* Parses argv (engine flags through cli/, the rest here) into opt and cfg. Returns -1 to go
@@ -241,6 +252,11 @@ typedef struct pl_srv_req {
     pl_srv_error pending;
     bool has_pending;
     const char *allow;              /* 405: the route's method */
+    struct {                        /* headers every answer carries (CORS) */
+        const char *name;
+        char value[512];
+    } extra[6];
+    int n_extra;
     /* the body (HTTP thread) */
     char *body;
     size_t body_len, body_cap;
@@ -414,7 +430,22 @@ typedef struct pl_srv_response {
 /* The request headers the routes read. */
 typedef struct pl_srv_headers {
     const char *authorization, *content_length; /* NULL when absent */
+    const char *origin, *cookie;                /* CORS */
+    const char *request_method, *request_headers; /* a preflight's Access-Control-Request-* */
 } pl_srv_headers;
+
+/* cors.c */
+/* Parses opt's three lists (JSON arrays of strings) into opt->cors; false after printing
+ * which flag is wrong. */
+bool pl_srv_cors_init(pl_srv_options *opt);
+void pl_srv_cors_free(pl_srv_cors *c);
+/* A preflight (OPTIONS with Origin and Access-Control-Request-Method): true with *out set
+ * (200 "OK", or 400 "Disallowed CORS origin, method" naming what failed) and its headers in
+ * r->extra. False: not a preflight. */
+bool pl_srv_cors_preflight(const pl_srv_cors *c, pl_srv_req *r, const char *method,
+                           const pl_srv_headers *h, pl_srv_response *out);
+/* Any other request from an allowed Origin: the headers its answer carries, into r->extra. */
+void pl_srv_cors_simple(const pl_srv_cors *c, pl_srv_req *r, const pl_srv_headers *h);
 
 /* routes.c */
 /* The headers arrived: picks the route (r->kind, r->path, r->allow) and checks the method,

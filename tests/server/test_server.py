@@ -1002,6 +1002,71 @@ def case_metrics_per_step():
         srv.stop()
 
 
+def case_cors():
+    """Issue 26 item 8: CORS as vLLM's server answers it (FastAPI's CORSMiddleware) with its
+    flags and defaults: --allowed-origins, --allowed-methods, --allowed-headers (JSON lists,
+    ["*"] by default) and --allow-credentials; preflights answered, refusals named."""
+    def preflight(srv, origin, method, headers=None):
+        h = {"Origin": origin, "Access-Control-Request-Method": method}
+        if headers:
+            h["Access-Control-Request-Headers"] = headers
+        return srv.request("OPTIONS", "/v1/completions", headers=h)
+
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--api-key", "k"])
+    try:
+        st, h, body = preflight(srv, "http://a.example", "POST", "content-type, authorization")
+        check(st == 200 and body == "OK", f"preflight: {st} {body!r}")
+        check(h.get("access-control-allow-origin") == "*", h)
+        check("POST" in h.get("access-control-allow-methods", "") and
+              "GET" in h["access-control-allow-methods"], h)
+        check(h.get("access-control-allow-headers") == "content-type, authorization", h)
+        check(h.get("access-control-max-age") == "600", h)
+        check("access-control-allow-credentials" not in h, h)
+        auth = {"Authorization": "Bearer k"}
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2},
+                            headers=dict(auth, Origin="http://a.example"))
+        check(st == 200 and h.get("access-control-allow-origin") == "*", f"{st} {h}")
+        st, h, _ = srv.get("/v1/models", headers={"Origin": "http://a.example"})
+        check(st == 401 and h.get("access-control-allow-origin") == "*",
+              f"an error answer carries them too: {st} {h}")
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2}, headers=auth)
+        check(st == 200 and "access-control-allow-origin" not in h, "no Origin, no CORS headers")
+        st, h, _ = srv.request("OPTIONS", "/v1/completions")
+        check(st == 405, f"an OPTIONS that is no preflight: {st}")
+    finally:
+        srv.stop()
+
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--allowed-origins", '["http://good.example"]',
+                           "--allowed-methods", '["GET", "POST"]', "--allowed-headers",
+                           '["Authorization"]', "--allow-credentials"])
+    try:
+        st, h, _ = preflight(srv, "http://good.example", "POST", "authorization, content-type")
+        check(st == 200, f"{st} {h}")
+        check(h.get("access-control-allow-origin") == "http://good.example" and
+              h.get("vary") == "Origin" and h.get("access-control-allow-credentials") == "true", h)
+        check(h.get("access-control-allow-methods") == "GET, POST", h)
+        check(h.get("access-control-allow-headers") ==
+              "Accept, Accept-Language, Authorization, Content-Language, Content-Type", h)
+        for origin, method, hdrs, why in (("http://evil.example", "POST", None, "origin"),
+                                          ("http://good.example", "PUT", None, "method"),
+                                          ("http://good.example", "POST", "x-foo", "headers"),
+                                          ("http://evil.example", "PUT", None, "origin, method")):
+            st, h, body = preflight(srv, origin, method, hdrs)
+            check(st == 400 and body == "Disallowed CORS " + why, f"{why}: {st} {body!r}")
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1], "max_tokens": 1},
+                            headers={"Origin": "http://good.example"})
+        check(st == 200 and h.get("access-control-allow-origin") == "http://good.example" and
+              h.get("access-control-allow-credentials") == "true" and h.get("vary") == "Origin", h)
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1], "max_tokens": 1},
+                            headers={"Origin": "http://evil.example"})
+        check(st == 200 and "access-control-allow-origin" not in h, f"a foreign origin: {h}")
+    finally:
+        srv.stop()
+    p = subprocess.run([PAGELLM, "serve", "--model", "dummy:tiny", "--allowed-origins", "*"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--allowed-origins" in p.stderr and "JSON" in p.stderr, p.stderr)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

@@ -171,7 +171,9 @@ static bool health(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     pl_occupancy o;
     pl_engine_occupancy(s->e, &o);
     bool draining = atomic_load(&s->draining);
-    bool full = o.max_waiting > 0 && o.n_waiting_new * 5 >= o.max_waiting * 4;
+    /* the waiting queue proper: new requests beyond what the free running slots will take */
+    int waiting = o.n_waiting_new > o.n_free_slots ? o.n_waiting_new - o.n_free_slots : 0;
+    bool full = o.max_waiting > 0 && waiting * 5 >= o.max_waiting * 4;
     json_t *v = json_object();
     json_object_set_new(v, "status", json_string(draining ? "draining" : full ? "overloaded" : "ok"));
     json_object_set_new(v, "waiting", json_integer(o.n_waiting));

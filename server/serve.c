@@ -192,6 +192,7 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
     pl_srv_log("INFO", "model %s: %d KV blocks of %d tokens, max_model_len %d, %s tokenizer%s",
                s->model_name, s->info.kv_blocks, s->info.block_size, s->info.max_model_len,
                s->tok ? "a" : "no", s->opt.api_key ? ", API key required" : "");
+    pl_srv_log("INFO", "KV cache: %s", s->info.kv_sizing ? s->info.kv_sizing : "?");
     pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
                s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
     int sig = 0;

@@ -962,6 +962,17 @@ def case_small_fields():
         srv.stop()
 
 
+def case_kv_sizing_logged():
+    """Issue 26 item 17: the server says at start how big the KV cache is and why."""
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--max-num-seqs", "4", "--max-model-len",
+                           "64"])
+    log = srv.stop()
+    check("KV cache: " in log and "max_num_seqs 4 x max_model_len 64" in log, log)
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--kv-cache-memory", "2M"])
+    log = srv.stop()
+    check("KV cache: 2.0 MiB" in log and "kv_cache_memory_bytes" in log, log)
+
+
 def case_port_in_use():
     """Issue 26 item 23: a port in use is said so, with the port asked for (libmicrohttpd said
     "Failed to bind to port 0")."""

@@ -12,7 +12,9 @@
  *     token counts) and, by default, sets ignore_eos so each one runs to its max_tokens.
  * The model name comes from --model or the server's GET /v1/models, which also gives the
  * vocabulary size random ids need when no tokenizer is at hand (llama-server's meta.n_vocab,
- * a "vocab_size" member; else --vocab-size) and vLLM's max_model_len.
+ * a "vocab_size" member as pagellm serve gives; else one past the largest id the server's
+ * /tokenize gives for a sample text, as vLLM has one; else --vocab-size) and vLLM's
+ * max_model_len.
  *
  * Exit status: 0 when the run completed with at least one successful request (failures are
  * counted in the result, the first one's reason printed), 1 when none succeeded or the server
@@ -81,7 +83,8 @@ static void usage(const pl_bench_workload_opts *d) {
            "                             and are counted; needed by the chat endpoint and\n"
            "                             ShareGPT. Without it prompts are token-id arrays\n"
            "  --vocab-size N             random ids in [3, N) when neither a tokenizer nor the\n"
-           "                             server's model list gives the vocabulary size\n"
+           "                             server (its model list's vocab_size, its /tokenize)\n"
+           "                             gives the vocabulary size\n"
            "traffic flags:\n"
            "  --request-rate R           requests/s, or inf: all at once (default inf)\n"
            "  --burstiness B             gamma-distributed gaps of shape B: 1 Poisson (default),\n"
@@ -652,8 +655,43 @@ static void run_state_free(run_state *s) {
     pl_tokenizer_free(s->tok);
 }
 
+/* A vocabulary size when the model list gives none: one past the largest id the server's
+ * /tokenize (vLLM's and pagellm's) gives for a sample of varied text, so random ids are ids
+ * the model has. 0 when the server has no such route or no tokenizer. */
+static int ask_tokenize(const char *base, const char *api_key, const char *model) {
+    static const char sample[] =
+        "The quick brown fox jumps over the lazy dog while zebras, yaks and quokkas watch. "
+        "Quantum physicists synthesize extraordinary hypotheses; archaeologists excavate "
+        "Byzantine amphitheaters near Thessaloniki in 1987 and 2024. Mississippi, Kilimanjaro, "
+        "Reykjavik, Saskatchewan, Ouagadougou: uncharacteristically idiosyncratic "
+        "onomatopoeia, pneumonoultramicroscopic silicovolcanoconiosis, zygomorphic xylophones.";
+    json_t *req = json_pack("{s:s, s:s, s:b}", "model", model, "prompt", sample,
+                            "add_special_tokens", 0);
+    char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    char url[2048], err[512], *body = NULL;
+    long status = 0;
+    snprintf(url, sizeof url, "%s/tokenize", base);
+    int vocab = 0;
+    if (text && pl_bench_http_post(url, api_key, text, &body, &status, err, sizeof err) &&
+        status == 200) {
+        json_t *root = json_loads(body, 0, NULL);
+        json_t *ids = json_object_get(root, "tokens");
+        for (size_t i = 0; i < json_array_size(ids); i++) {
+            json_t *x = json_array_get(ids, i);
+            if (json_is_integer(x) && json_integer_value(x) >= vocab &&
+                json_integer_value(x) < (1 << 30))
+                vocab = (int)json_integer_value(x) + 1;
+        }
+        json_decref(root);
+    }
+    free(body);
+    free(text);
+    return vocab;
+}
+
 /* Facts for the workload: the vocabulary and length limit from the tokenizer, the flags and
- * the server's model list; the model name sent. Returns an exit status. */
+ * the server's model list (or its /tokenize); the model name sent. Returns an exit status. */
 static int resolve_model(const opts *o, const char *base, bool chat, const pl_tokenizer *tok,
                          server_model *sm, pl_bench_model_facts *f) {
     bool random = !o->wo.dataset;
@@ -677,10 +715,15 @@ static int resolve_model(const opts *o, const char *base, bool chat, const pl_to
                                 .max_model_len = sm->max_model_len, .tok = tok,
                                 .text_prompts = true};
     if (!f->vocab_size) f->vocab_size = tok ? pl_tokenizer_vocab_size(tok) : sm->vocab_size;
-    if (need_vocab && !f->vocab_size) {
+    if (need_vocab && !f->vocab_size && sm->name[0] &&
+        (f->vocab_size = ask_tokenize(base, o->api_key, sm->name)) > 3)
+        fprintf(stderr, "pagellm " CMD ": the server's model list gives no vocabulary size: "
+                        "random ids below %d, one past the largest its /tokenize gives for a "
+                        "sample text (--vocab-size or --tokenizer sets it)\n", f->vocab_size);
+    if (need_vocab && f->vocab_size <= 3) {
         fprintf(stderr, "pagellm " CMD ": random prompts are token ids of the model's vocabulary, "
-                        "whose size the server's model list does not give: pass --tokenizer "
-                        "PATH or --vocab-size N\n");
+                        "whose size neither the server's model list nor its /tokenize gives: "
+                        "pass --tokenizer PATH or --vocab-size N\n");
         return 2;
     }
     return 0;

@@ -135,6 +135,9 @@ void pl_bench_serve_results_free(pl_bench_serve_result *r, size_t n);
  * HTTP status. Returns false with err set when no response came (connection refused, ...). */
 bool pl_bench_http_get(const char *url, const char *api_key, char **body, long *status,
                        char *err, size_t err_cap);
+/* The same with a POST of json_body (NULL: a GET). */
+bool pl_bench_http_post(const char *url, const char *api_key, const char *json_body,
+                        char **body, long *status, char *err, size_t err_cap);
 
 /* ------------------------------------------------------------------------------------------
  * Arrivals (serve_schedule.c)

@@ -397,11 +397,17 @@ static size_t get_cb(char *ptr, size_t size, size_t nmemb, void *userdata) {
 
 bool pl_bench_http_get(const char *url, const char *api_key, char **body, long *status,
                        char *err, size_t err_cap) {
+    return pl_bench_http_post(url, api_key, NULL, body, status, err, err_cap);
+}
+
+bool pl_bench_http_post(const char *url, const char *api_key, const char *json_body,
+                        char **body, long *status, char *err, size_t err_cap) {
     *body = NULL;
     *status = 0;
     bool ok = true;
     struct curl_slist *h = NULL;
     if (api_key) h = add_header(h, &ok, "Authorization: Bearer %s", api_key);
+    if (json_body) h = add_header(h, &ok, "Content-Type: application/json");
     CURL *e = curl_easy_init();
     if (!ok || !e) {
         snprintf(err, err_cap, "out of memory");
@@ -413,6 +419,7 @@ bool pl_bench_http_get(const char *url, const char *api_key, char **body, long *
     char cerr[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    if (json_body) curl_easy_setopt(e, CURLOPT_POSTFIELDS, json_body);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, get_cb);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);

@@ -365,6 +365,14 @@ pl_status pl_tokenizer_decode(const pl_tokenizer *t, const int32_t *ids, size_t 
     return PL_OK;
 }
 
+pl_status pl_tokenizer_decode_offsets(const pl_tokenizer *t, const int32_t *ids, size_t n,
+                                      unsigned flags, char **out_text, size_t *out_offsets) {
+    if (!t) return pl_fail(PL_ERR_INVALID_ARGUMENT, "tokenizer_decode: tokenizer is NULL");
+    if (flags & ~PL_DECODE_SKIP_SPECIAL)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "tokenizer_decode: unknown flags 0x%x", flags);
+    return pl_tok_decode_offsets(t, ids, n, flags, out_text, out_offsets);
+}
+
 const char *pl_tokenizer_chat_template(const pl_tokenizer *t, const char *name) {
     return t ? pl_tok_chat_template(t, name) : NULL;
 }

@@ -118,6 +118,11 @@ static pl_status check_rules(const pl_engine_config *c) {
                        "config.max_total_tokens = %d: must be >= max_batch_size (%d), or a full "
                        "batch of decodes cannot run",
                        r.max_total_tokens, r.max_batch_size);
+    if (c->max_num_blocks && c->kv_cache_memory_bytes)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "config.kv_cache_memory_bytes = %zu and config.max_num_blocks = %d both "
+                       "size the KV pool: give one of them",
+                       c->kv_cache_memory_bytes, c->max_num_blocks);
     if (!c->enable_chunked_prefill && c->long_prefill_threshold > 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "config.long_prefill_threshold = %d: applies only with chunked prefill, "

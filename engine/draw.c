@@ -13,6 +13,14 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
+/* Ids the model scores but its tokenizer cannot decode (padding) get no chance: masked here,
+ * where every row of logits is first read, so no sampling mode draws them and no logprob
+ * (normalised over the decodable ids) lists them. rows: (n, vocab). */
+static void mask_undecodable(const pl_engine *e, float *rows, int n) {
+    for (int r = 0; r < n && e->n_decodable < e->vocab; r++)
+        for (int i = e->n_decodable; i < e->vocab; i++) rows[(size_t)r * e->vocab + i] = -INFINITY;
+}
+
 /* Samples one token for s from logits (vocab, modified in place); -1 when a constrained
  * output has no token left to continue with. */
 static pl_status sample_one(pl_engine *e, pl_sample *s, float *logits, int32_t *out) {
@@ -93,6 +101,7 @@ pl_status pl_draw_tokens(pl_engine *e, const pl_sched_output *so, size_t *n_out)
         pl_sample *s = so->entries[sb->sample_entry[k]].seq->user;
         if (s->finished) continue; /* aborted meanwhile */
         float *row = sb->logits + (size_t)k * V;
+        mask_undecodable(e, row, 1);
         pl_request *r = s->req;
         if (!r->forked && s->index == 0) {
             /* the other samples draw from copies of the same row */
@@ -127,6 +136,7 @@ static pl_status prompt_rows(pl_engine *e, const pl_sched_entry *en, int first_r
         int n = to - p0 < max_rows ? to - p0 : max_rows;
         for (int i = 0; i < n; i++) rows[i] = first_row + (p0 - en->start) + i;
         PL_TRY(pl_runner_logits(e->runner, rows, n, e->sb.logits));
+        mask_undecodable(e, e->sb.logits, n);
         for (int i = 0; i < n; i++) {
             pl_token_logprobs lp;
             pl_logprob tops[PL_MAX_LOGPROBS];

@@ -5,6 +5,7 @@
  * output.c's and freeing one request.c's, all below this file.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -81,6 +82,11 @@ static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
         return pl_fail(PL_ERR_FORMAT,
                        "tokenizer %s has %d pieces but model %s has a vocabulary of %d", path, tv,
                        e->model->name, e->vocab);
+    if (tv < e->vocab) {
+        e->n_decodable = tv;
+        pl_log(PL_LOG_INFO, "engine: model %s scores %d ids, tokenizer %s decodes %d: the other "
+               "%d (padding) are never sampled", e->model->name, e->vocab, path, tv, e->vocab - tv);
+    }
     if (e->bos_id < 0) e->bos_id = pl_tok_bos_id(e->tok);
     /* End of text: the model's set, and the tokenizer's EOS and end-of-turn tokens (Llama 3
      * Instruct's <|eot_id|>, Qwen's <|im_end|>) that a config may not list. */
@@ -117,6 +123,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     pl_engine_name_weights(e);
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
+    e->n_decodable = e->vocab; /* token ids only: every id is an answer */
     e->bos_id = mc->bos_id;
     e->n_eos = mc->n_eos;
     memcpy(e->eos_ids, mc->eos_ids, sizeof e->eos_ids);
@@ -137,7 +144,8 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
                             .block_size = c->block_size};
     pl_status st = load_tokenizer(e, tokenizer_path);
     if (st == PL_OK) st = pl_chat_state_init(&e->chat, e->tok, chat_template);
-    if (st == PL_OK) st = pl_rank_pool_blocks(&e->cfg, e->model, e->be, &lim, &lim.n_blocks);
+    if (st == PL_OK) st = pl_rank_pool_blocks(&e->cfg, e->model, e->be, &lim, avail, e->kv_sizing,
+                                                  sizeof e->kv_sizing, &lim.n_blocks);
     if (e->tp) st = pl_tp_agree_blocks(e->tp, st, e->model, &lim, lim.n_blocks, &lim.n_blocks);
     PL_TRY(st);
     e->n_blocks = lim.n_blocks;
@@ -155,8 +163,8 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     PL_TRY(pl_sampler_init(&e->sampler, e->vocab));
     PL_TRY(alloc_step_buffers(e, &lim));
     pl_intake_publish(e);
-    pl_log(PL_LOG_INFO, "engine: model %s, backend %s, %d KV blocks of %d tokens, max_model_len %d",
-           e->model->name, e->be->ops->name, lim.n_blocks, c->block_size, e->max_model_len);
+    pl_log(PL_LOG_INFO, "engine: model %s, backend %s, max_model_len %d; %s", e->model->name,
+           e->be->ops->name, e->max_model_len, e->kv_sizing);
     return PL_OK;
 }
 

@@ -36,13 +36,18 @@
 typedef struct pl_request pl_request;
 
 /* Log-probabilities recorded for a run of token positions (engine/logprobs.c). entries[i].top
- * points into tops (k per entry); both grow together. */
+ * points into tops (k per entry); both grow together. The first n_text entries' texts are
+ * NUL-terminated slots of texts, in order (entry i's at text_at[i]). */
 typedef struct pl_logprob_list {
     pl_token_logprobs *entries; /* (n) */
     pl_logprob *tops;           /* (n * k) */
     size_t n, cap;
     int k;                      /* alternatives per position */
     bool on;                    /* requested */
+    char *texts;                /* (texts_len) the entries' texts, each followed by a NUL */
+    size_t texts_len, texts_cap;
+    size_t *text_at;            /* (cap) */
+    size_t n_text;
 } pl_logprob_list;
 
 /* What a sample keeps for a request that asked for logprobs (allocated only then). */
@@ -112,6 +117,9 @@ typedef struct pl_intake {
     size_t n_aborts, cap_aborts;
     pl_id_map live;              /* every request not yet reported finished */
     int n_waiting_new;           /* the scheduler's count at the last drain (queue bound) */
+    int n_free_slots;            /* its free running slots then (pl_sched_counts): the
+                                    room is these + max_waiting - waiting new requests */
+    size_t n_queued_forks;       /* samples past the first of the queued requests */
     pl_occupancy occ;            /* as of the last drain / retire (pl_engine_occupancy) */
 } pl_intake;
 
@@ -201,6 +209,9 @@ struct pl_engine {
     int max_blocks_per_seq;
     int n_blocks;
     int vocab;
+    int n_decodable;                  /* ids [n_decodable, vocab) have logits but no text (a
+                                         model vocabulary padded past its tokenizer's): they
+                                         are masked before every draw and logprob */
     int bos_id;                       /* -1: none */
     int eos_ids[PL_MODEL_MAX_EOS];    /* (n_eos) the ids that end a text (the model's set, or
                                          the tokenizer's EOS when the model names none) */
@@ -208,6 +219,7 @@ struct pl_engine {
     char weight_type[48];             /* pl_model_info.weight_type (pl_engine_name_weights) */
     uint64_t n_params, param_bytes;   /* pl_model_info's, of the whole model (before a
                                          tensor-parallel rank keeps its shard) */
+    char kv_sizing[320];              /* pl_model_info.kv_sizing (rank.c's pl_rank_pool_blocks) */
     pl_dtype weight_dtype;            /* pl_model_info.weight_dtype */
 
     atomic_uint_fast64_t next_id;
@@ -230,9 +242,12 @@ pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int 
 /* The memory it may use: memory_limit_bytes, else what be reports; on a host backend divided
  * among the ranks on this host. */
 pl_status pl_rank_memory(const pl_engine_config *c, pl_backend *be, size_t *out);
-/* KV blocks for the pool of model (this rank's part) on be within lim (n_blocks unused). */
+/* KV blocks for the pool of model (this rank's part) on be within lim (n_blocks unused), from
+ * avail bytes (pl_rank_memory's, taken before the model was loaded); sizing (sizing_size
+ * bytes, may be NULL) gets a line saying which rule sized it. */
 pl_status pl_rank_pool_blocks(const pl_engine_config *c, const pl_model *model, pl_backend *be,
-                              const pl_runner_limits *lim, int *out_blocks);
+                              const pl_runner_limits *lim, size_t avail, char *sizing,
+                              size_t sizing_size, int *out_blocks);
 
 /* Fills e->weight_type and e->weight_dtype from the loaded model's matrices (queries.c). */
 void pl_engine_name_weights(pl_engine *e);
@@ -299,6 +314,16 @@ pl_status pl_logprob_list_reserve(pl_logprob_list *l, size_t n);
 pl_status pl_logprob_list_push(pl_logprob_list *l, const pl_token_logprobs *e,
                                const pl_logprob *tops);
 void pl_logprob_list_free(pl_logprob_list *l);
+/* Gives entry i (>= n_text: texts are set in order; skipped ones get "") the text p[0..len). */
+pl_status pl_logprob_list_set_text(pl_logprob_list *l, size_t i, const char *p, size_t len);
+/* Appends p[0..len) to the last entry's text (the tail a detokeniser held back). */
+pl_status pl_logprob_list_extend_text(pl_logprob_list *l, const char *p, size_t len);
+/* Cuts the entries' texts so that they join to at most keep bytes (a stop string cut the
+ * text they join to). */
+void pl_logprob_list_cut_text(pl_logprob_list *l, size_t keep);
+/* Prompt positions: entry i gets prompt token i + 1's part of the prompt's decode. */
+pl_status pl_logprob_list_prompt_text(pl_logprob_list *l, const pl_tokenizer *tok,
+                                      const int32_t *prompt, size_t n_prompt);
 
 /* engine/output.c */
 /* Appends d's token to its sample (and its logprobs); detokenises, checks stops, streams. */

@@ -643,33 +643,52 @@ static const char *json_cstr(const json_t *j) {
     return s && strlen(s) == json_string_length(j) ? s : NULL;
 }
 
+/* An integer value: a JSON integer, or a number with no fraction (JSON has one number type,
+ * and clients write max_tokens: 3.0) within +-2^53, where doubles are exact. A fraction is
+ * refused showing the number. */
+static bool json_whole(const pl_field_table *t, const pl_field *f, const json_t *j,
+                       json_int_t *out, pl_status *err) {
+    if (json_is_integer(j)) return (*out = json_integer_value(j)), true;
+    if (!json_is_real(j)) return false;
+    double d = json_real_value(j);
+    if (!(fabs(d) <= 9007199254740992.0) || d != floor(d)) {
+        *err = pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: must be an integer, not %.17g",
+                       t->prefix, f->name, d);
+        return false;
+    }
+    *out = (json_int_t)d;
+    return true;
+}
+
 static pl_status parse_json(const pl_field_table *t, const pl_field *f, const json_t *j,
                             value *v) {
+    json_int_t w = 0;
+    pl_status err = PL_OK;
     switch (f->kind) {
     case PL_FIELD_BOOL:
         if (!json_is_boolean(j)) return bad_json(t, f, j, "true or false");
         v->b = json_is_true(j);
         return PL_OK;
     case PL_FIELD_INT:
-        if (!json_is_integer(j)) return bad_json(t, f, j, "an integer");
-        v->i = json_integer_value(j);
+        if (!json_whole(t, f, j, &w, &err)) return err ? err : bad_json(t, f, j, "an integer");
+        v->i = w;
         return PL_OK;
     case PL_FIELD_OPT_U64:
         if (json_is_null(j)) return (v->unset = true), PL_OK;
         /* fall through */
     case PL_FIELD_U64:
-        if (!json_is_integer(j) || json_integer_value(j) < 0)
+        if (!json_whole(t, f, j, &w, &err) || w < 0)
             return bad_json(t, f, j, "a non-negative integer");
-        v->u = (uint64_t)json_integer_value(j);
+        v->u = (uint64_t)w;
         return PL_OK;
     case PL_FIELD_SIZE:
         if (json_is_string(j)) {
             const char *s = json_cstr(j);
             return parse_text(t, f, s ? s : "", v);
         }
-        if (!json_is_integer(j) || json_integer_value(j) < 0)
+        if (!json_whole(t, f, j, &w, &err) || w < 0)
             return bad_json(t, f, j, "a non-negative integer or a size string (\"512M\")");
-        v->u = (uint64_t)json_integer_value(j);
+        v->u = (uint64_t)w;
         return PL_OK;
     case PL_FIELD_DOUBLE:
     case PL_FIELD_FLOAT:

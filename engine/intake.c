@@ -63,10 +63,14 @@ static pl_status enqueue(pl_engine *e, pl_request *r, pl_request_id *out_id) {
     pl_intake *in = &e->intake;
     pthread_mutex_lock(&in->mu);
     const pl_engine_config *c = &e->cfg;
+    /* capacity: running slots + waiting slots, counted as pl_sched_add will when the drain
+     * adds the queued requests (each one's other samples take a slot) */
     if (c->max_waiting > 0 && c->overflow_policy == PL_OVERFLOW_REJECT_NEWEST &&
-        (size_t)in->n_waiting_new + in->n_queued >= (size_t)c->max_waiting) {
+        (long long)in->n_waiting_new + (long long)(in->n_queued + in->n_queued_forks) >=
+            (long long)c->max_waiting + in->n_free_slots) {
         pthread_mutex_unlock(&in->mu);
-        return pl_fail(PL_ERR_QUEUE_FULL, "submit: %d requests already wait (max_waiting)",
+        return pl_fail(PL_ERR_QUEUE_FULL, "submit: every running slot (max_num_seqs %d) and "
+                       "waiting slot (max_waiting %d) is taken", c->max_num_seqs,
                        c->max_waiting);
     }
     r->id = (pl_request_id)atomic_fetch_add(&e->next_id, 1);
@@ -81,6 +85,7 @@ static pl_status enqueue(pl_engine *e, pl_request *r, pl_request_id *out_id) {
     else in->head = r;
     in->tail = r;
     in->n_queued++;
+    in->n_queued_forks += (size_t)(r->n_samples - 1);
     pthread_cond_signal(&in->arrived);
     pthread_mutex_unlock(&in->mu);
     if (out_id) *out_id = r->id;
@@ -133,12 +138,15 @@ pl_status pl_intake_submit_text(pl_engine *e, const char *prompt, size_t len, un
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "submit: no tokenizer is loaded (tokenizer_path is NULL and none was "
                        "found beside the model); submit token ids instead");
-    if (len == 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: prompt is empty");
     PL_TRY(check_utf8(prompt, len));
     int32_t *ids;
     size_t n;
     PL_TRY(pl_tok_encode(e->tok, prompt, len, flags, &ids, &n));
     pl_status s = PL_OK;
+    /* an empty prompt generates from BOS alone, as llama2.c and vLLM do */
+    if (n == 0)
+        s = pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: the prompt is empty and the tokenizer adds "
+                    "no BOS: there is no token to generate from");
     for (size_t i = 0; i < n && s == PL_OK; i++)
         if (ids[i] < 0 || ids[i] >= e->vocab)
             s = pl_fail(PL_ERR_INVALID_ARGUMENT,
@@ -182,6 +190,7 @@ static void publish_counts(pl_engine *e) {
     pl_sched_counts c;
     pl_sched_get_counts(e->sched, &c);
     in->n_waiting_new = c.n_waiting_new;
+    in->n_free_slots = c.n_free_slots;
     pl_kv_stats kv;
     pl_kv_get_stats(e->pool, &kv);
     in->occ = (pl_occupancy){
@@ -189,6 +198,7 @@ static void publish_counts(pl_engine *e) {
         .n_waiting_new = c.n_waiting_new, .n_running = c.n_running,
         .max_waiting = e->cfg.max_waiting, .kv_blocks_total = kv.n_blocks_total,
         .kv_blocks_used = kv.n_blocks_used, .kv_usage = kv.usage,
+        .n_free_slots = c.n_free_slots > 0 ? c.n_free_slots : 0,
     };
 }
 
@@ -219,7 +229,7 @@ void pl_intake_drain(pl_engine *e) {
     pthread_mutex_lock(&in->mu);
     pl_request *r = in->head;
     in->head = in->tail = NULL;
-    in->n_queued = 0;
+    in->n_queued = in->n_queued_forks = 0;
     while (r) {
         pl_request *next = r->inbox_next;
         r->inbox_next = NULL;

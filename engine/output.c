@@ -80,7 +80,11 @@ static void flush_held_back(pl_sample *s) {
     if (!s->detok || s->text_cut) return;
     size_t len;
     const char *all = pl_detok_text(s->detok, &len);
-    if (all && len > s->text_len && text_append(s, all + s->text_len, len - s->text_len) != PL_OK)
+    if (!all || len <= s->text_len) return;
+    size_t tail = len - s->text_len;
+    /* the last token's logprobs text gets the tail too, so the texts still join to the text */
+    if (text_append(s, all + s->text_len, tail) != PL_OK ||
+        (s->lp && pl_logprob_list_extend_text(&s->lp->output, all + len - tail, tail) != PL_OK))
         pl_log(PL_LOG_WARN, "request %llu: final text bytes dropped: %s",
                (unsigned long long)s->req->id, pl_last_error());
 }
@@ -112,6 +116,10 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
     }
     int n_out = pl_seq_n_generated(&s->seq);
     uint64_t now = pl_now_ns();
+    /* counted as they come (vLLM's prompt and generation token counters): a prompt once its
+     * request has a first token, once per request */
+    e->stats.output_tokens++;
+    if (n_out == 1 && s->index == 0) e->stats.prompt_tokens += (uint64_t)s->seq.n_prompt;
     if (n_out == 1) s->t_first_token_ns = now;
     else pl_hist_add(&e->stats.itl, (double)(now - s->t_last_token_ns) * 1e-9);
     s->t_last_token_ns = now;
@@ -124,6 +132,9 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
         PL_TRY(pl_detok_push(s->detok, tok, &piece, &n));
         PL_TRY(text_append(s, piece, n));
     }
+    if (lp && s->detok)
+        PL_TRY(pl_logprob_list_set_text(&s->lp->output, s->lp->output.n - 1, s->text + old_len,
+                                        s->text_len - old_len));
     pl_finish_reason reason = PL_FINISH_NONE;
     if (stop_id) reason = PL_FINISH_STOP;
     if (reason == PL_FINISH_NONE && r->params.n_stop > 0 && s->text_len > old_len) {
@@ -134,6 +145,7 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
             s->text_len = (size_t)at;
             s->text[at] = '\0';
             s->text_cut = true;
+            if (lp) pl_logprob_list_cut_text(&s->lp->output, s->text_len);
             if (s->streamed > s->text_len) s->streamed = s->text_len; /* cannot happen: held back */
             reason = PL_FINISH_STOP;
         }
@@ -197,6 +209,9 @@ pl_status pl_output_collect(pl_engine *e) {
                 /* flush what the stop-string hold-back kept (no token: the last delta had it) */
                 PL_TRY(push_delta(e, s, -1, NULL));
             }
+            if (s->lp && s->lp->prompt.on) /* the prompt positions' texts, once */
+                PL_TRY(pl_logprob_list_prompt_text(&s->lp->prompt, e->tok, s->seq.tokens,
+                                                   (size_t)s->seq.n_prompt));
             b->finished_samples[b->n_finished] = s;
             pl_output_fill_completion(s, &b->finished[b->n_finished++]);
             s->reported = true;
@@ -206,8 +221,6 @@ pl_status pl_output_collect(pl_engine *e) {
             int n_out = s->seq.n_tokens - s->seq.n_prompt;
             st->samples_finished++;
             if (r->n_unreported == 0) st->requests_finished++; /* its last sample */
-            if (s->index == 0) st->prompt_tokens += (uint64_t)s->seq.n_prompt; /* once per request */
-            st->output_tokens += (uint64_t)n_out;
             if ((unsigned)s->reason < 8) st->samples_by_reason[s->reason]++;
             const pl_completion *c = &b->finished[b->n_finished - 1];
             pl_hist_add(&st->latency, c->total_s);

@@ -80,6 +80,22 @@ static pl_status add_eos_ids(const pl_model_config *c, const pl_tokenizer *tok,
     return PL_OK;
 }
 
+/* The file names the model's BOS and EOS ids as the tokenizer's: one outside the tokenizer
+ * means it belongs to another model (the GGUF would not load). */
+static pl_status check_ids(const pl_model_config *c, const pl_tokenizer *tok) {
+    int n = pl_tok_vocab_size(tok);
+    if (c->bos_id >= n)
+        return pl_fail(PL_ERR_FORMAT, "quantize: the model's BOS id %d is outside the "
+                       "tokenizer's %d tokens (another model's tokenizer?): give the model's "
+                       "own with --tokenizer", c->bos_id, n);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] >= n)
+            return pl_fail(PL_ERR_FORMAT, "quantize: the model's EOS id %d is outside the "
+                           "tokenizer's %d tokens (another model's tokenizer?): give the "
+                           "model's own with --tokenizer", c->eos_ids[i], n);
+    return PL_OK;
+}
+
 static bool is_gguf_file(const char *path) {
     unsigned char m[4] = {0};
     FILE *f = fopen(path, "rb");
@@ -101,6 +117,7 @@ static pl_status add_tokenizer(const pl_model *m, const char *in_path,
     if (pl_tok_vocab_size(tok) > m->cfg.vocab_size)
         s = pl_fail(PL_ERR_FORMAT, "quantize: tokenizer %s has %d tokens but the model's "
                     "vocabulary is %d", path, pl_tok_vocab_size(tok), m->cfg.vocab_size);
+    if (s == PL_OK) s = check_ids(&m->cfg, tok);
     if (s == PL_OK) s = add_eos_ids(&m->cfg, tok, w);
     if (s == PL_OK) s = pl_tok_gguf_export(tok, w);
     if (s != PL_OK) pl_fail_prefix(s, "%s", path);

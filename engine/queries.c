@@ -101,12 +101,22 @@ void pl_engine_name_weights(pl_engine *e) {
     }
 }
 
-/* The tokenizer's first end-of-generation token that is not the EOS: Llama 3's <|eot_id|>,
- * Qwen's <|im_end|> (chat models end a turn with it). */
+/* The token a chat template ends a turn with: an end-of-generation token spelt as a known
+ * end-of-turn marker (Llama 3's <|eot_id|>, Qwen's <|im_end|>, Phi's <|end|>, Gemma's
+ * <end_of_turn>), whether or not it is also the EOS (Qwen's generation_config lists
+ * <|im_end|> and <|endoftext|>: the end of text is not the end of turn); else the first
+ * end-of-generation token that is not the EOS. */
 static int end_of_turn(const pl_engine *e) {
     if (!e->tok) return -1;
     size_t n;
     const int32_t *eog = pl_tok_eog_ids(e->tok, &n);
+    static const char *const markers[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                          "<EOT>", "<end_of_utterance>"};
+    for (size_t m = 0; m < sizeof markers / sizeof markers[0]; m++)
+        for (size_t i = 0; i < n; i++) {
+            const char *piece = pl_tok_piece(e->tok, eog[i]);
+            if (eog[i] < e->vocab && piece && !strcmp(piece, markers[m])) return eog[i];
+        }
     int eos = e->n_eos > 0 ? e->eos_ids[0] : -1, tok_eos = pl_tok_eos_id(e->tok);
     for (size_t i = 0; i < n; i++)
         if (eog[i] != eos && eog[i] != tok_eos && eog[i] < e->vocab) return eog[i];
@@ -146,6 +156,7 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
     info.weight_bytes = e->param_bytes;
     info.tensor_parallel_size = e->cfg.tensor_parallel_size;
     info.distributed = e->tp ? e->tp->info : "";
+    info.kv_sizing = e->kv_sizing;
     info.max_concurrency = (double)info.kv_tokens / (double)e->max_model_len;
     pl_fields_fill_out(dst, dst_size, &info, sizeof info);
     return PL_OK;

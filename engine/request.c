@@ -80,6 +80,16 @@ static pl_status copy_stops(pl_request *r, const pl_sampling_params *p) {
 }
 
 /* p is the library's full, checked copy (pl_sampling_params_take). */
+/* Whether the output continues a text: a prompt of special tokens alone (BOS: an empty
+ * prompt) decodes to nothing, so the output starts the text, and a SentencePiece model drops
+ * the leading space of its first piece as it does at any text's start (llama2.c prints a story
+ * generated from BOS so). */
+static bool continues_text(const pl_tokenizer *t, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!pl_tok_is_special(t, ids[i])) return true;
+    return false;
+}
+
 pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
                             const pl_sampling_params *p, pl_request **out) {
     pl_request *r = pl_calloc(1, sizeof *r);
@@ -114,7 +124,8 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         if (!s->text) goto oom;
         s->text_cap = 1;
         if (e->tok) {
-            st = pl_detok_create(e->tok, PL_TOK_AFTER_PROMPT | PL_TOK_SKIP_SPECIAL, &s->detok);
+            unsigned after = continues_text(e->tok, ids, n_ids) ? PL_TOK_AFTER_PROMPT : 0;
+            st = pl_detok_create(e->tok, after | PL_TOK_SKIP_SPECIAL, &s->detok);
             if (st != PL_OK) {
                 pl_request_free(r);
                 return st;

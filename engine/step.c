@@ -144,19 +144,24 @@ pl_status pl_engine_step_sized(pl_engine *e, pl_step_result *out, size_t out_siz
 /* ---- run ----------------------------------------------------------------------------- */
 
 /* Moves a logprob list into a completion's array (no allocation). The tops of all entries
- * are one block starting at entries[0].top (NULL with k = 0), which pl_completions_free
- * frees with the entries; an empty list is freed here. */
+ * are one block starting at entries[0].top (NULL with k = 0), their texts one block starting
+ * at entries[0].text (NULL without a tokenizer), which pl_completions_free frees with the
+ * entries; an empty list is freed here. */
 static pl_token_logprobs *take_logprobs(pl_logprob_list *l, size_t *out_n) {
     pl_token_logprobs *e = l->entries;
     *out_n = l->n;
+    if (l->n == 0 || l->n_text == 0) pl_free(l->texts); /* else the block at entries[0].text */
     if (l->n == 0) {
         pl_free(l->entries);
         pl_free(l->tops);
         e = NULL;
     }
+    pl_free(l->text_at);
     l->entries = NULL;
     l->tops = NULL;
-    l->n = l->cap = 0;
+    l->texts = NULL;
+    l->text_at = NULL;
+    l->n = l->cap = l->n_text = l->texts_len = l->texts_cap = 0;
     return e;
 }
 
@@ -180,6 +185,7 @@ static void take_completion(pl_engine *e, size_t i, pl_completion *dst) {
 static void free_logprobs(pl_token_logprobs *l, size_t n) {
     if (!l) return;
     if (n > 0 && l[0].n_top > 0) pl_free((void *)l[0].top); /* the block of every entry's */
+    if (n > 0) pl_free((void *)l[0].text);                  /* likewise */
     pl_free(l);
 }
 

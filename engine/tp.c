@@ -198,7 +198,9 @@ static pl_status follow(const pl_engine_config *cfg, pl_model *shard, pl_backend
     int32_t shape[10];
     shape_of(shard, &lim, shape);
     int blocks = 0;
-    if (st == PL_OK) st = pl_rank_pool_blocks(cfg, shard, be, &lim, &blocks);
+    size_t avail = 0;
+    if (st == PL_OK) st = pl_rank_memory(cfg, be, &avail);
+    if (st == PL_OK) st = pl_rank_pool_blocks(cfg, shard, be, &lim, avail, NULL, 0, &blocks);
     PL_TRY(agree(comm, st, blocks, shape, &lim.n_blocks, "agreeing on the KV pool"));
     pl_runner *r = NULL;
     pl_tp_link link = {0};

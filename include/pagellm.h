@@ -163,7 +163,8 @@ typedef enum pl_dist_backend {
     PL_DIST_THREADS = 3, /* "threads": every rank a thread of this process */
 } pl_dist_backend;
 
-/* What submit does when max_waiting requests are already waiting. */
+/* What submit does when every running slot (max_num_seqs) and waiting slot (max_waiting) is
+ * taken. */
 typedef enum pl_overflow_policy {
     PL_OVERFLOW_REJECT_NEWEST = 0, /* "reject-newest": submit fails with PL_ERR_QUEUE_FULL */
     PL_OVERFLOW_DROP_OLDEST = 1,   /* "drop-oldest": the oldest waiting request finishes as
@@ -236,13 +237,19 @@ typedef enum pl_overflow_policy {
     X(INT, int, block_size, 16, PL_RANGE(1, 256), "--block-size", 0, "N",                      \
       "token slots per KV block, a power of two")                                              \
     X(INT, int, max_num_blocks, 0, PL_RANGE(0, 1073741824), "--max-num-blocks", 0, "N",        \
-      "KV blocks in the pool; 0 = as many as memory_threshold of the memory holds")            \
+      "KV blocks in the pool; 0 = sized by kv_cache_memory_bytes, else what max_num_seqs "     \
+      "sequences of max_model_len tokens use, within memory_threshold of the memory")          \
     X(DOUBLE, double, memory_threshold, 0.9, PL_RANGE_OC(0, 1), "--memory-threshold", 0, "F",  \
       "fraction of the memory the engine may use for weights, KV cache and workspace")         \
     X(SIZE, size_t, memory_limit_bytes, 0, PL_RANGE_NONE,                                      \
       "--memory-limit", 0, "SIZE",                                                             \
-      "memory to size the KV pool from (bytes, or 512M, 4GiB...); 0 = physical memory (CPU) "  \
-      "or free device memory. Weights larger than it are refused before loading")              \
+      "memory to size the KV pool from (bytes, or 512M, 4GiB...); 0 = the memory available "  \
+      "at start (CPU: MemAvailable, so other programs are not pushed into swap) or free "      \
+      "device memory. Weights larger than it are refused before loading")                      \
+    X(SIZE, size_t, kv_cache_memory_bytes, 0, PL_RANGE_NONE, "--kv-cache-memory", 0, "SIZE",   \
+      "KV cache size (bytes, or 512M, 4GiB...): a fixed KV space, as vLLM's "                  \
+      "--kv-cache-memory (its CPU backend's VLLM_CPU_KVCACHE_SPACE); 0 = what max_num_seqs "   \
+      "sequences of max_model_len tokens use, within memory_threshold of the memory")          \
     X(BOOL, bool, enable_prefix_caching, true, PL_RANGE_NONE, "--enable-prefix-caching", 0,    \
       NULL, "automatic prefix caching: requests sharing a prompt prefix share its KV blocks")  \
     X(INT, int, max_batch_size, 0, PL_RANGE(0, 65536), "--max-batch-size", 0, "N",             \
@@ -264,11 +271,11 @@ typedef enum pl_overflow_policy {
     X(DOUBLE, double, watermark, 0.01, PL_RANGE_CO(0, 1), "--watermark", 0, "F",               \
       "fraction of the KV blocks admission keeps free for running sequences")                  \
     X(INT, int, max_waiting, 4096, PL_RANGE(0, 16777216), "--max-waiting", 0, "N",             \
-      "waiting queue bound; 0 = unbounded")                                                    \
+      "waiting slots besides the running ones; 0 = unbounded")                                 \
     X(ENUM, pl_overflow_policy, overflow_policy, PL_OVERFLOW_REJECT_NEWEST, PL_RANGE_NONE,     \
       "--overflow-policy", 0, "NAME",                                                          \
-      "when max_waiting requests wait: reject-newest refuses the submit, drop-oldest ends "    \
-      "the oldest waiting request as overloaded")                                              \
+      "when every running and waiting slot is taken: reject-newest refuses the submit, "       \
+      "drop-oldest ends the oldest waiting request as overloaded")                             \
     X(BOOL, bool, log_preemptions, false, PL_RANGE_NONE, "--log-preemptions", 0, NULL,         \
       "log every preemption on stderr")                                                        \
     X(INT, int, tensor_parallel_size, 1, PL_RANGE(1, 64), "--tensor-parallel-size", 0, "N",    \
@@ -547,9 +554,11 @@ typedef uint64_t pl_request_id; /* 0 is never a valid id */
 PL_API pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out);
 PL_API void pl_engine_destroy(pl_engine *e); /* NULL is a no-op; frees all requests */
 
-/* Queues a request. prompt: NUL-terminated UTF-8, tokenized with BOS as the model expects.
+/* Queues a request. prompt: NUL-terminated UTF-8, tokenized with BOS as the model expects;
+ * "" is BOS alone (the output then starts a text, as llama2.c and vLLM generate from BOS).
  * params NULL = defaults. *out_id (may be NULL) gets its id. Everything is copied.
- * Errors: PL_ERR_INVALID_ARGUMENT (NULL engine/prompt, empty prompt, invalid UTF-8, a bad
+ * Errors: PL_ERR_INVALID_ARGUMENT (NULL engine/prompt, a prompt of no tokens at all (empty,
+ * and the tokenizer adds no BOS), invalid UTF-8, a bad
  * sampling value: the message names the field; no tokenizer loaded), PL_ERR_TOO_LONG
  * (prompt + max_tokens > max_model_len), PL_ERR_QUEUE_FULL (REJECT_NEWEST policy),
  * PL_ERR_OUT_OF_MEMORY. A refused request leaves no trace. Thread-safe (see Threads). */
@@ -584,6 +593,14 @@ typedef struct pl_token_logprobs {
     int32_t n_top;           /* entries in top: min(K, vocabulary) for logprobs = K */
     const pl_logprob *top;   /* (n_top) the most likely tokens, most likely first, ties by
                                 lower id; NULL when n_top is 0 */
+    /* What this token added to the text, NUL-terminated (NULL without a tokenizer): the
+     * texts of consecutive positions join to the text itself. Output positions: the
+     * sample's text (pl_completion.text, the stream's deltas joined), so a character spelt
+     * over several tokens belongs to the one that completes it, a stop id or a token a stop
+     * string cut away adds "", and bytes left unfinished at the end (U+FFFD) belong to the
+     * last. Prompt positions: the prompt's decode, as pl_tokenizer_decode_offsets gives it
+     * (with PL_DECODE_SKIP_SPECIAL). vLLM's decoded_token of the position's own token. */
+    const char *text;
 } pl_token_logprobs;
 
 /* A finished request (one sample of it). */
@@ -668,9 +685,10 @@ typedef struct pl_metrics {
     size_t struct_size;            /* bytes the library filled */
     uint64_t requests_finished;    /* requests whose every sample finished */
     uint64_t samples_finished;     /* samples (completions): n per request */
-    uint64_t prompt_tokens;        /* prompt tokens of finished requests (once per request) */
+    uint64_t prompt_tokens;        /* prompt tokens of requests that have their first output
+                                      token, counted in that step, once per request */
     uint64_t prompt_tokens_computed; /* prompt tokens actually computed (no cache hits) */
-    uint64_t output_tokens;
+    uint64_t output_tokens;        /* counted in the step that draws them */
     uint64_t steps;
     uint64_t preemptions;
     double elapsed_s;              /* time spent inside pl_engine_step */
@@ -740,11 +758,16 @@ PL_API pl_status pl_engine_latency_histogram(const pl_engine *e, pl_latency kind
 typedef struct pl_occupancy {
     size_t struct_size;   /* bytes the library filled */
     int n_waiting;        /* sequences waiting to run (new, and preempted ones) */
-    int n_waiting_new;    /* of which never ran: what max_waiting bounds */
+    int n_waiting_new;    /* of which never ran (max_waiting bounds those beyond the free
+                             running slots) */
     int n_running;        /* sequences holding KV blocks */
     int max_waiting;      /* config.max_waiting (0: unbounded) */
     int kv_blocks_total, kv_blocks_used;
     double kv_usage;      /* used / total */
+    /* running slots (max_num_seqs) no sequence holds or will take back, as of the latest
+     * step: admission takes that many new requests beyond max_waiting, so the waiting queue
+     * proper is max(0, n_waiting_new - n_free_slots) */
+    int n_free_slots;
 } pl_occupancy;
 
 /* Fills *out (NULL: no-op; NULL e gives zeros). Thread-safe. */
@@ -767,8 +790,10 @@ typedef struct pl_model_info {
                                    "mistral", "qwen2", "qwen3"; static */
     int vocab_size;
     int bos_id, eos_id;         /* -1 when the model has none */
-    int eot_id;                 /* end of turn (chat models: the tokenizer's first
-                                   end-of-generation token besides EOS); -1 when none */
+    int eot_id;                 /* end of turn (chat models): the end-of-generation token
+                                   spelt as a turn marker (<|eot_id|>, <|im_end|>, <|end|>,
+                                   <end_of_turn>), even when it is the EOS too, else the first
+                                   one besides EOS; -1 when none */
     int context_length;         /* the model's own maximum sequence length */
     int max_model_len;          /* what this engine allows (config.max_model_len or the
                                    model's) */
@@ -798,6 +823,11 @@ typedef struct pl_model_info {
      * Engine-owned, valid until pl_engine_destroy. */
     int tensor_parallel_size;
     const char *distributed;
+    /* Why the KV pool has its size, one line for a start-up log: "1.6 GiB of KV cache (...):
+     * what max_num_seqs 256 x max_model_len 2048 use", or the memory bound, or the setting
+     * (kv_cache_memory_bytes, max_num_blocks) that sized it. Engine-owned, valid until
+     * pl_engine_destroy. */
+    const char *kv_sizing;
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */
@@ -948,6 +978,14 @@ PL_API pl_status pl_tokenizer_encode(const pl_tokenizer *t, const char *text, si
  * out_len may be NULL. PL_ERR_INVALID_ARGUMENT for an id out of range (its index named). */
 PL_API pl_status pl_tokenizer_decode(const pl_tokenizer *t, const int32_t *ids, size_t n,
                                      unsigned flags, char **out_text, size_t *out_len);
+/* As pl_tokenizer_decode, also saying which part of the text each id gave: id i's part is
+ * text[out_offsets[i] .. out_offsets[i + 1]) in bytes (out_offsets: n + 1 entries, the last
+ * the text's length), so the parts tile the text in order (an echoed prompt's tokens and
+ * their offsets). A character spelt over several ids (byte tokens) belongs to the id that
+ * completes it; bytes the last id leaves unfinished (U+FFFD) to the last id. */
+PL_API pl_status pl_tokenizer_decode_offsets(const pl_tokenizer *t, const int32_t *ids,
+                                             size_t n, unsigned flags, char **out_text,
+                                             size_t *out_offsets);
 /* The template text of `name` (NULL: the default); tokenizer-owned; NULL when none. */
 PL_API const char *pl_tokenizer_chat_template(const pl_tokenizer *t, const char *name);
 /* Renders a chat with the tokenizer's template (or opt->chat_template). opt NULL = defaults.

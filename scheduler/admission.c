@@ -69,11 +69,14 @@ pl_status pl_sched_add(pl_sched *s, pl_seq *seq, pl_seq **out_dropped) {
                        (unsigned long long)seq->id, seq->n_forks + 1, s->cfg.max_num_seqs);
 
     pl_seq *dropped = NULL;
-    if (s->cfg.max_waiting > 0 && s->fresh.n >= s->cfg.max_waiting) {
+    /* capacity: the free running slots (the next step takes those new requests) + max_waiting */
+    if (s->cfg.max_waiting > 0 && s->fresh.n >= s->cfg.max_waiting + pl_sched_free_slots(s)) {
         if (s->cfg.overflow_policy == PL_OVERFLOW_REJECT_NEWEST)
             return pl_fail(PL_ERR_QUEUE_FULL,
-                           "request %llu refused: %d requests already wait (max_waiting)",
-                           (unsigned long long)seq->id, s->fresh.n);
+                           "request %llu refused: every running slot (max_num_seqs %d) and "
+                           "waiting slot (max_waiting %d) is taken",
+                           (unsigned long long)seq->id, s->cfg.max_num_seqs,
+                           s->cfg.max_waiting);
         if (!out_dropped)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,
                            "pl_sched_add: out_dropped is NULL under the DROP_OLDEST policy");

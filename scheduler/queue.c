@@ -4,7 +4,9 @@
  * Intrusive links make every removal O(1) (abort, admission out of the middle, finishing)
  * and cost no allocation. Sorted insertion walks from the end where the new seq belongs;
  * with one priority (the common case) that walk is O(1): a new arrival is the tail of the
- * waiting queue, a preempted seq its head. Orders are described in sched_internal.h.
+ * waiting queue, a preempted seq its head. Orders are described in sched_internal.h. The
+ * queues' lengths also give the running slots left (pl_sched_free_slots), which admission
+ * and the counts read.
  */
 #include "scheduler/sched_internal.h"
 
@@ -44,6 +46,7 @@ void pl_sched_waiting_insert_new(pl_sched *s, pl_seq *seq) {
     while (pos && pos->priority > seq->priority) pos = pos->link.prev;
     pl_sched_list_insert_after(&s->waiting, pos, seq);
     pl_sched_list_push_tail(&s->fresh, seq);
+    s->waiting_forks += seq->n_forks;
     seq->aux_list = PL_SCHED_AUX_FRESH;
 }
 
@@ -54,10 +57,12 @@ void pl_sched_waiting_insert_front(pl_sched *s, pl_seq *seq) {
     for (pl_seq *it = s->waiting.head; it && it->priority < seq->priority; it = it->link.next)
         pos = it;
     pl_sched_list_insert_after(&s->waiting, pos, seq);
+    s->waiting_forks += seq->n_forks;
 }
 
 void pl_sched_waiting_remove(pl_sched *s, pl_seq *seq) {
     pl_sched_list_remove(&s->waiting, seq);
+    s->waiting_forks -= seq->n_forks;
     if (seq->aux_list == PL_SCHED_AUX_FRESH) pl_sched_list_remove(&s->fresh, seq);
     else if (seq->aux_list == PL_SCHED_AUX_PREEMPTED) pl_sched_list_remove(&s->preempted, seq);
     seq->aux_list = PL_SCHED_AUX_NONE;
@@ -69,4 +74,15 @@ void pl_sched_running_insert(pl_sched *s, pl_seq *seq) {
                    (pos->priority == seq->priority && pos->arrival > seq->arrival)))
         pos = pos->link.prev;
     pl_sched_list_insert_after(&s->running, pos, seq);
+}
+
+/* Held: running seqs and the forks they reserve, preempted ones back in the waiting queue,
+ * and the forks waiting requests will make once they run. So running a new request moves one
+ * slot from free to held and one request out of fresh: free + max_waiting - fresh, the room
+ * left, stays put while the scheduler works, which is what lets a submitting thread check it
+ * from the counts of the latest step. Negative when new requests' samples outnumber the free
+ * slots (their other samples then wait in waiting slots). */
+int pl_sched_free_slots(const pl_sched *s) {
+    return s->cfg.max_num_seqs - (s->running.n + s->n_reserved_forks +
+                                  (s->waiting.n - s->fresh.n) + s->waiting_forks);
 }

@@ -12,7 +12,8 @@
  * - fresh (aux links): the WAITING seqs that never ran, in arrival order; its length is what
  *   max_waiting bounds and its head is what DROP_OLDEST drops.
  * - preempted (aux links): the PREEMPTED seqs; emptied (-> WAITING) by the next schedule.
- * - n_reserved_forks: sum of n_forks over RUNNING seqs (slots their children will take).
+ * - n_reserved_forks: sum of n_forks over RUNNING seqs (slots their children will take);
+ *   waiting_forks the same over WAITING and PREEMPTED seqs.
  * - copies: copy-on-write copies made since the last pl_sched_update.
  */
 #ifndef PL_SCHED_INTERNAL_H
@@ -46,6 +47,7 @@ struct pl_sched {
     pl_sched_list fresh;
     pl_sched_list preempted;
     int n_reserved_forks;
+    int waiting_forks;    /* sum of n_forks over waiting: slots their samples will take */
 
     uint64_t next_arrival;
     uint64_t n_preemptions;
@@ -65,6 +67,8 @@ struct pl_sched {
 };
 
 /* ---- lists (queue.c) ---- */
+/* Running slots nothing holds or will take; may be negative (admission and the counts). */
+int pl_sched_free_slots(const pl_sched *s);
 void pl_sched_list_init(pl_sched_list *l, bool aux);
 void pl_sched_list_remove(pl_sched_list *l, pl_seq *s);
 void pl_sched_list_push_tail(pl_sched_list *l, pl_seq *s);

@@ -206,6 +206,7 @@ void pl_sched_get_counts(const pl_sched *s, pl_sched_counts *out) {
         .n_waiting = s->waiting.n,
         .n_waiting_new = s->fresh.n,
         .n_running = s->running.n,
+        .n_free_slots = pl_sched_free_slots(s),
         .n_preempted = s->preempted.n,
         .n_preemptions = s->n_preemptions,
         .n_steps = s->n_steps,

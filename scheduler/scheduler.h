@@ -34,8 +34,10 @@
  *   it that do, but by at most max_skip_head of them over its whole wait: then admission stops
  *   at it until it fits. So nothing waits forever behind the head, and the head does not
  *   starve either.
- * - The waiting queue holds at most max_waiting new requests (0 = unbounded); sequences that
- *   come back from a preemption were already accepted and do not count against it.
+ * - Admission holds as many new requests as there are free running slots plus max_waiting
+ *   (0 = unbounded): what the running set will take at the next step is not waiting.
+ *   Sequences that come back from a preemption were already accepted and do not count
+ *   against it (they hold their running slot).
  *
  * Sequence states and the only transitions allowed (anything else is a bug in the caller or
  * here, refused with PL_ERR_INVALID_ARGUMENT, and logged as a bug in debug builds):
@@ -252,8 +254,12 @@ pl_status pl_sched_fork(pl_sched *s, pl_seq *parent, pl_seq *child);
 
 typedef struct pl_sched_counts {
     int n_waiting;          /* in the waiting queue (includes n_preempted) */
-    int n_waiting_new;      /* of which never ran (what max_waiting bounds) */
+    int n_waiting_new;      /* of which never ran */
     int n_running;
+    int n_free_slots;       /* running slots (max_num_seqs) no sequence holds, waits to take
+                               back after a preemption, or reserves for samples to fork (new
+                               requests' too; negative when those outnumber them): admission
+                               takes max_waiting + n_free_slots new requests */
     int n_preempted;        /* preempted by the latest step */
     uint64_t n_preemptions; /* since create */
     uint64_t n_steps;       /* pl_sched_schedule calls since create */

@@ -19,11 +19,15 @@
  *               away), writes the access-log line and drops the connection's reference.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "server/srv.h"
 
@@ -36,10 +40,14 @@ static enum MHD_Result send_body(pl_srv_req *r, struct MHD_Connection *c, int st
         MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(body);
+        pl_srv_log("ERROR", "request %s: out of memory for its response; closing the connection",
+                   r->id[0] ? r->id : "-");
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (header) MHD_add_response_header(resp, header, value);
+    for (int i = 0; i < r->n_extra; i++)
+        MHD_add_response_header(resp, r->extra[i].name, r->extra[i].value);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->status = status;
@@ -101,6 +109,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             r->stream_ended = true;
             continue;
         case PL_SRV_NEXT_FAIL:
+            pl_srv_log("ERROR", "request %s: out of memory formatting its stream; closing the "
+                       "connection", r->id);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         case PL_SRV_NEXT_WAIT:
             break;
@@ -127,6 +137,8 @@ static enum MHD_Result start_stream(pl_srv_req *r, struct MHD_Connection *c,
     }
     MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, resp->type);
     if (resp->header) MHD_add_response_header(mr, resp->header, resp->value);
+    for (int i = 0; i < r->n_extra; i++)
+        MHD_add_response_header(mr, r->extra[i].name, r->extra[i].value);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)resp->status, mr);
     MHD_destroy_response(mr);
     r->status = resp->status;
@@ -139,7 +151,11 @@ static enum MHD_Result deliver(pl_srv *s, pl_srv_req *r, struct MHD_Connection *
                                const pl_srv_response *resp) {
     if (resp->next) return start_stream(r, c, resp);
     if (resp->wait) return wait_or_answer(s, r, c);
-    if (!resp->status) return MHD_NO; /* nothing could be made (out of memory): close */
+    if (!resp->status) { /* nothing could be made (out of memory): close */
+        pl_srv_log("ERROR", "request %s: out of memory for its response; closing the connection",
+                   r->id[0] ? r->id : "-");
+        return MHD_NO;
+    }
     return send_body(r, c, resp->status, resp->type, resp->body, resp->len, resp->header,
                      resp->value);
 }
@@ -170,7 +186,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     pl_srv_req *r = *con_cls;
     pl_srv_response resp;
     if (!r) {
-        if (!(r = pl_srv_req_create(s))) return MHD_NO;
+        if (!(r = pl_srv_req_create(s))) {
+            pl_srv_log("ERROR", "out of memory for a new request; closing the connection");
+            return MHD_NO;
+        }
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         r->sock = ci ? ci->socket_context : NULL;
@@ -185,6 +204,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                                          MHD_HTTP_HEADER_AUTHORIZATION),
             .content_length = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                           MHD_HTTP_HEADER_CONTENT_LENGTH),
+            .origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+            .cookie = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Cookie"),
+            .request_method = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                          "Access-Control-Request-Method"),
+            .request_headers = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                           "Access-Control-Request-Headers"),
         };
         if (pl_srv_route_headers(s, r, url, method, &h, &resp)) return deliver(s, r, c, &resp);
         return MHD_YES;
@@ -237,13 +262,19 @@ typedef struct log_counts {
     double ttft;       /* the first choice's; -1: none */
 } log_counts;
 
+/* A choice whose completion has not come (its client went away first) counts what its
+ * deltas showed: the prompt as submitted, the tokens drawn, the first one's time. */
 static log_counts count_locked(const pl_srv_req *r) {
     log_counts k = {.ttft = -1};
     for (int i = 0; i < r->n_choices; i++) {
         const pl_srv_choice *ch = &r->choices[i];
-        k.out += ch->n_out;
-        if (i % r->n_per_prompt == 0) k.prompt += ch->n_prompt;
-        if (ch->n_out && (k.ttft < 0 || ch->ttft_s < k.ttft)) k.ttft = ch->ttft_s;
+        size_t out = ch->n_out > ch->n_drawn ? ch->n_out : ch->n_drawn;
+        double ttft = ch->n_out ? ch->ttft_s : ch->t_first_token - r->t_start;
+        k.out += out;
+        if (i % r->n_per_prompt == 0)
+            k.prompt += ch->n_prompt ? ch->n_prompt
+                        : r->submitted ? r->rq.prompts[ch->prompt].n_ids : 0;
+        if (out && (k.ttft < 0 || ttft < k.ttft)) k.ttft = ttft;
     }
     return k;
 }
@@ -311,13 +342,48 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     return NULL;
 }
 
+/* What libmicrohttpd says when a client closes its end (a hang-up mid-stream, a reset), and
+ * when the server closes a connection on purpose (its client went away; the access log line
+ * says why, and a failure of the server's own is logged as an ERROR where it happens): normal
+ * traffic, not a fault, so INFO rather than a WARN that reads like a server bug. */
+static bool client_went_away(const char *msg) {
+    static const char *const says[] = {
+        "closed by remote peer", "closed by remote side", "Socket has been disconnected",
+        "Connection socket is closed", "Failed to send data", "Failed to send the response",
+        "Failed to send the chunked response", "Failed to send the footers",
+        "Connection reset by peer", "Broken pipe", "application error generating response",
+        "Application reported internal error"};
+    for (size_t i = 0; i < sizeof says / sizeof says[0]; i++)
+        if (strstr(msg, says[i])) return true;
+    return false;
+}
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
-    pl_srv_log("WARN", "libmicrohttpd: %s", msg);
+    if (client_went_away(msg)) pl_srv_log("INFO", "connection closed: %s", msg);
+    else pl_srv_log("WARN", "libmicrohttpd: %s", msg);
+}
+
+/* The listening socket, bound here rather than by libmicrohttpd, so that a port in use is
+ * reported with the port asked for and the reason (libmicrohttpd says "Failed to bind to
+ * port 0", the port argument it was not given). -1 after logging why. */
+static int listen_on(const pl_srv *s, const struct addrinfo *ai) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1, err = 0;
+    if (fd < 0) err = errno;
+    else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+             bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0)
+        err = errno;
+    if (!err) return fd;
+    if (fd >= 0) close(fd);
+    pl_srv_log("ERROR", "cannot listen on %s:%d: %s%s", s->opt.host, s->opt.port, strerror(err),
+               err == EADDRINUSE ? " (another server on this port? choose one with --port)"
+               : err == EADDRNOTAVAIL ? " (not an address of this machine: --host)" : "");
+    return -1;
 }
 
 bool pl_srv_http_start(pl_srv *s) {
@@ -330,25 +396,26 @@ bool pl_srv_http_start(pl_srv *s) {
         pl_srv_log("ERROR", "--host %s: %s", s->opt.host, gai_strerror(rc));
         return false;
     }
+    int fd = listen_on(s, ai);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    freeaddrinfo(ai);
+    if (fd < 0) return false;
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, /* first: it covers the other options */
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(s->opt.http_threads > 1 ? s->opt.http_threads : 0),
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opt.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->opt.max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.timeout_keep_alive,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!s->daemon) {
-        pl_srv_log("ERROR", "cannot listen on %s:%d (in use, or not an address of this machine)",
-                   s->opt.host, s->opt.port);
+        close(fd);
+        pl_srv_log("ERROR", "cannot start the HTTP server on %s:%d", s->opt.host, s->opt.port);
         return false;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);

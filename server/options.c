@@ -68,6 +68,14 @@ static const opt_row ROWS[] = {
     {"--trust-request-chat-template", O_ON, O(trust_request_chat_template), 0, 0, NULL, NULL,
      "let requests bring their own chat template (\"chat_template\"; rendered in the sandbox "
      "either way); else such a request gets a 400"},
+    {"--allowed-origins", O_STRING, O(allowed_origins), 0, 0, "JSON", "[\"*\"]",
+     "CORS: origins browsers may call from, a JSON list (vLLM's flag)"},
+    {"--allowed-methods", O_STRING, O(allowed_methods), 0, 0, "JSON", "[\"*\"]",
+     "CORS: methods a preflight may ask for, a JSON list"},
+    {"--allowed-headers", O_STRING, O(allowed_headers), 0, 0, "JSON", "[\"*\"]",
+     "CORS: request headers a preflight may ask for, a JSON list"},
+    {"--allow-credentials", O_ON, O(cors.credentials), 0, 0, NULL, NULL,
+     "CORS: allow credentials (cookies, Authorization) in cross-origin requests"},
 };
 
 #define N_ROWS (sizeof ROWS / sizeof ROWS[0])
@@ -190,5 +198,6 @@ int pl_srv_options_parse(int argc, char **argv, pl_srv_options *opt, pl_engine_c
         return 2;
     }
     if (opt->api_key && !opt->api_key[0]) opt->api_key = NULL;
+    if (!pl_srv_cors_init(opt)) return 2;
     return -1;
 }

@@ -43,16 +43,26 @@ bool pl_srv_logprobs_copy(const pl_token_logprobs *src, size_t n, pl_srv_logprob
     out->entries = NULL;
     out->n = 0;
     if (!src || n == 0) return true;
-    size_t tops = 0;
-    for (size_t i = 0; i < n; i++) tops += (size_t)src[i].n_top;
-    pl_token_logprobs *e = malloc(n * sizeof *e + tops * sizeof(pl_logprob));
+    size_t tops = 0, texts = 0;
+    for (size_t i = 0; i < n; i++) {
+        tops += (size_t)src[i].n_top;
+        texts += src[i].text ? strlen(src[i].text) + 1 : 0;
+    }
+    pl_token_logprobs *e = malloc(n * sizeof *e + tops * sizeof(pl_logprob) + texts);
     if (!e) return false;
     pl_logprob *t = (pl_logprob *)(e + n);
+    char *x = (char *)(t + tops); /* the entries' texts, after the tops */
     for (size_t i = 0; i < n; i++) {
         e[i] = src[i];
         e[i].top = src[i].n_top > 0 ? t : NULL;
         if (src[i].n_top > 0) memcpy(t, src[i].top, (size_t)src[i].n_top * sizeof *t);
         t += src[i].n_top;
+        if (src[i].text) {
+            size_t len = strlen(src[i].text) + 1;
+            memcpy(x, src[i].text, len);
+            e[i].text = x;
+            x += len;
+        }
     }
     out->entries = e;
     out->n = n;

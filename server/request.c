@@ -129,8 +129,9 @@ static bool ids_of(json_t *a, const char *key, int32_t **out, size_t *out_n, pl_
     return true;
 }
 
+/* "" is allowed: it is BOS alone (as vLLM and llama2.c generate from BOS); a prompt that is
+ * no token at all is refused once tokenized. */
 static bool prompt_text(json_t *v, const char *key, pl_srv_prompt *p, pl_srv_error *err) {
-    if (json_string_length(v) == 0) return pl_srv_fail(err, 400, key, "%s: the prompt is empty", key);
     p->text = strdup(json_string_value(v));
     if (!p->text) return pl_srv_fail(err, 500, key, "out of memory");
     return true;
@@ -250,8 +251,25 @@ static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
 /* Sampling fields whose OpenAI name is the library's. */
 static const char *const SAMPLING_SAME[] = {
     "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-    "repetition_penalty", "min_tokens", "ignore_eos", "priority", "seed", "n", "stop",
+    "repetition_penalty", "min_tokens", "ignore_eos", "priority", "seed", "n",
 };
+
+/* "stop": a string or a list of them; an empty string stops nothing and is dropped (OpenAI's
+ * clients send stop: [""]; the library refuses empty stop strings). */
+static bool set_stop(pl_sampling_params *sp, json_t *v, pl_srv_error *err) {
+    json_t *keep = json_array();
+    if (!keep) return pl_srv_fail(err, 500, "stop", "out of memory");
+    bool one = json_is_string(v);
+    if (one || json_is_array(v)) {
+        for (size_t i = 0; i < (one ? 1 : json_array_size(v)); i++) {
+            json_t *x = one ? v : json_array_get(v, i);
+            if (!json_is_string(x) || json_string_length(x) > 0) json_array_append(keep, x);
+        }
+    }
+    bool ok = set_sampling(sp, "stop", "stop", one || json_is_array(v) ? keep : v, err);
+    json_decref(keep);
+    return ok;
+}
 
 typedef struct parse_state {
     pl_srv_request *r;
@@ -279,6 +297,7 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
         return !u || json_is_null(u) || want_bool(u, "stream_options.include_usage",
                                                   &r->include_usage, err);
     }
+    if (!strcmp(key, "stop")) return set_stop(&r->sp, v, err);
     if (!strcmp(key, "max_tokens")) return ps->max_tokens = v, true;
     if (!strcmp(key, "stop_token_ids")) return set_sampling(&r->sp, "stop_ids", key, v, err);
     if (!strcmp(key, "logit_bias")) {

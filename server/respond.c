@@ -52,10 +52,16 @@ static json_t *bytes_json(const char *s) {
 
 /* ---- logprobs ---------------------------------------------------------------------------- */
 
+/* The position's token string: what the token added to the text (the engine's, so the
+ * strings join to the text and text_offset indexes it), else its text alone. */
+static const char *token_text(pl_srv *s, const pl_token_logprobs *e) {
+    return e->text ? e->text : pl_srv_vocab_text(&s->vocab, e->token);
+}
+
 /* Legacy completions shape, appended to lists the caller made: one position. */
 static void completion_lp_add(pl_srv *s, json_t *obj, const pl_token_logprobs *e,
                               size_t *offset) {
-    const char *tok = pl_srv_vocab_text(&s->vocab, e->token);
+    const char *tok = token_text(s, e);
     json_array_append_new(json_object_get(obj, "tokens"), text_json(tok, strlen(tok)));
     json_array_append_new(json_object_get(obj, "token_logprobs"), logprob_real(e->logprob));
     json_t *top = json_object();
@@ -77,25 +83,59 @@ static json_t *completion_lp_new(void) {
     return o;
 }
 
-/* The prompt's positions (echo): the first has no logprob, as in OpenAI's echo. */
+/* The echoed prompt: its ids decoded (special tokens skipped, as the output's text is), and
+ * where each id's part of that text begins (off: n_ids + 1 entries). Without a tokenizer
+ * the text is empty. Caller frees both (NULL on failure). */
+typedef struct echo_parts {
+    char *text;
+    size_t *off;
+} echo_parts;
+
+static echo_parts echo_of(pl_srv *s, const pl_srv_prompt *p) {
+    echo_parts e = {.off = calloc(p->n_ids + 1, sizeof(size_t))};
+    char *text = NULL;
+    if (e.off && s->tok &&
+        pl_tokenizer_decode_offsets(s->tok, p->ids, p->n_ids, PL_DECODE_SKIP_SPECIAL, &text,
+                                    e.off) == PL_OK) {
+        e.text = strdup(text);
+        pl_free_text(text);
+    } else if (e.off) {
+        memset(e.off, 0, (p->n_ids + 1) * sizeof *e.off);
+        e.text = strdup("");
+    }
+    if (!e.text) {
+        free(e.off);
+        e.off = NULL;
+    }
+    return e;
+}
+
+/* The prompt's positions (echo): the first has no logprob, as in OpenAI's echo; each token
+ * string is its part of the echoed text. */
 static void completion_lp_prompt(pl_srv *s, json_t *obj, const pl_srv_prompt *p,
-                                 const pl_srv_logprobs *plp, size_t *offset) {
+                                 const echo_parts *ep, const pl_srv_logprobs *plp,
+                                 size_t *offset) {
     for (size_t i = 0; i < p->n_ids; i++) {
+        const char *tok = ep->text + ep->off[i];
+        size_t len = ep->off[i + 1] - ep->off[i];
         if (i > 0 && i - 1 < plp->n) {
-            completion_lp_add(s, obj, &plp->entries[i - 1], offset);
+            pl_token_logprobs e = plp->entries[i - 1];
+            char *piece = strndup(tok, len);
+            e.text = piece;
+            if (piece) completion_lp_add(s, obj, &e, offset);
+            free(piece);
             continue;
         }
-        const char *tok = pl_srv_vocab_text(&s->vocab, p->ids[i]);
-        json_array_append_new(json_object_get(obj, "tokens"), text_json(tok, strlen(tok)));
+        json_array_append_new(json_object_get(obj, "tokens"), text_json(tok, len));
         json_array_append_new(json_object_get(obj, "token_logprobs"), json_null());
         json_array_append_new(json_object_get(obj, "top_logprobs"), json_null());
         json_array_append_new(json_object_get(obj, "text_offset"), json_integer((json_int_t)*offset));
-        *offset += chars_in(tok, strlen(tok));
+        *offset += chars_in(tok, len);
     }
 }
 
 static json_t *chat_lp_entry(pl_srv *s, const pl_token_logprobs *e) {
-    const char *tok = pl_srv_vocab_text(&s->vocab, e->token);
+    const char *tok = token_text(s, e);
     json_t *o = json_object();
     json_object_set_new(o, "token", text_json(tok, strlen(tok)));
     json_object_set_new(o, "logprob", logprob_real(e->logprob));
@@ -151,22 +191,14 @@ static json_t *envelope(pl_srv *s, const pl_srv_req *r, const char *object) {
     return o;
 }
 
-/* The prompt's text for echo: as given, else the ids decoded. Caller frees. */
-static char *echo_text(pl_srv *s, const pl_srv_prompt *p) {
-    if (p->text) return strdup(p->text);
-    char *text = NULL;
-    if (pl_engine_detokenize(s->e, p->ids, p->n_ids, &text, NULL) != PL_OK) return strdup("");
-    char *copy = strdup(text);
-    pl_free_text(text);
-    return copy;
-}
-
 static json_t *completion_choice(pl_srv *s, const pl_srv_req *r, int i) {
     const pl_srv_choice *c = &r->choices[i];
     const pl_srv_prompt *p = &r->rq.prompts[c->prompt];
     json_t *o = json_object();
     json_object_set_new(o, "index", json_integer(i));
-    char *prefix = r->rq.echo ? echo_text(s, p) : NULL;
+    /* echo: the prompt as the model read it (its ids decoded), which its tokens index */
+    echo_parts ep = r->rq.echo ? echo_of(s, p) : (echo_parts){0};
+    const char *prefix = ep.text;
     size_t plen = prefix ? strlen(prefix) : 0;
     char *text = malloc(plen + c->text_len + 1);
     if (text) {
@@ -176,13 +208,12 @@ static json_t *completion_choice(pl_srv *s, const pl_srv_req *r, int i) {
     }
     json_object_set_new(o, "text", text ? text_json(text, plen + c->text_len) : json_string(""));
     free(text);
-    free(prefix);
     if (r->rq.sp.logprobs >= 0) {
         json_t *lp = completion_lp_new();
         size_t offset = 0;
-        if (r->rq.echo) {
+        if (r->rq.echo && ep.text) {
             const pl_srv_choice *first = &r->choices[c->prompt * r->n_per_prompt];
-            completion_lp_prompt(s, lp, p, &first->prompt_lp, &offset);
+            completion_lp_prompt(s, lp, p, &ep, &first->prompt_lp, &offset);
         }
         for (size_t k = 0; k < c->lp.n; k++) completion_lp_add(s, lp, &c->lp.entries[k], &offset);
         json_object_set_new(o, "logprobs", lp);
@@ -191,6 +222,8 @@ static json_t *completion_choice(pl_srv *s, const pl_srv_req *r, int i) {
     }
     json_object_set_new(o, "finish_reason", json_string(pl_srv_finish_name(c->reason)));
     json_object_set_new(o, "stop_reason", json_null());
+    free(ep.text);
+    free(ep.off);
     return o;
 }
 
@@ -288,18 +321,19 @@ static bool choice_start(pl_srv *s, pl_srv_req *r, pl_srv_choice *ch, int index)
     if (r->kind == PL_SRV_CHAT) return chunk(s, r, delta_choice(r, index, "", 0, true));
     if (!r->rq.echo) return true;
     const pl_srv_prompt *p = &r->rq.prompts[ch->prompt];
-    char *text = echo_text(s, p);
-    if (!text) return false;
-    json_t *c = delta_choice(r, index, text, strlen(text), false);
-    ch->text_offset += chars_in(text, strlen(text));
-    free(text);
+    echo_parts ep = echo_of(s, p);
+    if (!ep.text) return false;
+    json_t *c = delta_choice(r, index, ep.text, strlen(ep.text), false);
+    ch->text_offset += chars_in(ep.text, strlen(ep.text));
     if (r->rq.sp.logprobs >= 0) { /* the prompt's logprobs are not streamed: positions only */
         json_t *lp = completion_lp_new();
         size_t offset = 0;
         pl_srv_logprobs none = {0};
-        completion_lp_prompt(s, lp, p, &none, &offset);
+        completion_lp_prompt(s, lp, p, &ep, &none, &offset);
         json_object_set_new(c, "logprobs", lp);
     }
+    free(ep.text);
+    free(ep.off);
     return chunk(s, r, c);
 }
 

@@ -111,6 +111,10 @@ static bool refuse(pl_srv_req *r, const pl_srv_error *err) {
 bool pl_srv_route_headers(pl_srv *s, pl_srv_req *r, const char *url, const char *method,
                           const pl_srv_headers *h, pl_srv_response *out) {
     pl_srv_error err;
+    /* CORS first, as the middleware wraps vLLM's app: a preflight is answered on any path
+     * without a key, and every other answer to an allowed origin carries its headers */
+    if (pl_srv_cors_preflight(&s->opt.cors, r, method, h, out)) return true;
+    pl_srv_cors_simple(&s->opt.cors, r, h);
     const route *rt = NULL;
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
@@ -172,7 +176,9 @@ static bool health(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     /* the engine's own word, not serve()'s next look at it: a failure shows at once */
     bool failed = pl_engine_health(s->e) != PL_OK;
     bool draining = atomic_load(&s->draining) || failed;
-    bool full = o.max_waiting > 0 && o.n_waiting_new * 5 >= o.max_waiting * 4;
+    /* the waiting queue proper: new requests beyond what the free running slots will take */
+    int waiting = o.n_waiting_new > o.n_free_slots ? o.n_waiting_new - o.n_free_slots : 0;
+    bool full = o.max_waiting > 0 && waiting * 5 >= o.max_waiting * 4;
     json_t *v = json_object();
     json_object_set_new(v, "status", json_string(failed     ? "failed"
                                                  : draining ? "draining"
@@ -220,6 +226,9 @@ static bool models(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     json_object_set_new(m, "root", json_string(s->model_name));
     json_object_set_new(m, "parent", json_null());
     json_object_set_new(m, "max_model_len", json_integer(s->info.max_model_len));
+    /* not in vLLM's card: what random token ids may be (bench serve reads it, as llama.cpp's
+     * meta.n_vocab) */
+    json_object_set_new(m, "vocab_size", json_integer(s->info.vocab_size));
     json_t *data = json_array();
     json_array_append_new(data, m);
     json_t *v = json_object();
@@ -300,7 +309,11 @@ static bool tokenize(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_erro
     json_t *v = json_object(), *a = json_array(), *strs = t.return_token_strs ? json_array() : NULL;
     for (size_t i = 0; i < n; i++) {
         json_array_append_new(a, json_integer(ids[i]));
-        if (strs) json_array_append_new(strs, json_string(pl_srv_vocab_text(&s->vocab, ids[i])));
+        if (strs) { /* the tokens as vLLM gives them (convert_ids_to_tokens): "<s>", "▁the" */
+            const char *piece = pl_tokenizer_piece(s->tok, ids[i]);
+            json_t *x = piece ? json_string(piece) : NULL;
+            json_array_append_new(strs, x ? x : json_string("\xef\xbf\xbd"));
+        }
     }
     json_object_set_new(v, "count", json_integer((json_int_t)n));
     json_object_set_new(v, "max_model_len", json_integer(s->info.max_model_len));

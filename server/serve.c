@@ -195,6 +195,7 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
                s->tok ? "a" : "no", s->opt.api_key ? ", API key required" : "");
     if (s->info.tensor_parallel_size > 1)
         pl_srv_log("INFO", "tensor parallel: %s", s->info.distributed);
+    pl_srv_log("INFO", "KV cache: %s", s->info.kv_sizing ? s->info.kv_sizing : "?");
     pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
                s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
     int sig = 0;
@@ -236,6 +237,7 @@ int pl_serve_main(int argc, char **argv) {
         rc = cli_rank_role("serve", &cfg); /* a tensor-parallel worker ends here */
         if (rc == 0) rc = serve(&opt, &cfg);
     }
+    pl_srv_cors_free(&opt.cors);
     pl_engine_config_deinit(&cfg);
     return rc;
 }

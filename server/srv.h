@@ -47,6 +47,15 @@ struct MHD_Daemon;
  * Options (options.c)
  * ---------------------------------------------------------------------------------------- */
 
+/* CORS as vLLM's server answers it (FastAPI's CORSMiddleware, Starlette's rules): the flags'
+ * JSON lists parsed once. "*" in a list allows everything. */
+typedef struct pl_srv_cors {
+    char **origins, **methods, **headers; /* (n_*) as given; headers also get the safelisted */
+    size_t n_origins, n_methods, n_headers;
+    bool all_origins, all_methods, all_headers;
+    bool credentials;                     /* --allow-credentials */
+} pl_srv_cors;
+
 typedef struct pl_srv_options {
     const char *host;              /* --host (127.0.0.1) */
     int port;                      /* --port (8000; 0: any free port, printed) */
@@ -68,6 +77,8 @@ typedef struct pl_srv_options {
     double log_interval;           /* --log-interval seconds (0: off) */
     bool access_log;               /* off with --disable-access-log */
     bool trust_request_chat_template; /* --trust-request-chat-template */
+    const char *allowed_origins, *allowed_methods, *allowed_headers; /* JSON lists (["*"]) */
+    pl_srv_cors cors;              /* the three above parsed, and --allow-credentials */
 } pl_srv_options;
 
 /* Parses argv (engine flags through cli/, the rest here) into opt and cfg. Returns -1 to go
@@ -152,7 +163,7 @@ bool pl_srv_detokenize_parse(const char *body, size_t len, int32_t **out_ids, si
                              pl_srv_error *err);
 
 /* ------------------------------------------------------------------------------------------
- * Token strings (vocab.c): what each id adds to a text, for logprobs and /tokenize
+ * Token strings (vocab.c): what each id adds to a text, for the alternatives of logprobs
  * ---------------------------------------------------------------------------------------- */
 
 typedef struct pl_srv_vocab {
@@ -179,10 +190,10 @@ typedef struct pl_srv_event {
     pl_token_logprobs lp;      /* lp.top points at tops */
     size_t text_len;
     char *text;                /* points after tops */
-    pl_logprob tops[];         /* (lp.n_top), then text_len + 1 bytes */
+    pl_logprob tops[];         /* (lp.n_top), then text_len + 1 bytes, then lp.text's */
 } pl_srv_event;
 
-/* A copied list of logprobs: entries and their tops in one allocation (free()). */
+/* A copied list of logprobs: entries, their tops and texts in one allocation (free()). */
 typedef struct pl_srv_logprobs {
     pl_token_logprobs *entries; /* (n) */
     size_t n;
@@ -202,6 +213,11 @@ typedef struct pl_srv_choice {
     pl_srv_logprobs lp;        /* whole responses with logprobs */
     pl_srv_logprobs prompt_lp; /* echo with logprobs (sample 0 of each prompt) */
     int32_t *out_ids;          /* whole responses with logprobs */
+    /* tokens drawn so far and when the first came (pl_srv_now), counted from the deltas by
+     * the stepping thread under req->mu: the access log of a request abandoned before its
+     * completion arrives still has them */
+    size_t n_drawn;
+    double t_first_token;
     /* streaming: the HTTP thread's */
     bool role_sent, finish_sent;
     size_t text_offset;        /* characters streamed so far (logprobs' text_offset) */
@@ -236,6 +252,11 @@ typedef struct pl_srv_req {
     pl_srv_error pending;
     bool has_pending;
     const char *allow;              /* 405: the route's method */
+    struct {                        /* headers every answer carries (CORS) */
+        const char *name;
+        char value[512];
+    } extra[6];
+    int n_extra;
     /* the body (HTTP thread) */
     char *body;
     size_t body_len, body_cap;
@@ -412,7 +433,22 @@ typedef struct pl_srv_response {
 /* The request headers the routes read. */
 typedef struct pl_srv_headers {
     const char *authorization, *content_length; /* NULL when absent */
+    const char *origin, *cookie;                /* CORS */
+    const char *request_method, *request_headers; /* a preflight's Access-Control-Request-* */
 } pl_srv_headers;
+
+/* cors.c */
+/* Parses opt's three lists (JSON arrays of strings) into opt->cors; false after printing
+ * which flag is wrong. */
+bool pl_srv_cors_init(pl_srv_options *opt);
+void pl_srv_cors_free(pl_srv_cors *c);
+/* A preflight (OPTIONS with Origin and Access-Control-Request-Method): true with *out set
+ * (200 "OK", or 400 "Disallowed CORS origin, method" naming what failed) and its headers in
+ * r->extra. False: not a preflight. */
+bool pl_srv_cors_preflight(const pl_srv_cors *c, pl_srv_req *r, const char *method,
+                           const pl_srv_headers *h, pl_srv_response *out);
+/* Any other request from an allowed Origin: the headers its answer carries, into r->extra. */
+void pl_srv_cors_simple(const pl_srv_cors *c, pl_srv_req *r, const pl_srv_headers *h);
 
 /* routes.c */
 /* The headers arrived: picks the route (r->kind, r->path, r->allow) and checks the method,

@@ -26,7 +26,11 @@
 
 static bool push_delta(pl_srv_req *r, int choice, const pl_stream_delta *d) {
     int n_top = d->logprobs ? d->logprobs->n_top : 0;
-    pl_srv_event *ev = malloc(sizeof *ev + (size_t)n_top * sizeof(pl_logprob) + d->text_len + 1);
+    /* the token's own text (its logprobs' token string), engine-owned until the next step */
+    const char *tok = d->logprobs ? d->logprobs->text : NULL;
+    size_t tok_len = tok ? strlen(tok) + 1 : 0;
+    pl_srv_event *ev = malloc(sizeof *ev + (size_t)n_top * sizeof(pl_logprob) + d->text_len + 1 +
+                              tok_len);
     if (!ev) return false;
     memset(ev, 0, sizeof *ev);
     ev->choice = choice;
@@ -41,6 +45,11 @@ static bool push_delta(pl_srv_req *r, int choice, const pl_stream_delta *d) {
     ev->text_len = d->text_len;
     if (d->text_len) memcpy(ev->text, d->text, d->text_len);
     ev->text[d->text_len] = '\0';
+    if (tok) {
+        char *copy = ev->text + d->text_len + 1;
+        memcpy(copy, tok, tok_len);
+        ev->lp.text = copy;
+    }
     if (r->ev_tail) r->ev_tail->next = ev;
     else r->ev_head = ev;
     r->ev_tail = ev;
@@ -111,12 +120,18 @@ static void resume_queued(pl_srv *s) {
 
 static void deliver_delta(pl_srv *s, const pl_stream_delta *d) {
     pl_srv_entry *en = pl_srv_registry_get(&s->reg, d->id);
-    if (!en || !en->req->rq.stream) return; /* whole responses take the final text */
-    if (d->text_len == 0 && !d->logprobs) return; /* nothing a client would see */
+    if (!en) return;
     pl_srv_req *r = en->req;
     int choice = en->prompt * r->n_per_prompt + d->index;
+    bool stream = r->rq.stream && (d->text_len > 0 || d->logprobs); /* else nothing to see */
+    if (d->token < 0 && !stream) return;
     pthread_mutex_lock(&r->mu);
-    if (!r->overflow && !r->client_gone && choice < r->n_choices) {
+    if (d->token >= 0 && choice < r->n_choices) { /* counted for the access log */
+        pl_srv_choice *ch = &r->choices[choice];
+        if (ch->n_drawn++ == 0) ch->t_first_token = pl_srv_now();
+    }
+    /* whole responses take the final text */
+    if (stream && !r->overflow && !r->client_gone && choice < r->n_choices) {
         if (r->n_events >= s->opt.max_pending_deltas || !push_delta(r, choice, d)) overflow(s, r);
         want_resume(s, r);
     }

@@ -1,6 +1,7 @@
 /*
- * server/vocab.c - the text each token adds to a text, for logprobs ("tokens", "top_logprobs")
- * and /tokenize's token_strs.
+ * server/vocab.c - the text each token adds to a text, for the alternatives of logprobs
+ * ("top_logprobs"; a position's own token comes with the text it really added, and /tokenize's
+ * token_strs are the tokenizer's pieces, as vLLM's).
  *
  * Decoding one id alone is not it: SentencePiece drops the leading space of a text's first
  * piece, so "▁the" alone decodes to "the". The library promises that decode(P + ids) minus

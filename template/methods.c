@@ -210,7 +210,8 @@ static int split(pl_tm_rs *rs, pl_tm_str s, const pl_tm_val *args, size_t n, pl_
     if (d.n == 0) return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT, "split(): empty separator");
     size_t start = 0;
     for (;;) {
-        const char *hit = start <= s.n ? memmem(s.p + start, s.n - start, d.p, d.n) : NULL;
+        /* d.p is never NULL here (d.n > 0); gcc's sanitizer build cannot see it (-Wnonnull) */
+        const char *hit = start <= s.n && d.p ? memmem(s.p + start, s.n - start, d.p, d.n) : NULL;
         if (!hit) {
             PL_TRY(piece_push(rs, &l, (pl_tm_str){s.p + start, s.n - start}));
             break;

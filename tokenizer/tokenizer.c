@@ -178,6 +178,42 @@ pl_status pl_tok_decode(const pl_tokenizer *t, const int32_t *ids, size_t n, uns
     return t->ops->decode(t, ids, n, flags, out_text);
 }
 
+/* The detokeniser's pushes are the parts: each push returns what its id completed, and what
+ * it still holds at the end is rendered after the last. */
+pl_status pl_tok_decode_offsets(const pl_tokenizer *t, const int32_t *ids, size_t n,
+                                unsigned flags, char **out_text, size_t *out_offsets) {
+    if (!t || (!ids && n) || !out_text || !out_offsets)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_tok_decode_offsets: NULL %s",
+                       !t ? "tokenizer" : !out_text ? "out_text" : !out_offsets ? "out_offsets"
+                                                                                 : "ids");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, "ids[%zu] = %d is outside the vocabulary "
+                           "[0, %d)", i, (int)ids[i], t->n_vocab);
+    pl_detok *d;
+    PL_TRY(pl_detok_create(t, flags & PL_TOK_SKIP_SPECIAL, &d));
+    size_t at = 0;
+    pl_status s = PL_OK;
+    for (size_t i = 0; i < n && s == PL_OK; i++) {
+        const char *piece;
+        size_t len;
+        out_offsets[i] = at;
+        s = pl_detok_push(d, ids[i], &piece, &len);
+        at += len;
+    }
+    char *text = NULL;
+    if (s == PL_OK) {
+        size_t len;
+        const char *all = pl_detok_text(d, &len);
+        out_offsets[n] = len;
+        if (!(text = pl_strdup(all))) s = pl_fail(PL_ERR_OUT_OF_MEMORY, "decode: text");
+    }
+    pl_detok_free(d);
+    PL_TRY(s);
+    *out_text = text;
+    return PL_OK;
+}
+
 // ---- streaming -------------------------------------------------------------------------------
 
 pl_status pl_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out) {

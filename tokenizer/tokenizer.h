@@ -159,6 +159,15 @@ pl_status pl_tok_encode(const pl_tokenizer *t, const char *text, size_t len, uns
 pl_status pl_tok_decode(const pl_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
                         char **out_text);
 
+/* pl_tok_decode, also saying which part of the text each id gave: id i's part is
+ * (*out_text)[out_offsets[i] .. out_offsets[i + 1]) (out_offsets: n + 1 entries, the last
+ * the text's length), so the parts tile the text in order. The parts are what pl_detok_push
+ * returns for each id: the bytes of a character spelt over several ids belong to the id that
+ * completes it, and what is still unfinished after the last id (U+FFFD) to the last id.
+ * flags: PL_TOK_SKIP_SPECIAL. Errors as pl_tok_decode. */
+pl_status pl_tok_decode_offsets(const pl_tokenizer *t, const int32_t *ids, size_t n,
+                                unsigned flags, char **out_text, size_t *out_offsets);
+
 /* ---- streaming detokenisation ---------------------------------------------------------- */
 
 /* Turns a growing list of output ids into text pieces that concatenate to exactly the full

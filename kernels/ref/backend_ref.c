@@ -16,6 +16,7 @@
 #include "kernels/ref/ref.h"
 #include "util/alloc.h"
 #include "util/dtype.h"
+#include "util/meminfo.h"
 
 // ---------------------------------------------------------------------------------------------
 // host memory (shared with the cpu backend)
@@ -41,13 +42,8 @@ pl_status pl_ref_host_memory_info(pl_backend *be, size_t *out_free, size_t *out_
     (void)be;
     if (!out_free || !out_total)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "memory_info: out_free or out_total is NULL");
-    long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES),
-         total = sysconf(_SC_PHYS_PAGES);
-    if (page <= 0 || avail < 0 || total <= 0)
-        return pl_fail(PL_ERR_BACKEND, "memory_info: sysconf cannot report physical memory");
-    *out_free = (size_t)avail * (size_t)page;
-    *out_total = (size_t)total * (size_t)page;
-    return PL_OK;
+    /* "free" is what can be had without swapping: MemAvailable, page cache included */
+    return pl_host_memory(out_free, out_total);
 }
 
 static pl_status ref_alloc(pl_backend *be, size_t n_bytes, void **out) {

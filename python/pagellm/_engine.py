@@ -238,7 +238,8 @@ def model_info(handle: Handle) -> outputs.ModelInfo:
             if f == "struct_size":
                 continue
             v = getattr(info, f)
-            if f in ("name", "architecture", "weight_type", "distributed"):
+            if f in ("name", "architecture", "weight_type", "distributed",
+                     "kv_sizing"):
                 v = v.decode("utf-8", "replace") if v is not None else ""
             elif f in ("weight_dtype", "kv_dtype"):
                 v = names[v] if 0 <= v < len(names) else str(v)

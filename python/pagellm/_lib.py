@@ -100,7 +100,7 @@ class LogprobC(Structure):
 
 class TokenLogprobs(Structure):
     _fields_ = [("token", c_int32), ("logprob", c_float), ("rank", c_int32),
-                ("n_top", c_int32), ("top", POINTER(LogprobC))]
+                ("n_top", c_int32), ("top", POINTER(LogprobC)), ("text", c_void_p)]
 
 
 class Completion(Structure):
@@ -159,7 +159,8 @@ class ModelInfoC(Structure):
                 ("block_size", c_int), ("kv_blocks", c_int), ("kv_tokens", c_uint64),
                 ("max_batch_size", c_int), ("max_num_seqs", c_int),
                 ("max_concurrency", c_double), ("weight_type", c_char_p),
-                ("tensor_parallel_size", c_int), ("distributed", c_char_p)]
+                ("tensor_parallel_size", c_int), ("distributed", c_char_p),
+                ("kv_sizing", c_char_p)]
 
 
 # Which ctypes struct mirrors which C struct (for the layout test).

@@ -150,6 +150,7 @@ class ModelInfo:
     weight_type: str
     tensor_parallel_size: int  # ranks the model is split over (1: none)
     distributed: str           # how they talk ("threads: 2 ranks, ..."); "" with one rank
+    kv_sizing: str
 
 
 # ---- from C -------------------------------------------------------------------------------
@@ -161,11 +162,11 @@ FINISH_REASONS = {1: "stop", 2: "length", 3: "abort", 4: "overloaded", 5: "error
 # pl_token_logprobs and pl_logprob as packed records (sizes and offsets equal to the ctypes
 # structs: tests/python/test_layout.py): reading a whole array at once is several times
 # faster than going through ctypes' attribute access per entry.
-_TOKEN_LOGPROBS = struct.Struct("=ifiiQ")  # token, logprob, rank, n_top, top
-_LOGPROB = struct.Struct("=if")           # token, logprob
+_TOKEN_LOGPROBS = struct.Struct("=ifiiQQ")  # token, logprob, rank, n_top, top, text
+_LOGPROB = struct.Struct("=if")            # token, logprob
 
 
-def _position(token, logprob, rank, n_top, top, decode: Decoder) -> PositionLogprobs:
+def _position(token, logprob, rank, n_top, top, text, decode: Decoder) -> PositionLogprobs:
     d = {token: Logprob(logprob, rank, decode(token))}
     if n_top:
         raw = ctypes.string_at(top, n_top * _LOGPROB.size)
@@ -178,7 +179,7 @@ def _position(token, logprob, rank, n_top, top, decode: Decoder) -> PositionLogp
 def position_logprobs(e: _lib.TokenLogprobs, decode: Decoder) -> PositionLogprobs:
     """One position's {token_id: Logprob}, the position's own token first."""
     return _position(e.token, e.logprob, e.rank, e.n_top,
-                     ctypes.cast(e.top, ctypes.c_void_p).value, decode)
+                     ctypes.cast(e.top, ctypes.c_void_p).value, e.text, decode)
 
 
 def logprobs_list(ptr, n: int, decode: Decoder) -> List[PositionLogprobs]:

@@ -190,7 +190,8 @@ Test(cuda_engine_pool, too_little_device_memory_names_the_numbers) {
     double budget = 0, weights = 0, work = 0, thr = 0;
     size_t avail = 0, block = 0;
     int got = sscanf(pl_last_error(),
-                     "KV cache: %lf bytes of memory (memory_threshold %lf of %zu bytes) minus %lf "
+                     "KV cache: %lf bytes of memory (memory_threshold %lf of %zu bytes of free "
+                     "device memory) minus %lf "
                      "bytes of weights and %lf bytes of workspace leaves no room for one "
                      "%zu-byte block",
                      &budget, &thr, &avail, &weights, &work, &block);

@@ -7,9 +7,11 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dense_ref.h"
 #include "e2e_util.h"
@@ -347,6 +349,49 @@ Test(api, metrics_count_requests_and_samples_apart) {
     pl_engine_destroy(e);
 }
 
+/* Token counters move with every step, as vLLM's prompt_tokens_total and
+ * generation_tokens_total do: a dashboard sees tokens/s while requests run, not a burst when
+ * they finish. A prompt counts when its request has its first output token; a request aborted
+ * before that adds nothing. */
+Test(api, token_counters_grow_every_step) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.max_tokens = 6;
+    sp.ignore_eos = true;
+    int32_t p[] = {1, 2, 3, 4, 5};
+    for (int i = 0; i < 3; i++) {
+        sp.n = i == 2 ? 2 : 1;
+        cr_assert_eq(pl_engine_submit_tokens(e, p, 5, &sp, NULL), PL_OK, "%s", pl_last_error());
+    }
+    pl_step_result r;
+    uint64_t out = 0;
+    for (int step = 1; step <= 3; step++) {
+        cr_assert_eq(pl_engine_step(e, &r), PL_OK);
+        out += 4; /* four samples, one token each, every step (the prefill step draws one) */
+        pl_metrics m;
+        pl_engine_metrics(e, &m);
+        cr_assert_eq(m.output_tokens, out, "step %d: %llu output tokens counted, %llu made", step,
+                     (unsigned long long)m.output_tokens, (unsigned long long)out);
+        cr_assert_eq(m.prompt_tokens, 15, "step %d: the prompts once each", step);
+        cr_assert_eq(m.requests_finished, 0);
+    }
+    int32_t q[] = {1, 9};
+    pl_request_id id;
+    cr_assert_eq(pl_engine_submit_tokens(e, q, 2, &sp, &id), PL_OK);
+    cr_assert_eq(pl_engine_abort(e, id), PL_OK);
+    pl_completion *cs;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK);
+    pl_completions_free(cs, n);
+    pl_metrics m;
+    pl_engine_metrics(e, &m);
+    cr_assert_eq(m.output_tokens, 24);
+    cr_assert_eq(m.prompt_tokens, 15, "an aborted request computed no prompt");
+    pl_engine_destroy(e);
+}
+
 /* ---- detokenize -------------------------------------------------------------------------- */
 
 Test(api, detokenize_inverts_tokenize) {
@@ -604,6 +649,7 @@ Test(api, occupancy_follows_the_intake_and_the_steps) {
     cr_assert_eq(o.kv_blocks_total, 96, "the pool is known before the first step");
     cr_assert_eq(o.n_waiting + o.n_running + o.kv_blocks_used, 0);
     cr_assert_eq(o.max_waiting, c.max_waiting);
+    cr_assert_eq(o.n_free_slots, c.max_num_seqs);
     pl_sampling_params sp;
     pl_sampling_params_default(&sp);
     sp.ignore_eos = true;
@@ -619,6 +665,7 @@ Test(api, occupancy_follows_the_intake_and_the_steps) {
     pl_engine_occupancy(e, &o);
     cr_assert_eq(o.n_waiting, 0);
     cr_assert_eq(o.n_running, 3);
+    cr_assert_eq(o.n_free_slots, c.max_num_seqs - 3);
     cr_assert_gt(o.kv_blocks_used, 0);
     cr_assert_float_eq(o.kv_usage, (double)o.kv_blocks_used / 96.0, 1e-12);
     pl_completion *cs;
@@ -631,4 +678,100 @@ Test(api, occupancy_follows_the_intake_and_the_steps) {
     cr_assert_eq(o.kv_blocks_total, 0);
     pl_engine_occupancy(e, NULL);
     pl_engine_destroy(e);
+}
+
+/* ---- an empty prompt ------------------------------------------------------------------- */
+
+static pl_engine *tiny_with_tokenizer(const char *tokenizer) {
+    pl_engine_config c = tiny_config();
+    c.tokenizer_path = tokenizer;
+    pl_engine *e = NULL;
+    cr_assert_eq(pl_engine_create(&c, &e), PL_OK, "%s", pl_last_error());
+    return e;
+}
+
+/* The greedy output of one request (submitted already) to completion. Its text, when the
+ * prompt is BOS alone, starts a text: it is the output's decode (a leading space of the
+ * first piece dropped), as llama2.c prints a story generated from BOS. */
+static void run_one(pl_engine *e, int32_t *out, size_t *n_out, size_t *n_prompt) {
+    pl_completion *c;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &c, &n), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(n, 1);
+    memcpy(out, c[0].output_ids, c[0].n_output_ids * sizeof *out);
+    *n_out = c[0].n_output_ids;
+    *n_prompt = c[0].n_prompt_ids;
+    if (c[0].n_prompt_ids == 1 && c[0].prompt_ids[0] == 1) {
+        char *text;
+        cr_assert_eq(pl_engine_detokenize(e, c[0].output_ids, c[0].n_output_ids, &text, NULL),
+                     PL_OK);
+        cr_assert_str_eq(c[0].text, text, "the text after BOS alone is not a text's start");
+        pl_free_text(text);
+    }
+    pl_completions_free(c, n);
+}
+
+/* llama2.c and vLLM generate from BOS alone when the prompt is empty: so does submit. Only an
+ * empty token list (no BOS to add) is refused. */
+Test(api, an_empty_prompt_generates_from_bos) {
+    pl_engine *e = tiny_with_tokenizer(PL_TEST_DATA_DIR "/tok512_hf/tokenizer.json");
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.max_tokens = 12;
+    int32_t a[16], b[16];
+    size_t na, nb, pa, pb;
+    cr_assert_eq(pl_engine_submit_request(e, "", &sp, NULL), PL_OK, "%s", pl_last_error());
+    run_one(e, a, &na, &pa);
+    const int32_t bos = 1;
+    cr_assert_eq(pl_engine_submit_tokens(e, &bos, 1, &sp, NULL), PL_OK);
+    run_one(e, b, &nb, &pb);
+    cr_assert_eq(pa, 1, "the empty prompt became %zu tokens, not BOS alone", pa);
+    cr_assert_eq(na, nb);
+    cr_assert_arr_eq(a, b, na * sizeof *a, "\"\" and [BOS] generate differently");
+    /* sampled replies to "" start a text too, whatever their first piece */
+    pl_sampling_params hot = sp;
+    hot.temperature = 1.0f;
+    hot.top_p = 1.0f;
+    hot.n = 8;
+    cr_assert_eq(pl_sampling_params_set(&hot, "seed", "3"), PL_OK);
+    cr_assert_eq(pl_engine_submit_request(e, "", &hot, NULL), PL_OK, "%s", pl_last_error());
+    pl_completion *c;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &c, &n), PL_OK, "%s", pl_last_error());
+    int spaced = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *text;
+        cr_assert_eq(pl_engine_detokenize(e, c[i].output_ids, c[i].n_output_ids, &text, NULL),
+                     PL_OK);
+        cr_assert_str_eq(c[i].text, text, "sample %zu after BOS alone: not a text's start", i);
+        const char *piece = pl_tokenizer_piece(pl_engine_tokenizer(e), c[i].output_ids[0]);
+        spaced += !strncmp(piece, "\xe2\x96\x81", 3); /* a first piece "▁..." */
+        pl_free_text(text);
+    }
+    cr_assert_gt(spaced, 0, "no sample began with a \"\xe2\x96\x81\" piece: nothing checked");
+    pl_completions_free(c, n);
+    /* token ids are used as given: an empty list has nothing to generate from */
+    cr_assert_eq(pl_engine_submit_tokens(e, &bos, 0, &sp, NULL), PL_ERR_INVALID_ARGUMENT);
+    pl_engine_destroy(e);
+
+    /* a tokenizer that adds no BOS: "" is no tokens at all */
+    const char *dir = pl_test_tmpdir();
+    char path[512], link_to[512];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(link_to, sizeof link_to, "%s/tok512_hf/tokenizer.json", PL_TEST_DATA_DIR);
+    cr_assert_eq(symlink(link_to, path), 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"tokenizer_class\": \"LlamaTokenizerFast\", \"add_bos_token\": false, "
+          "\"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}", f);
+    fclose(f);
+    e = tiny_with_tokenizer(dir);
+    cr_assert_eq(pl_engine_submit_request(e, "", &sp, NULL), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "empty"), "%s", pl_last_error());
+    cr_assert_eq(pl_engine_submit_request(e, "Once", &sp, NULL), PL_OK, "%s", pl_last_error());
+    run_one(e, a, &na, &pa);
+    pl_engine_destroy(e);
+    PL_ASSERT_NO_LEAKS();
 }

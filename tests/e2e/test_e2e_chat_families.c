@@ -192,6 +192,14 @@ static void check_family(const char *name) {
     for (int b = 0; b < 2; b++) {
         char what[96];
         pl_engine *e = engine(dir, backends[b]);
+        /* the end of turn the engine reports: the family's marker (Qwen's <|im_end|>, not the
+         * <|endoftext|> its generation_config also lists); none apart from EOS for Mistral */
+        pl_model_info info;
+        cr_assert_eq(pl_engine_model_info(e, &info), PL_OK);
+        int32_t eot = pl_tokenizer_token_id(pl_engine_tokenizer(e), f->eot);
+        int32_t want = strcmp(f->eot, "</s>") ? eot : -1;
+        cr_assert_eq(info.eot_id, want, "%s: eot_id %d, want %d (%s)", name, info.eot_id, want,
+                     f->eot);
         /* turn 1: ends on the end-of-turn token */
         pl_sampling_params sp = greedy(false);
         pl_request_id id[2];

@@ -292,11 +292,13 @@ Test(e2e_tiny, queue_overflow_policies) {
         pl_engine_config c;
         tiny_config(&c);
         c.max_waiting = 2;
+        c.max_num_seqs = c.max_batch_size = 1; /* 1 running + 2 waiting slots */
         c.overflow_policy = policy ? PL_OVERFLOW_DROP_OLDEST : PL_OVERFLOW_REJECT_NEWEST;
         pl_engine *e = e2e_engine(&c);
-        pl_request_id a, b, d;
+        pl_request_id a, b, b2, d;
         cr_assert_eq(pl_engine_submit_tokens(e, prompt, 4, &sp, &a), PL_OK);
         cr_assert_eq(pl_engine_submit_tokens(e, prompt, 4, &sp, &b), PL_OK);
+        cr_assert_eq(pl_engine_submit_tokens(e, prompt, 4, &sp, &b2), PL_OK);
         pl_status s = pl_engine_submit_tokens(e, prompt, 4, &sp, &d);
         pl_completion *out;
         size_t n;
@@ -304,11 +306,11 @@ Test(e2e_tiny, queue_overflow_policies) {
             cr_assert_eq(s, PL_ERR_QUEUE_FULL);
             cr_assert(strstr(pl_last_error(), "max_waiting"));
             cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK);
-            cr_assert_eq(n, 2, "the refused request left no trace");
+            cr_assert_eq(n, 3, "the refused request left no trace");
         } else {
             cr_assert_eq(s, PL_OK, "%s", pl_last_error());
             cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK);
-            cr_assert_eq(n, 3);
+            cr_assert_eq(n, 4);
             int overloaded = 0;
             for (size_t i = 0; i < n; i++)
                 if (out[i].finish_reason == PL_FINISH_OVERLOADED) {

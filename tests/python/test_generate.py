@@ -212,3 +212,18 @@ def test_priorities_cached_prefixes_and_times(llm):
         assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= \
             m.finished_time
         assert m.time_in_queue >= 0
+
+
+def test_an_empty_prompt_generates_from_bos(llm, stories):
+    """As llama2.c and vLLM: "" is BOS alone, and the story starts a text (no leading space),
+    the same in Python and on the command line; an empty id list has nothing to start from."""
+    model, tok = stories
+    out = llm.generate([""], SamplingParams(temperature=0, max_tokens=40))[0]
+    assert out.prompt_token_ids == [1]
+    assert out.outputs[0].text.startswith("Once upon a time, there was a little girl named Lily.")
+    cli = subprocess.run([tool("PL_PAGELLM_EXE"), "generate", "-m", model, "--tokenizer", tok,
+                          "--prompt", "", "--temperature", "0", "--max-tokens", "40"],
+                         capture_output=True, text=True, check=True)
+    assert cli.stdout == out.outputs[0].text + "\n"
+    with pytest.raises(ValueError):
+        llm.generate([[]], SamplingParams(max_tokens=4))

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/sched_internal.h"
 #include "test_support.h"
 #include "util/alloc.h"
 
@@ -131,6 +132,22 @@ void h_check_pool(harness *h) {
         }
     cr_assert_eq(pl_kv_check(h->pool, h->tables, n), PL_OK, "step %d: %s", h->step,
                  pl_last_error());
+    /* the free running slots admission counts: every slot a sequence holds, waits to take
+     * back or will take for its samples, recounted from the sequences */
+    int held = 0;
+    for (int r = 0; r < h->n_reqs; r++)
+        for (int i = 0; i < h->reqs[r]->n_samples; i++) {
+            const pl_seq *q = &h->reqs[r]->seq[i];
+            if (q->state == PL_SEQ_RUNNING || q->state == PL_SEQ_PREEMPTED ||
+                (q->state == PL_SEQ_WAITING && q->aux_list != PL_SCHED_AUX_FRESH))
+                held += 1 + q->n_forks;
+            else if (q->state == PL_SEQ_WAITING)
+                held += q->n_forks;
+        }
+    pl_sched_counts c;
+    pl_sched_get_counts(h->s, &c);
+    cr_assert_eq(c.n_free_slots, h->cfg.max_num_seqs - held, "step %d: %d free slots, counted "
+                 "%d", h->step, c.n_free_slots, h->cfg.max_num_seqs - held);
 }
 
 static void submit_due(harness *h) {

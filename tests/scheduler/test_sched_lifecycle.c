@@ -167,14 +167,48 @@ Test(lifecycle, capacity_counts_blocks_per_request) {
 
 /* ---- the waiting queue bound ---- */
 
-Test(lifecycle, reject_newest_when_full) {
+/* Capacity is running slots + waiting slots: new requests that free running slots will take
+ * at the next step are not "waiting" for max_waiting (16 at once with 4 + 4 slots: 8 in). */
+Test(lifecycle, admission_counts_running_and_waiting_slots) {
     pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+                                 .max_model_len = 128);
+    c.max_waiting = 4;
+    fixture f;
+    fx_init(&f, c, 16, 64);
+    pl_seq q[16];
+    for (int i = 0; i < 16; i++) seq_of(&q[i], (uint64_t)i + 1, 8, 4);
+    int in = 0;
+    for (int i = 0; i < 16; i++) {
+        pl_status st = pl_sched_add(f.s, &q[i], NULL);
+        cr_assert(st == PL_OK || st == PL_ERR_QUEUE_FULL, "%s", pl_last_error());
+        in += st == PL_OK;
+    }
+    cr_assert_eq(in, 8, "%d of 16 admitted with 4 running + 4 waiting slots free", in);
+    pl_sched_output o;
+    cr_assert_eq(pl_sched_schedule(f.s, &o), PL_OK);
+    cr_assert_eq(counts(f.s).n_running, 4);
+    cr_assert_eq(counts(f.s).n_waiting, 4);
+    /* every slot taken now: the next is refused */
+    cr_assert_eq(pl_sched_add(f.s, &q[8], NULL), PL_ERR_QUEUE_FULL);
+    cr_assert(strstr(pl_last_error(), "max_waiting"), "%s", pl_last_error());
+    fx_fini(&f);
+    for (int i = 0; i < 16; i++) pl_seq_deinit(&q[i]);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(lifecycle, reject_newest_when_full) {
+    /* max_num_seqs 1: one running slot, taken by the first; then two wait */
+    pl_sched_config c = H_CONFIG(.max_batch_size = 1, .max_num_seqs = 1, .max_total_tokens = 64,
                                  .max_model_len = 128);
     c.max_waiting = 2;
     fixture f;
     fx_init(&f, c, 16, 64);
-    pl_seq q[4];
-    for (int i = 0; i < 4; i++) seq_of(&q[i], (uint64_t)i + 1, 8, 4);
+    pl_seq q[5];
+    for (int i = 0; i < 5; i++) seq_of(&q[i], (uint64_t)i + 1, 8, 4);
+    pl_sched_output o;
+    cr_assert_eq(pl_sched_add(f.s, &q[4], NULL), PL_OK);
+    cr_assert_eq(pl_sched_schedule(f.s, &o), PL_OK);
+    cr_assert_eq(counts(f.s).n_running, 1);
     cr_assert_eq(pl_sched_add(f.s, &q[0], NULL), PL_OK);
     cr_assert_eq(pl_sched_add(f.s, &q[1], NULL), PL_OK);
     pl_seq *dropped = &q[3];
@@ -183,26 +217,30 @@ Test(lifecycle, reject_newest_when_full) {
     cr_assert_null(dropped);
     cr_assert_eq(q[2].state, PL_SEQ_NEW);
     cr_assert_eq(counts(f.s).n_waiting, 2);
-    /* Once they run, the queue has room again. */
-    pl_sched_output o;
-    cr_assert_eq(pl_sched_schedule(f.s, &o), PL_OK);
-    cr_assert_eq(o.n_seqs, 2);
+    /* Once the running one finishes, the queue has room again. */
+    pl_sched_finish(f.s, &q[4], PL_FINISH_ABORT);
     cr_assert_eq(pl_sched_add(f.s, &q[2], NULL), PL_OK);
-    cr_assert_eq(counts(f.s).n_waiting, 1);
+    cr_assert_eq(counts(f.s).n_waiting, 3);
     fx_fini(&f);
-    for (int i = 0; i < 4; i++) pl_seq_deinit(&q[i]);
+    for (int i = 0; i < 5; i++) pl_seq_deinit(&q[i]);
     PL_ASSERT_NO_LEAKS();
 }
 
 Test(lifecycle, drop_oldest_when_full) {
-    pl_sched_config c = H_CONFIG(.max_batch_size = 4, .max_num_seqs = 4, .max_total_tokens = 64,
+    /* max_num_seqs 2, both running slots taken by q[4] and q[5]: two wait */
+    pl_sched_config c = H_CONFIG(.max_batch_size = 2, .max_num_seqs = 2, .max_total_tokens = 64,
                                  .max_model_len = 128);
     c.max_waiting = 2;
     c.overflow_policy = PL_OVERFLOW_DROP_OLDEST;
     fixture f;
     fx_init(&f, c, 16, 64);
-    pl_seq q[4];
-    for (int i = 0; i < 4; i++) seq_of(&q[i], (uint64_t)i + 1, 8, 4);
+    pl_seq q[6];
+    for (int i = 0; i < 6; i++) seq_of(&q[i], (uint64_t)i + 1, 8, 4);
+    pl_sched_output o;
+    cr_assert_eq(pl_sched_add(f.s, &q[4], NULL), PL_OK);
+    cr_assert_eq(pl_sched_add(f.s, &q[5], NULL), PL_OK);
+    cr_assert_eq(pl_sched_schedule(f.s, &o), PL_OK);
+    cr_assert_eq(counts(f.s).n_running, 2);
     q[1].priority = -1; /* runs first, but is not the oldest */
     pl_seq *dropped = &q[3];
     cr_assert_eq(pl_sched_add(f.s, &q[0], &dropped), PL_OK);
@@ -217,13 +255,14 @@ Test(lifecycle, drop_oldest_when_full) {
     cr_assert_eq(q[0].finish_reason, PL_FINISH_OVERLOADED);
     pl_sched_counts n = counts(f.s);
     cr_assert_eq(n.n_waiting, 2);
-    pl_sched_output o;
+    pl_sched_finish(f.s, &q[4], PL_FINISH_ABORT);
+    pl_sched_finish(f.s, &q[5], PL_FINISH_ABORT);
     cr_assert_eq(pl_sched_schedule(f.s, &o), PL_OK);
     cr_assert_eq(o.n_seqs, 2);
     cr_assert_eq(o.entries[0].seq, &q[1]);
     cr_assert_eq(o.entries[1].seq, &q[2]);
     fx_fini(&f);
-    for (int i = 0; i < 4; i++) pl_seq_deinit(&q[i]);
+    for (int i = 0; i < 6; i++) pl_seq_deinit(&q[i]);
     PL_ASSERT_NO_LEAKS();
 }
 

@@ -76,6 +76,7 @@ def case_api():
         st, _, v = srv.get("/v1/models")
         check(st == 200 and v["object"] == "list" and len(v["data"]) == 1, f"{st} {v}")
         check(v["data"][0]["id"] == model and v["data"][0]["max_model_len"] == 512, v)
+        check(v["data"][0]["vocab_size"] == 512, f"the vocabulary size is reported: {v}")
         version = subprocess.run([PAGELLM, "version"], capture_output=True, text=True).stdout
         st, _, v = srv.get("/version")
         check(st == 200 and "pagellm " + v["version"] == version.splitlines()[0],
@@ -86,7 +87,7 @@ def case_api():
         prompt = "Once upon a time"
         st, _, tok = srv.post("/tokenize", {"prompt": prompt, "return_token_strs": True})
         check(st == 200 and tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 512, tok)
-        check("".join(tok["token_strs"]).strip() == prompt, tok)
+        check("".join(tok["token_strs"]).replace("\u2581", " ") == "<s> " + prompt, tok)
         st, _, de = srv.post("/detokenize", {"tokens": tok["tokens"]})
         check(st == 200 and de["prompt"] == prompt, de)
 
@@ -334,7 +335,8 @@ def case_bench_metrics():
     out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     try:
         n = 24
-        p = subprocess.run([PAGELLM, "bench", "serve", "--port", str(srv.port), "--vocab-size", "512",
+        # no --vocab-size and no --tokenizer: the server's model list says the vocabulary
+        p = subprocess.run([PAGELLM, "bench", "serve", "--port", str(srv.port),
                             "--num-prompts", str(n), "--input-len", "12", "--output-len", "10",
                             "--random-range-ratio", "0.5", "--max-concurrency", "8", "--seed", "3",
                             "--no-progress", "--output-json", out],
@@ -523,7 +525,14 @@ def case_disconnect():
               f"the clients hung up")
         completion(srv, {"prompt": [1, 2], "max_tokens": 2})  # still serving
     finally:
-        srv.stop()
+        log = srv.stop()
+    # the access log has what was sent before the hang-up; a hang-up is no warning
+    lines = [l for l in log.splitlines() if "POST /v1/completions" in l and "went away" in l]
+    check(len(lines) == 4, f"{len(lines)} access-log lines of aborted requests:\n{log}")
+    streamed = [l for l in lines if "completion_tokens=0" not in l and "ttft_ms=0.0 " not in l]
+    check(len(streamed) >= 2 and all("prompt_tokens=3 " in l for l in lines),
+          f"the counts of the streams that sent tokens are missing:\n" + "\n".join(lines))
+    check("WARN" not in log, f"a client hanging up is logged as a warning:\n{log}")
 
 
 def case_auth():
@@ -589,7 +598,7 @@ def case_errors():
         bad({"prompt": [1, "a"]}, 400, "prompt")
         bad({"prompt": [-1]}, 400, "prompt")
         bad({"prompt": [100000]}, 400, contains="outside the vocabulary")
-        bad({"prompt": ""}, 400, "prompt", "empty")
+        bad({"prompt": "", "add_special_tokens": False}, 400, "prompt", "no tokens")
         bad({"prompt": [1] * 101}, 400, "prompt", "--max-prompt-tokens")
         bad({"prompt": "a", "stream_options": {"include_usage": True}}, 400, "stream_options")
         bad({"prompt": "a", "logit_bias": {"1": 5}}, 400, "logit_bias")
@@ -795,6 +804,279 @@ def case_slow_client():
         check(1.5 < idle_took < 8, f"the idle connection was closed after {idle_took:.1f} s")
     finally:
         srv.stop()
+
+
+
+
+# ---- issue 26: token strings and offsets, and the small fields --------------------------------
+
+def write_zero_hf(d, vocab, tokenizer_dir, eos):
+    """A Llama Hugging Face directory whose weights are zero (norms one): every logit is 0, so
+    sampling at temperature 1 draws uniformly from the whole vocabulary (byte pieces, parts of
+    characters, special tokens). The tokenizer's files are linked beside it."""
+    import struct
+    dim, hidden, heads, kv, hd = 16, 32, 2, 1, 8
+    shapes = [("model.embed_tokens.weight", [vocab, dim]),
+              ("model.layers.0.input_layernorm.weight", [dim]),
+              ("model.layers.0.self_attn.q_proj.weight", [heads * hd, dim]),
+              ("model.layers.0.self_attn.k_proj.weight", [kv * hd, dim]),
+              ("model.layers.0.self_attn.v_proj.weight", [kv * hd, dim]),
+              ("model.layers.0.self_attn.o_proj.weight", [dim, heads * hd]),
+              ("model.layers.0.post_attention_layernorm.weight", [dim]),
+              ("model.layers.0.mlp.gate_proj.weight", [hidden, dim]),
+              ("model.layers.0.mlp.up_proj.weight", [hidden, dim]),
+              ("model.layers.0.mlp.down_proj.weight", [dim, hidden]),
+              ("model.norm.weight", [dim])]
+    header, blobs, off = {}, [], 0
+    for name, shape in shapes:
+        n = 1
+        for x in shape:
+            n *= x
+        b = struct.pack(f"<{n}f", *([1.0] * n)) if len(shape) == 1 else bytes(4 * n)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for b in blobs:
+            f.write(b)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
+           "intermediate_size": hidden, "num_hidden_layers": 1, "num_attention_heads": heads,
+           "num_key_value_heads": kv, "vocab_size": vocab, "max_position_embeddings": 256,
+           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
+           "eos_token_id": eos, "torch_dtype": "float32"}
+    with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        os.symlink(os.path.join(tokenizer_dir, name), os.path.join(d, name))
+
+
+OFFSET_PROMPTS = ["Once upon a time", "  two leading spaces and  a double one", "",
+                  "caf\u00e9 na\u00efve r\u00e9sum\u00e9", "\u4f60\u597d\uff0c\u4e16\u754c",
+                  "emoji \U0001F408 cat \U0001F600!", "line one\nline two\n\nend",
+                  "digits 1234567890", "The quick brown fox."]
+
+
+def check_indexed(what, text, lp):
+    """Every token string is the text at its offset, and the strings join to the text."""
+    toks, offs = lp["tokens"], lp["text_offset"]
+    check(len(toks) == len(offs), f"{what}: {len(toks)} tokens, {len(offs)} offsets")
+    for i, (t, o) in enumerate(zip(toks, offs)):
+        check(text[o:o + len(t)] == t, f"{what}: token {i} {t!r} at {o}, the text there is "
+              f"{text[o:o + len(t) + 8]!r} (text {text!r}, tokens {toks})")
+    check("".join(toks) == text, f"{what}: the tokens join to {''.join(toks)!r}, not {text!r}")
+
+
+def check_offsets_on(srv, what):
+    """echo + logprobs, whole and streamed, n = 2, sampled (and with stop strings)."""
+    for i, prompt in enumerate(OFFSET_PROMPTS):
+        for stop in (None, ["e", "\n"]):
+            body = {"prompt": prompt, "max_tokens": 12, "temperature": 1.0, "seed": i, "n": 2,
+                    "echo": True, "logprobs": 2}
+            if stop:
+                body["stop"] = stop
+            st, _, v = srv.post("/v1/completions", body)
+            if st == 400 and prompt == "":
+                continue  # a tokenizer that adds no BOS: "" has no token (case small_fields)
+            check(st == 200, f"{what} {prompt!r}: {st} {v}")
+            for c in v["choices"]:
+                check_indexed(f"{what} {prompt!r} choice {c['index']}", c["text"], c["logprobs"])
+            st, events, done = srv.stream("/v1/completions", dict(body, stream=True))
+            check(st == 200 and done == 1, f"{what} {prompt!r} streamed: {st} {events}")
+            texts, toks = {}, {}
+            for e in events:
+                for c in e["choices"]:
+                    k = c["index"]
+                    texts[k] = texts.get(k, "") + c["text"]
+                    if c["logprobs"]:
+                        t = toks.setdefault(k, {"tokens": [], "text_offset": []})
+                        t["tokens"] += c["logprobs"]["tokens"]
+                        t["text_offset"] += c["logprobs"]["text_offset"]
+            for k in texts:
+                check_indexed(f"{what} {prompt!r} streamed choice {k}", texts[k], toks[k])
+
+
+def case_token_offsets():
+    """Issue 26 item 1: echo + logprobs token strings and text_offset index the returned text
+    exactly, for SentencePiece (tok512, the Llama 2 model), byte-level BPE (Llama 3, Qwen3)
+    and a GGUF vocabulary."""
+    d = models_dir()
+    if not d:
+        raise Skip("PAGELLM_TEST_MODELS unset")
+    runs = [("stories260K", stories_args()),
+            ("llama2-spm", ["--model", "dummy:stories15m", "--tokenizer",
+                            os.path.join(d, "tokenizer.model"), "--threads", "1"])]
+    tmp = tempfile.mkdtemp(prefix="pagellm-offsets-")
+    q3 = os.path.join(tmp, "qwen3")
+    write_zero_hf(q3, 151669, os.path.join(d, "qwen3"), [151645, 151643])
+    l3 = os.path.join(tmp, "llama3")
+    write_zero_hf(l3, 128256, os.path.join(d, "llama3"), 128009)
+    gguf = os.path.join(tmp, "qwen3.gguf")
+    p = subprocess.run([PAGELLM, "quantize", q3, gguf, "f16"], capture_output=True, text=True)
+    check(p.returncode == 0, f"quantize: {p.stderr}")
+    runs += [("qwen3", ["--model", q3, "--threads", "1"]),
+             ("llama3", ["--model", l3, "--threads", "1"]),
+             ("qwen3-gguf", ["--model", gguf, "--threads", "1"])]
+    try:
+        for what, args in runs:
+            srv = Server(PAGELLM, args + ["--log-interval", "0"])
+            try:
+                check_offsets_on(srv, what)
+            finally:
+                srv.stop()
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+
+
+def case_small_fields():
+    """Issue 26 items 10 and 23: "" generates from BOS; max_tokens 3.0 is 3; stop [""] stops
+    nothing; /tokenize's token_strs are the tokenizer's pieces, BOS's "<s>" included (vLLM's
+    convert_ids_to_tokens)."""
+    srv = Server(PAGELLM, stories_args())
+    try:
+        empty = completion(srv, {"prompt": "", "max_tokens": 30, "temperature": 0})
+        bos = completion(srv, {"prompt": [1], "max_tokens": 30, "temperature": 0})
+        check(empty["usage"]["prompt_tokens"] == 1, empty["usage"])
+        text = empty["choices"][0]["text"]
+        check(text == bos["choices"][0]["text"] and text.startswith("Once upon a time"), text)
+        st, _, v = srv.post("/v1/completions", {"prompt": "", "add_special_tokens": False,
+                                                "max_tokens": 4})
+        check(st == 400 and v["error"]["param"] == "prompt" and "no tokens" in
+              v["error"]["message"], f"{st} {v}")
+        v = completion(srv, {"prompt": "Once", "max_tokens": 3.0, "temperature": 0})
+        check(v["usage"]["completion_tokens"] == 3, v["usage"])
+        st, _, v = srv.post("/v1/completions", {"prompt": "Once", "max_tokens": 2.5})
+        check(st == 400 and v["error"]["param"] == "max_tokens", f"{st} {v}")
+        a = completion(srv, {"prompt": "Once", "max_tokens": 20, "temperature": 0})
+        for stop in ([""], "", ["", "zzz"]):
+            b = completion(srv, {"prompt": "Once", "max_tokens": 20, "temperature": 0,
+                                 "stop": stop})
+            check(b["choices"][0]["text"] == a["choices"][0]["text"] and
+                  b["choices"][0]["finish_reason"] == "length", f"stop {stop!r}: {b}")
+        st, _, tok = srv.post("/tokenize", {"prompt": "Once upon a time",
+                                            "return_token_strs": True})
+        check(st == 200 and tok["token_strs"] == ["<s>", "\u2581Once", "\u2581upon", "\u2581a",
+                                                  "\u2581time"], tok)
+    finally:
+        srv.stop()
+
+
+def case_kv_sizing_logged():
+    """Issue 26 item 17: the server says at start how big the KV cache is and why."""
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--max-num-seqs", "4", "--max-model-len",
+                           "64"])
+    log = srv.stop()
+    check("KV cache: " in log and "max_num_seqs 4 x max_model_len 64" in log, log)
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--kv-cache-memory", "2M"])
+    log = srv.stop()
+    check("KV cache: 2.0 MiB" in log and "kv_cache_memory_bytes" in log, log)
+
+
+def case_port_in_use():
+    """Issue 26 item 23: a port in use is said so, with the port asked for (libmicrohttpd said
+    "Failed to bind to port 0")."""
+    srv = Server(PAGELLM, ["--model", "dummy:tiny"])
+    try:
+        p = subprocess.run([PAGELLM, "serve", "--model", "dummy:tiny", "--host", "127.0.0.1",
+                            "--port", str(srv.port)], capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0, f"a second server on port {srv.port} started: {p.stderr}")
+        want = f"127.0.0.1:{srv.port}"
+        check(want in p.stderr and "in use" in p.stderr and "port 0" not in p.stderr,
+              f"unclear: {p.stderr}")
+    finally:
+        srv.stop()
+
+
+def case_metrics_per_step():
+    """Issue 26 item 3: the token counters move while a request runs (vLLM counts per step),
+    so a dashboard's tokens/s is not 0 until a burst at the end."""
+    srv = Server(PAGELLM, SLOW + ["--log-interval", "0"])
+    try:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 200, "ignore_eos": True,
+                           "logprobs": 0, "stream": True}).encode()  # no tokenizer: no text
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        got = b""
+        while got.count(b"data: ") < 6:
+            got += s.recv(65536)
+        m = srv.metrics()
+        check(m["pagellm:num_requests_running"] == 1, m)
+        check(m["pagellm:prompt_tokens_total"] == 3, f"prompt tokens {m['pagellm:prompt_tokens_total']}")
+        check(m["pagellm:generation_tokens_total"] >= 5,
+              f"{m['pagellm:generation_tokens_total']} generation tokens counted after 6 chunks")
+        s.close()
+        idle_and_free(srv)
+    finally:
+        srv.stop()
+
+
+def case_cors():
+    """Issue 26 item 8: CORS as vLLM's server answers it (FastAPI's CORSMiddleware) with its
+    flags and defaults: --allowed-origins, --allowed-methods, --allowed-headers (JSON lists,
+    ["*"] by default) and --allow-credentials; preflights answered, refusals named."""
+    def preflight(srv, origin, method, headers=None):
+        h = {"Origin": origin, "Access-Control-Request-Method": method}
+        if headers:
+            h["Access-Control-Request-Headers"] = headers
+        return srv.request("OPTIONS", "/v1/completions", headers=h)
+
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--api-key", "k"])
+    try:
+        st, h, body = preflight(srv, "http://a.example", "POST", "content-type, authorization")
+        check(st == 200 and body == "OK", f"preflight: {st} {body!r}")
+        check(h.get("access-control-allow-origin") == "*", h)
+        check("POST" in h.get("access-control-allow-methods", "") and
+              "GET" in h["access-control-allow-methods"], h)
+        check(h.get("access-control-allow-headers") == "content-type, authorization", h)
+        check(h.get("access-control-max-age") == "600", h)
+        check("access-control-allow-credentials" not in h, h)
+        auth = {"Authorization": "Bearer k"}
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2},
+                            headers=dict(auth, Origin="http://a.example"))
+        check(st == 200 and h.get("access-control-allow-origin") == "*", f"{st} {h}")
+        st, h, _ = srv.get("/v1/models", headers={"Origin": "http://a.example"})
+        check(st == 401 and h.get("access-control-allow-origin") == "*",
+              f"an error answer carries them too: {st} {h}")
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 2}, headers=auth)
+        check(st == 200 and "access-control-allow-origin" not in h, "no Origin, no CORS headers")
+        st, h, _ = srv.request("OPTIONS", "/v1/completions")
+        check(st == 405, f"an OPTIONS that is no preflight: {st}")
+    finally:
+        srv.stop()
+
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--allowed-origins", '["http://good.example"]',
+                           "--allowed-methods", '["GET", "POST"]', "--allowed-headers",
+                           '["Authorization"]', "--allow-credentials"])
+    try:
+        st, h, _ = preflight(srv, "http://good.example", "POST", "authorization, content-type")
+        check(st == 200, f"{st} {h}")
+        check(h.get("access-control-allow-origin") == "http://good.example" and
+              h.get("vary") == "Origin" and h.get("access-control-allow-credentials") == "true", h)
+        check(h.get("access-control-allow-methods") == "GET, POST", h)
+        check(h.get("access-control-allow-headers") ==
+              "Accept, Accept-Language, Authorization, Content-Language, Content-Type", h)
+        for origin, method, hdrs, why in (("http://evil.example", "POST", None, "origin"),
+                                          ("http://good.example", "PUT", None, "method"),
+                                          ("http://good.example", "POST", "x-foo", "headers"),
+                                          ("http://evil.example", "PUT", None, "origin, method")):
+            st, h, body = preflight(srv, origin, method, hdrs)
+            check(st == 400 and body == "Disallowed CORS " + why, f"{why}: {st} {body!r}")
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1], "max_tokens": 1},
+                            headers={"Origin": "http://good.example"})
+        check(st == 200 and h.get("access-control-allow-origin") == "http://good.example" and
+              h.get("access-control-allow-credentials") == "true" and h.get("vary") == "Origin", h)
+        st, h, _ = srv.post("/v1/completions", {"prompt": [1], "max_tokens": 1},
+                            headers={"Origin": "http://evil.example"})
+        check(st == 200 and "access-control-allow-origin" not in h, f"a foreign origin: {h}")
+    finally:
+        srv.stop()
+    p = subprocess.run([PAGELLM, "serve", "--model", "dummy:tiny", "--allowed-origins", "*"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--allowed-origins" in p.stderr and "JSON" in p.stderr, p.stderr)
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -89,7 +89,20 @@ Test(server_request, prompts_come_as_text_ids_or_batches) {
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": [1, 2147483648]}", 400, "prompt");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": [[]]}", 400, "prompt[0]");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": []}", 400, "prompt");
-    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"\"}", 400, "prompt");
+    /* "" is BOS alone (the handler refuses it only when no token is left) */
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"\"}");
+    cr_assert_str_eq(r.prompts[0].text, "");
+    pl_srv_request_free(&r);
+    /* an empty stop string stops nothing: dropped */
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"\", \"end\", \"\"]}");
+    cr_assert_eq(r.sp.n_stop, 1);
+    cr_assert_str_eq(r.sp.stop[0], "end");
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"stop\": \"\", \"max_tokens\": 3.0}");
+    cr_assert_eq(r.sp.n_stop, 0);
+    cr_assert_eq(r.sp.max_tokens, 3);
+    pl_srv_request_free(&r);
+    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": 3.5}", 400, "max_tokens");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": {}}", 400, "prompt");
     parse_bad(PL_SRV_COMPLETION, "{}", 400, "prompt");
     /* 9 prompts x n 4 = 36 choices > 32 */

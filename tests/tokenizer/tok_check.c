@@ -198,6 +198,39 @@ void tok_check_stream(const pl_tokenizer *t, const int32_t *ids, size_t n, bool 
     tok_check_stream_flags(t, ids, n, 0, every_step);
 }
 
+/* pl_tok_decode_offsets: the text is decode's, the ids' parts tile it in order, each ends on
+ * a character boundary, and what the first i ids were given is a prefix of the decode of the
+ * first i ids (checked for every i with every_step): an id never claims text a later id made. */
+static void check_offsets(const pl_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                          const char *want, bool every_step) {
+    size_t *off = malloc((n + 1) * sizeof *off);
+    char *text = NULL;
+    cr_assert_not_null(off);
+    pl_status s = pl_tok_decode_offsets(t, ids, n, flags, &text, off);
+    cr_assert_eq(s, PL_OK, "decode_offsets: %s", pl_last_error());
+    if (strcmp(text, want) != 0) {
+        dump_ids(t, ids, n);
+        cr_assert_fail("decode_offsets gives \"%s\", decode \"%s\"", text, want);
+    }
+    cr_assert_eq(off[0], 0);
+    cr_assert_eq(off[n], strlen(text));
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_leq(off[i], off[i + 1], "offsets go back at id %zu", i);
+        cr_assert_neq((unsigned char)text[off[i + 1]] & 0xC0, 0x80,
+                      "id %zu's part ends inside a character", i);
+        if (!every_step) continue;
+        char *prefix = decode_or_die(t, ids, i + 1, flags);
+        if (strncmp(prefix, text, off[i + 1]) != 0 || strlen(prefix) < off[i + 1]) {
+            dump_ids(t, ids, i + 1);
+            cr_assert_fail("the first %zu ids are given \"%.*s\", their decode is \"%s\"",
+                           i + 1, (int)off[i + 1], text, prefix);
+        }
+        pl_free(prefix);
+    }
+    pl_free(text);
+    free(off);
+}
+
 void tok_check_stream_flags(const pl_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
                             bool every_step) {
     char *want = decode_or_die(t, ids, n, flags);
@@ -206,6 +239,7 @@ void tok_check_stream_flags(const pl_tokenizer *t, const int32_t *ids, size_t n,
         dump_ids(t, ids, n);
         cr_assert_fail("streamed \"%s\", decode gives \"%s\"", got, want);
     }
+    if (!(flags & PL_TOK_AFTER_PROMPT)) check_offsets(t, ids, n, flags, want, every_step);
     pl_free(got);
     pl_free(want);
 }

@@ -108,6 +108,16 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
         chat = self.path == "/v1/chat/completions"
+        if self.path == "/tokenize" and ARGS.tokenize_max_id:
+            # vLLM's /tokenize: an id per word, in [0, tokenize_max_id], the largest the last
+            words = json.loads(raw).get("prompt", "").split()
+            ids = [7 + len(w) for w in words[:-1]] + [ARGS.tokenize_max_id] if words else []
+            with LOCK:
+                STATE["requests"].append({"index": -1, "path": self.path, "body": json.loads(raw),
+                                          "arrival": now(), "end": now(), "cut": False})
+            self.send_json(200, {"count": len(ids), "max_model_len": 0, "tokens": ids,
+                                 "token_strs": None})
+            return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self.send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -235,6 +245,8 @@ def main():
     ap.add_argument("--fail", type=parse_fail, default={})
     ap.add_argument("--api-key")
     ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--tokenize-max-id", type=int, default=0,
+                    help="answer POST /tokenize, the largest id being this one (0: no route)")
     ap.add_argument("--max-model-len", type=int, default=0)
     ARGS = ap.parse_args()
     srv = Server(("127.0.0.1", ARGS.port), Handler)

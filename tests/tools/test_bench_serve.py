@@ -529,10 +529,18 @@ def case_bad_flags():
         check(needle in p.stderr, f"{extra}: {needle!r} not in:\n{p.stderr}")
     p = run(["--base-url", "ftp://x"], expect_rc=2)
     check("--base-url" in p.stderr, p.stderr)
-    # a server that does not say its vocabulary size: random ids need one
+    # a server that does not say its vocabulary size and has no /tokenize: random ids need one
     with Mock("--vocab", 0) as mock:
         p = run(["--base-url", mock.url], expect_rc=2)
         check("--vocab-size" in p.stderr and "--tokenizer" in p.stderr, p.stderr)
+    # with vLLM's /tokenize: ids below the largest it gives for a sample text
+    with Mock("--vocab", 0, "--tokenize-max-id", 300) as mock:
+        p = run(["--base-url", mock.url, "--num-prompts", 6, "--random-input-len", 40])
+        check("/tokenize" in p.stderr and "301" in p.stderr, f"no word of the fallback: {p.stderr}")
+        reqs = [r for r in mock.stats()["requests"] if r["path"] == "/v1/completions"]
+        ids = [t for r in reqs for t in r["body"]["prompt"]]
+        check(len(reqs) == 6 and ids and all(3 <= t < 301 for t in ids) and max(ids) > 150,
+              f"ids outside [3, 301) or none near the top: {sorted(set(ids))[-5:]}")
     h = subprocess.run([PAGELLM, "bench", "serve", "--help"], capture_output=True, text=True)
     check(h.returncode == 0 and "--request-rate" in h.stdout and "--goodput" in h.stdout,
           "--help")

@@ -160,11 +160,13 @@ def case_overflow():
                                               "--output-json", out])
     n_prompt, n_out = check_throughput_consistent(p.stdout, load_json(out))
     check((n_prompt, n_out) == (160, 80), f"bounded queue: counts {n_prompt}/{n_out} != 160/80")
-    # One that drops the oldest: dropped requests are not counted as throughput.
+    # One that drops the oldest when its 2 running and 2 waiting slots are taken: dropped
+    # requests are not counted as throughput.
     p = run(["bench", "throughput"] + TINY + ["--num-prompts", "20", "--input-len", "8",
                                               "--output-len", "4", "--max-waiting", "2",
                                               "--overflow-policy", "drop-oldest",
-                                              "--max-batch-size", "2", "--output-json", out])
+                                              "--max-batch-size", "2", "--max-num-seqs", "2",
+                                              "--output-json", out])
     js = load_json(out)
     n_prompt, n_out = check_throughput_consistent(p.stdout, js)
     done, dropped = js["num_requests"], js["num_dropped"]
@@ -842,6 +844,32 @@ def case_quantize_stories():
     b = run(gen + ["--model", out])
     check(a.stdout == b.stdout and "Once upon a time" in b.stdout,
           f"the .bin and its GGUF print different stories:\n{a.stdout}\n---\n{b.stdout}")
+
+
+def case_quantize_foreign_tokenizer():
+    """A tokenizer that cannot be the model's (the model's BOS/EOS ids past its vocabulary) is
+    refused at quantize time naming the id, not written into a GGUF that then fails to load;
+    a padded model vocabulary (Qwen's 151936 over its tokenizer's 151669) is fine."""
+    models = os.environ.get("PAGELLM_TEST_MODELS")
+    if not models:
+        print("PAGELLM_TEST_MODELS is not set: skipping")
+        sys.exit(77)
+    d = tmp("qwen_like")
+    write_random_hf(d, dim=32, hidden=64, n_layers=1, n_heads=2, n_kv=1, vocab=151936)
+    cfg = load_json(os.path.join(d, "config.json"))
+    cfg.update(bos_token_id=151643, eos_token_id=[151645, 151643])
+    with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f)
+    out = tmp("foreign.gguf")
+    for tok, size in (("llama3", 128256), ("tok512.model", 512)):
+        e = run(["quantize", d, out, "f16", "--tokenizer", os.path.join(models, tok)],
+                expect_rc=1).stderr
+        check("151643" in e and str(size) in e and "BOS" in e, f"{tok}: unclear refusal: {e}")
+        check(not os.path.exists(out), f"{tok}: a refused quantize wrote a file")
+    run(["quantize", d, out, "f16", "--tokenizer", os.path.join(models, "qwen3")])
+    g = json.loads(run(["generate", "--model", out, "--prompt", "hi", "--max-tokens", "4",
+                        "--json"]).stdout)
+    check(all(t < 151669 for t in g["output_token_ids"]), f"padding ids drawn: {g}")
 
 
 def write_random_hf(d, dim=256, hidden=512, n_layers=2, n_heads=4, n_kv=2, vocab=512):

@@ -30,6 +30,8 @@ static pl_engine *tiny_engine(void) {
     c.backend = PL_BACKEND_REF;
     c.max_num_blocks = 64;
     c.max_model_len = 128;
+    c.max_num_seqs = 2;
+    c.max_batch_size = 2;
     c.max_waiting = 2;
     pl_engine *e = NULL;
     cr_assert_eq(pl_engine_create(&c, &e), PL_OK, "%s", pl_last_error());
@@ -217,11 +219,13 @@ Test(api_args, submit_abort_and_queries) {
     cr_assert_eq(id, 777);
     cr_assert(!pl_engine_has_pending_work(e), "refused submits left work behind");
 
-    /* the queue bound (max_waiting 2, REJECT_NEWEST) */
+    /* the bound (2 running + max_waiting 2 slots, REJECT_NEWEST) */
     sp.n = 1;
     cr_assert_eq(pl_engine_submit_tokens(e, ids, 3, &sp, &id), PL_OK);
     pl_request_id first = id;
     cr_assert_eq(pl_engine_submit_tokens(e, ids, 3, NULL, NULL), PL_OK, "NULL params/out_id");
+    cr_assert_eq(pl_engine_submit_tokens(e, ids, 3, &sp, NULL), PL_OK);
+    cr_assert_eq(pl_engine_submit_tokens(e, ids, 3, &sp, NULL), PL_OK);
     EXPECT(pl_engine_submit_tokens(e, ids, 3, &sp, &id), PL_ERR_QUEUE_FULL, "max_waiting");
 
     EXPECT(pl_engine_abort(NULL, first), PL_ERR_INVALID_ARGUMENT, "engine");
@@ -238,7 +242,7 @@ Test(api_args, submit_abort_and_queries) {
     EXPECT(pl_engine_run(e, &c, NULL), PL_ERR_INVALID_ARGUMENT, "NULL");
     cr_assert_eq(nc, 99);
     cr_assert_eq(pl_engine_run(e, &c, &nc), PL_OK, "%s", pl_last_error());
-    cr_assert_eq(nc, 2);
+    cr_assert_eq(nc, 4);
     cr_assert_eq(c[0].finish_reason, PL_FINISH_ABORT);
     /* finished: aborting again is NOT_FOUND */
     EXPECT(pl_engine_abort(e, first), PL_ERR_NOT_FOUND, "id");
@@ -298,7 +302,8 @@ Test(api_args, text_prompts_with_tokenizer) {
     pl_engine *e;
     cr_assert_eq(pl_engine_create(&c, &e), PL_OK, "%s", pl_last_error());
     pl_request_id id = 5;
-    static const char *bad[] = {"", "\xff", "ab\xc3", "\xc0\x80", "\xed\xa0\x80",
+    /* "" is not among them: it is BOS alone (test_e2e_api.c) */
+    static const char *bad[] = {"\xff", "ab\xc3", "\xc0\x80", "\xed\xa0\x80",
                                 "\xf4\x90\x80\x80", "ok \xe2\x82"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pl_status s = pl_engine_submit_request(e, bad[i], NULL, &id);
@@ -312,6 +317,44 @@ Test(api_args, text_prompts_with_tokenizer) {
     cr_assert_eq(pl_engine_tokenize(e, "\xff", &ids, &n), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_engine_tokenize(e, "Once upon", &ids, &n), PL_OK);
     pl_free_ids(ids);
+    pl_engine_destroy(e);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* The issue's case: --max-waiting 4 --max-num-seqs 4 and 16 requests at once. 4 running and 4
+ * waiting slots are free, so 8 are taken and all of them finish (none dropped as overloaded
+ * when the step drains them). */
+Test(api_args, admission_is_running_plus_waiting_slots) {
+    pl_engine_config c;
+    pl_engine_config_default(&c);
+    c.model_path = "dummy:tiny";
+    c.backend = PL_BACKEND_REF;
+    c.max_num_blocks = 64;
+    c.max_model_len = 128;
+    c.max_num_seqs = 4;
+    c.max_batch_size = 4;
+    c.max_waiting = 4;
+    pl_engine *e = NULL;
+    cr_assert_eq(pl_engine_create(&c, &e), PL_OK, "%s", pl_last_error());
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.max_tokens = 3;
+    const int32_t ids[] = {1, 5, 9};
+    int in = 0;
+    for (int i = 0; i < 16; i++) {
+        pl_status st = pl_engine_submit_tokens(e, ids, 3, &sp, NULL);
+        cr_assert(st == PL_OK || st == PL_ERR_QUEUE_FULL, "%s", pl_last_error());
+        in += st == PL_OK;
+    }
+    cr_assert_eq(in, 8, "%d of 16 taken with 4 running + 4 waiting slots free", in);
+    pl_completion *out;
+    size_t n;
+    cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(n, 8);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(out[i].finish_reason, PL_FINISH_LENGTH, "request %zu: %s", i,
+                     pl_finish_reason_name(out[i].finish_reason));
+    pl_completions_free(out, n);
     pl_engine_destroy(e);
     PL_ASSERT_NO_LEAKS();
 }

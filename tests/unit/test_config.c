@@ -317,7 +317,22 @@ Test(fields, json_values_of_every_kind) {
     cr_assert_eq(pl_engine_config_set_json(&c, "block_size", "32"), PL_OK);
     cr_assert_eq(c.block_size, 32);
     EXPECT(pl_engine_config_set_json(&c, "block_size", "16.5"), PL_ERR_INVALID_ARGUMENT,
-           "config.block_size: must be an integer, not a number");
+           "config.block_size: must be an integer, not 16.5");
+    /* JSON has one number type: a whole number written 64.0 or 6.4e1 is that integer (as
+     * OpenAI's clients and vLLM's server take max_tokens: 3.0) */
+    cr_assert_eq(pl_engine_config_set_json(&c, "block_size", "64.0"), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(c.block_size, 64);
+    cr_assert_eq(pl_engine_config_set_json(&c, "block_size", "1.6e1"), PL_OK);
+    cr_assert_eq(c.block_size, 16);
+    cr_assert_eq(pl_engine_config_set_json(&c, "dummy_seed", "7.0"), PL_OK);
+    cr_assert_eq(c.dummy_seed, 7u);
+    cr_assert_eq(pl_engine_config_set_json(&c, "memory_limit_bytes", "2048.0"), PL_OK);
+    cr_assert_eq(c.memory_limit_bytes, 2048u);
+    EXPECT(pl_engine_config_set_json(&c, "block_size", "1e300"), PL_ERR_INVALID_ARGUMENT,
+           "block_size");
+    EXPECT(pl_engine_config_set_json(&c, "dummy_seed", "-2.0"), PL_ERR_INVALID_ARGUMENT,
+           "config.dummy_seed: must be a non-negative integer");
+    cr_assert_eq(pl_engine_config_set_json(&c, "block_size", "32"), PL_OK);
     EXPECT(pl_engine_config_set_json(&c, "block_size", "\"16\""), PL_ERR_INVALID_ARGUMENT,
            "not a string");
     EXPECT(pl_engine_config_set_json(&c, "block_size", "300"), PL_ERR_INVALID_ARGUMENT,

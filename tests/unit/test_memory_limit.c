@@ -18,6 +18,7 @@
 #include "run_one.h"
 #include "test_support.h"
 #include "util/alloc.h"
+#include "util/meminfo.h"
 
 static pl_engine_config base_config(const char *model, size_t limit) {
     pl_engine_config c;
@@ -183,4 +184,91 @@ Test(memory_limit, a_model_that_fits_still_creates) {
     c.weight_dtype = PL_DTYPE_BF16;
     expect_creates_and_runs(&c);
     PL_ASSERT_NO_LEAKS();
+}
+
+/* ---- the KV pool's size -------------------------------------------------------------- */
+
+static pl_model_info created_info(const pl_engine_config *c) {
+    pl_engine *e = NULL;
+    cr_assert_eq(pl_engine_create(c, &e), PL_OK, "%s", pl_last_error());
+    pl_model_info info;
+    cr_assert_eq(pl_engine_model_info(e, &info), PL_OK);
+    cr_assert_not_null(info.kv_sizing);
+    static char sizing[512]; /* the engine's copy goes with it */
+    snprintf(sizing, sizeof sizing, "%s", info.kv_sizing);
+    info.kv_sizing = sizing;
+    pl_engine_destroy(e);
+    return info;
+}
+
+/* By default the pool holds what max_num_seqs sequences of max_model_len tokens use (not a
+ * fraction of all the memory there is), bounded by the memory there is; kv_cache_memory_bytes
+ * (vLLM's --kv-cache-memory, its CPU backend's fixed KV space) sets it instead. model_info
+ * says which rule sized it. */
+Test(memory_limit, kv_pool_from_the_sequences_bounded_by_memory_or_fixed) {
+    pl_engine_config c = base_config("dummy:tiny", 0);
+    c.max_model_len = 64;
+    c.block_size = 16;
+    pl_model_info info = created_info(&c);
+    cr_assert_eq(info.kv_blocks, 8 * 4 + 1, "%d blocks for 8 sequences of 4 blocks",
+                 info.kv_blocks);
+    cr_assert(strstr(info.kv_sizing, "max_num_seqs 8") && strstr(info.kv_sizing, "max_model_len 64"),
+              "%s", info.kv_sizing);
+    size_t block = info.kv_bytes_per_token * 16;
+
+    /* more sequences than the memory holds: bounded by it, and said so */
+    uint64_t w = dummy_bytes("tiny", PL_DTYPE_F32);
+    c.max_num_seqs = 65536; /* 1 GiB of KV cache */
+    c.memory_limit_bytes = (size_t)32 << 20;
+    pl_model_info small = created_info(&c);
+    c.memory_limit_bytes = (size_t)64 << 20;
+    pl_model_info more = created_info(&c);
+    cr_assert_lt(small.kv_blocks, more.kv_blocks);
+    cr_assert_lt(more.kv_blocks, 65536 * 4);
+    cr_assert(strstr(small.kv_sizing, "memory_limit"), "%s", small.kv_sizing);
+    c.max_num_seqs = 8;
+
+    /* a fixed size: as many whole blocks as it holds */
+    c.memory_limit_bytes = 0;
+    cr_assert_eq(pl_engine_config_set(&c, "kv_cache_memory_bytes", "7000"), PL_OK, "%s",
+                 pl_last_error());
+    cr_assert_eq(c.kv_cache_memory_bytes, 7000);
+    c.kv_cache_memory_bytes = 7 * block + 5;
+    pl_model_info fixed = created_info(&c);
+    cr_assert_eq(fixed.kv_blocks, 7);
+    cr_assert(strstr(fixed.kv_sizing, "kv_cache_memory"), "%s", fixed.kv_sizing);
+    /* ... which must hold a block, fit beside the weights under a limit, and not be given
+     * together with max_num_blocks */
+    c.kv_cache_memory_bytes = block - 1;
+    pl_engine *e = NULL;
+    cr_assert_eq(pl_engine_create(&c, &e), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "kv_cache_memory"), "%s", pl_last_error());
+    c.kv_cache_memory_bytes = 100 * block;
+    c.memory_limit_bytes = (size_t)w + 10 * block;
+    expect_refused(&c, (const char *const[]){"kv_cache_memory", "memory_limit"}, 2);
+    c.memory_limit_bytes = 0;
+    c.max_num_blocks = 9;
+    cr_assert_eq(pl_engine_config_validate(&c), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "kv_cache_memory") && strstr(pl_last_error(), "max_num_blocks"),
+              "%s", pl_last_error());
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* The host's available memory is MemAvailable (free memory plus what the kernel can reclaim),
+ * not all physical memory: parsed from /proc/meminfo's text. */
+Test(memory_limit, meminfo_gives_available_memory) {
+    const char *text = "MemTotal:       24567890 kB\nMemFree:          123456 kB\n"
+                       "MemAvailable:   20000000 kB\nBuffers:            1024 kB\n";
+    size_t v = 0;
+    cr_assert(pl_meminfo_value(text, "MemTotal", &v));
+    cr_assert_eq(v, (size_t)24567890 * 1024);
+    cr_assert(pl_meminfo_value(text, "MemAvailable", &v));
+    cr_assert_eq(v, (size_t)20000000 * 1024);
+    cr_assert(!pl_meminfo_value(text, "Mem", &v), "a prefix of a key is not the key");
+    cr_assert(!pl_meminfo_value(text, "SwapTotal", &v));
+    cr_assert(!pl_meminfo_value("MemAvailable: lots kB\n", "MemAvailable", &v));
+    cr_assert(!pl_meminfo_value("MemAvailable: 99999999999999999999999 kB\n", "MemAvailable", &v));
+    size_t avail = 0, total = 0;
+    cr_assert_eq(pl_host_memory(&avail, &total), PL_OK, "%s", pl_last_error());
+    cr_assert(avail > 0 && avail <= total, "available %zu of %zu", avail, total);
 }

@@ -113,6 +113,10 @@ bool pl_model_config_add_eos(pl_model_config *cfg, int id);
  * is read, converted or generated, so a model that cannot fit costs nothing to refuse. */
 pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
                                       pl_wtype matrices, uint64_t max_weight_bytes);
+/* The same for a model whose tensors take the types of recipe rc (dummy: models drawn in a
+ * quantised dtype); max_weight_bytes 0 checks only that the size is representable. */
+pl_status pl_model_check_weight_limit_recipe(const char *name, const pl_model_config *cfg,
+                                             const pl_quant_recipe *rc, uint64_t max_weight_bytes);
 
 /* ---- RoPE frequency factors, as GGUF stores Llama 3 scaling (gguf_rope.c) ---- */
 /* llama.cpp keeps Llama 3.1's scaling as a tensor, rope_freqs.weight: head_dim / 2 factors

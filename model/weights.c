@@ -66,11 +66,15 @@ pl_wtype pl_model_tensor_type(pl_tensor_role r, pl_wtype matrices) {
 
 /* Bytes of the tensor of role stored as its type under `matrices`, into *out; false when a
  * row is not whole blocks of the type or the size overflows. */
-static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype matrices,
-                         uint64_t *out) {
+/* The type of (r, layer): the recipe's when there is one, else `matrices` for matrices. */
+static pl_wtype type_of(const pl_model_config *c, pl_tensor_role r, int layer, pl_wtype matrices,
+                        const pl_quant_recipe *rc) {
+    return rc ? pl_quant_recipe_type(rc, c, r, layer, NULL) : pl_model_tensor_type(r, matrices);
+}
+
+static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype t, uint64_t *out) {
     int rows, cols;
     pl_model_tensor_shape(c, r, &rows, &cols);
-    pl_wtype t = pl_model_tensor_type(r, matrices);
     const pl_wtype_traits *tr = pl_wtype_traits_of(t);
     uint64_t row;
     return tr && cols % tr->block_elems == 0 && pl_wtype_bytes(t, (uint64_t)cols, &row) &&
@@ -80,8 +84,8 @@ static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype ma
 /* Walks every stored tensor of c in model order, placing each at the next 64-byte boundary;
  * with base, points m's slots there. Total bytes into *total; false on overflow or a shape
  * the type cannot hold. */
-static bool layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, uint8_t *base,
-                   uint64_t *total) {
+static bool layout(pl_model *m, const pl_model_config *c, pl_wtype matrices,
+                   const pl_quant_recipe *rc, uint8_t *base, uint64_t *total) {
     uint64_t off = 0;
     size_t n = pl_model_n_slots(c);
     for (size_t s = 0; s < n; s++) {
@@ -89,13 +93,14 @@ static bool layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, uin
         pl_tensor_role r = pl_model_slot_role(c, s, &layer);
         if (!pl_model_stores_tensor(c, r)) continue;
         uint64_t bytes, end;
-        if (!tensor_bytes(c, r, matrices, &bytes) || !pl_model_add_ok(off, bytes, &end) ||
+        const pl_wtype t = type_of(c, r, layer, matrices, rc);
+        if (!tensor_bytes(c, r, t, &bytes) || !pl_model_add_ok(off, bytes, &end) ||
             !pl_model_add_ok(end, 63, &end))
             return false;
         if (base) {
             pl_weight *w = &m->w[s];
             w->data = base + off;
-            w->type = pl_model_tensor_type(r, matrices);
+            w->type = t;
             pl_model_tensor_shape(c, r, &w->rows, &w->cols);
         }
         off = end & ~(uint64_t)63;
@@ -128,15 +133,15 @@ static pl_status check_matrix_type(const char *who, pl_wtype t) {
     return PL_OK;
 }
 
-pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
-                         pl_model **out) {
+static pl_status alloc_model(const pl_model_config *cfg, pl_wtype matrices,
+                             const pl_quant_recipe *rc, const char *name, pl_model **out) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc: out is NULL");
     *out = NULL;
     if (!name) name = "model";
     PL_TRY(pl_model_config_validate(cfg));
-    PL_TRY(check_matrix_type(name, matrices));
+    PL_TRY(check_matrix_type(name, rc ? rc->base : matrices));
     uint64_t total;
-    if (!layout(NULL, cfg, matrices, NULL, &total) || total > SIZE_MAX)
+    if (!layout(NULL, cfg, matrices, rc, NULL, &total) || total > SIZE_MAX)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
     PL_TRY(physical_memory_check(name, total));
     pl_model *m;
@@ -147,10 +152,21 @@ pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const ch
         pl_model_free(m);
         return s;
     }
-    layout(m, cfg, matrices, base, &total);
+    layout(m, cfg, matrices, rc, base, &total);
     pl_model_tie_output(m);
     *out = m;
     return PL_OK;
+}
+
+pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
+                         pl_model **out) {
+    return alloc_model(cfg, matrices, NULL, name, out);
+}
+
+pl_status pl_model_alloc_recipe(const pl_model_config *cfg, const pl_quant_recipe *rc,
+                                const char *name, pl_model **out) {
+    if (!rc) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc_recipe: recipe is NULL");
+    return alloc_model(cfg, rc->base, rc, name, out);
 }
 
 // ----------------------------------------------------------------------------
@@ -164,7 +180,7 @@ pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matr
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "pl_model_config_weight_bytes: weight type %d is not a weight type",
                        (int)matrices);
-    if (!layout(NULL, cfg, matrices, NULL, out))
+    if (!layout(NULL, cfg, matrices, NULL, NULL, out))
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "model config: weight bytes overflow 64 bits, or rows of %d (dim), %d "
                        "(hidden_dim) or %d (head_dim) elements are not whole blocks of %s",
@@ -172,18 +188,30 @@ pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matr
     return PL_OK;
 }
 
+static pl_status limit_fail(const char *name, uint64_t bytes, const char *type, uint64_t limit) {
+    return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                   "%s: weights take %" PRIu64 " bytes (%.1f MiB) stored as %s, more than the "
+                   "%" PRIu64 " bytes (%.1f MiB) of memory available (memory_limit_bytes, else "
+                   "physical memory)",
+                   name, bytes, (double)bytes / 1048576.0, type, limit,
+                   (double)limit / 1048576.0);
+}
+
 pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
                                       pl_wtype matrices, uint64_t limit) {
     if (!limit) return PL_OK;
     uint64_t bytes;
     PL_TRY(pl_model_config_weight_bytes(cfg, matrices, &bytes));
-    if (bytes <= limit) return PL_OK;
-    return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                   "%s: weights take %" PRIu64 " bytes (%.1f MiB) stored as %s, more than the "
-                   "%" PRIu64 " bytes (%.1f MiB) of memory available (memory_limit_bytes, else "
-                   "physical memory)",
-                   name, bytes, (double)bytes / 1048576.0, pl_wtype_name(matrices),
-                   limit, (double)limit / 1048576.0);
+    return bytes <= limit ? PL_OK : limit_fail(name, bytes, pl_wtype_name(matrices), limit);
+}
+
+pl_status pl_model_check_weight_limit_recipe(const char *name, const pl_model_config *cfg,
+                                             const pl_quant_recipe *rc, uint64_t limit) {
+    uint64_t bytes;
+    PL_TRY(pl_model_config_validate(cfg));
+    if (!layout(NULL, cfg, rc->base, rc, NULL, &bytes))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weight bytes overflow 64 bits", name);
+    return !limit || bytes <= limit ? PL_OK : limit_fail(name, bytes, rc->name, limit);
 }
 
 /* True for the matrices decode multiplies: every matrix but the embedding (gathered). */

@@ -1,6 +1,7 @@
 /*
- * model/backing.c - what a pl_model's weights point into, and binding a stored tensor to a
- * weight slot with type conversion.
+ * model/backing.c - what a pl_model's weights point into, binding a stored tensor to a weight
+ * slot with type conversion, and a model with blank weights (pl_model_alloc) in the layout
+ * weights.c computes.
  *
  * A model owns (through m->priv, a pl_model_backing) the file mappings its weights alias and
  * the heap blocks holding converted or generated tensors. pl_model_free releases all of it, so
@@ -12,6 +13,7 @@
  */
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/model_internal.h"
 #include "util/alloc.h"
@@ -124,4 +126,83 @@ pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void 
     pl_wtype_convert(buf, dt, src, src_type, (size_t)n);
     w->data = buf;
     return PL_OK;
+}
+
+// ----------------------------------------------------------------------------
+// a model with blank weights
+
+static pl_status physical_memory_check(const char *name, uint64_t bytes) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return PL_OK; /* unknown: let the allocation decide */
+    uint64_t phys = (uint64_t)pages * (uint64_t)page;
+    if (bytes <= phys) return PL_OK;
+    return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                   "%s: weights need %.1f GiB but this machine has %.1f GiB of memory", name,
+                   (double)bytes / (1 << 30), (double)phys / (1 << 30));
+}
+
+static pl_status check_matrix_type(const char *who, pl_wtype t) {
+    const pl_wtype_traits *tr = pl_wtype_traits_of(t);
+    if (!tr || !tr->from_f32)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: weight type %d (%s) cannot be made here",
+                       who, (int)t, pl_wtype_name(t));
+    return PL_OK;
+}
+
+/* pl_model_layout's types for a recipe. */
+static pl_wtype recipe_type(const void *ctx, const pl_model_config *c, pl_tensor_role r,
+                            int layer) {
+    return pl_quant_recipe_type(ctx, c, r, layer, NULL);
+}
+
+pl_status pl_model_check_weight_limit_recipe(const char *name, const pl_model_config *cfg,
+                                             const pl_quant_recipe *rc, uint64_t limit) {
+    uint64_t bytes;
+    PL_TRY(pl_model_config_validate(cfg));
+    if (!pl_model_layout(NULL, cfg, rc->base, recipe_type, rc, NULL, &bytes))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weight bytes overflow 64 bits", name);
+    if (!limit || bytes <= limit) return PL_OK;
+    return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                   "%s: weights take %llu bytes (%.1f MiB) stored as %s, more than the %llu "
+                   "bytes (%.1f MiB) of memory available (memory_limit_bytes, else physical "
+                   "memory)",
+                   name, (unsigned long long)bytes, (double)bytes / 1048576.0, rc->name,
+                   (unsigned long long)limit, (double)limit / 1048576.0);
+}
+
+static pl_status alloc_model(const pl_model_config *cfg, pl_wtype matrices,
+                             const pl_quant_recipe *rc, const char *name, pl_model **out) {
+    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc: out is NULL");
+    *out = NULL;
+    if (!name) name = "model";
+    PL_TRY(pl_model_config_validate(cfg));
+    PL_TRY(check_matrix_type(name, matrices));
+    uint64_t total;
+    pl_model_type_fn type_of = rc ? recipe_type : NULL;
+    if (!pl_model_layout(NULL, cfg, matrices, type_of, rc, NULL, &total) || total > SIZE_MAX)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
+    PL_TRY(physical_memory_check(name, total));
+    pl_model *m;
+    PL_TRY(pl_model_shell_create(cfg, name, &m));
+    void *base = NULL;
+    pl_status s = pl_model_own_alloc(m, (size_t)(total ? total : 1), &base);
+    if (s != PL_OK) {
+        pl_model_free(m);
+        return s;
+    }
+    pl_model_layout(m, cfg, matrices, type_of, rc, base, &total);
+    pl_model_tie_output(m);
+    *out = m;
+    return PL_OK;
+}
+
+pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
+                         pl_model **out) {
+    return alloc_model(cfg, matrices, NULL, name, out);
+}
+
+pl_status pl_model_alloc_recipe(const pl_model_config *cfg, const pl_quant_recipe *rc,
+                                const char *name, pl_model **out) {
+    if (!rc) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc_recipe: recipe is NULL");
+    return alloc_model(cfg, rc->base, rc, name, out);
 }

@@ -1,11 +1,13 @@
 /*
  * model/weights.c - the tensor tables applied to a config: which tensors a model has and their
- * shapes, a model with blank weights, and every size figure (bytes to allocate, the memory
- * limit, bytes and parameters streamed per token), each one loop over the model's tensors.
+ * shapes, the layout of a model's weights in one block, and every size figure (bytes to
+ * allocate, the memory limit, bytes and parameters streamed per token), each one loop over the
+ * model's tensors.
  *
- * Layout of pl_model_alloc: every stored tensor in model order (pl_model_slot), each from a
- * 64-byte boundary, in one block. pl_model_config_weight_bytes is the same walk without a
- * block, so sizing a model from its config and allocating it cannot disagree.
+ * The layout (pl_model_layout): every stored tensor in model order (pl_model_slot), each from a
+ * 64-byte boundary, in one block. pl_model_alloc (backing.c) places a blank model with it and
+ * pl_model_config_weight_bytes is the same walk without a block, so sizing a model from its
+ * config and allocating it cannot disagree.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -66,12 +68,6 @@ pl_wtype pl_model_tensor_type(pl_tensor_role r, pl_wtype matrices) {
 
 /* Bytes of the tensor of role stored as its type under `matrices`, into *out; false when a
  * row is not whole blocks of the type or the size overflows. */
-/* The type of (r, layer): the recipe's when there is one, else `matrices` for matrices. */
-static pl_wtype type_of(const pl_model_config *c, pl_tensor_role r, int layer, pl_wtype matrices,
-                        const pl_quant_recipe *rc) {
-    return rc ? pl_quant_recipe_type(rc, c, r, layer, NULL) : pl_model_tensor_type(r, matrices);
-}
-
 static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype t, uint64_t *out) {
     int rows, cols;
     pl_model_tensor_shape(c, r, &rows, &cols);
@@ -81,11 +77,9 @@ static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype t,
            pl_model_mul_ok(row, (uint64_t)rows, out);
 }
 
-/* Walks every stored tensor of c in model order, placing each at the next 64-byte boundary;
- * with base, points m's slots there. Total bytes into *total; false on overflow or a shape
- * the type cannot hold. */
-static bool layout(pl_model *m, const pl_model_config *c, pl_wtype matrices,
-                   const pl_quant_recipe *rc, uint8_t *base, uint64_t *total) {
+/* See model_internal.h. */
+bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices,
+                     pl_model_type_fn type_of, const void *ctx, uint8_t *base, uint64_t *total) {
     uint64_t off = 0;
     size_t n = pl_model_n_slots(c);
     for (size_t s = 0; s < n; s++) {
@@ -93,7 +87,7 @@ static bool layout(pl_model *m, const pl_model_config *c, pl_wtype matrices,
         pl_tensor_role r = pl_model_slot_role(c, s, &layer);
         if (!pl_model_stores_tensor(c, r)) continue;
         uint64_t bytes, end;
-        const pl_wtype t = type_of(c, r, layer, matrices, rc);
+        const pl_wtype t = type_of ? type_of(ctx, c, r, layer) : pl_model_tensor_type(r, matrices);
         if (!tensor_bytes(c, r, t, &bytes) || !pl_model_add_ok(off, bytes, &end) ||
             !pl_model_add_ok(end, 63, &end))
             return false;
@@ -115,60 +109,6 @@ void pl_model_tie_output(pl_model *m) {
             m->w[pl_model_slot(&m->cfg, PL_T_TOKEN_EMBD, 0)];
 }
 
-static pl_status physical_memory_check(const char *name, uint64_t bytes) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return PL_OK; /* unknown: let the allocation decide */
-    uint64_t phys = (uint64_t)pages * (uint64_t)page;
-    if (bytes <= phys) return PL_OK;
-    return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                   "%s: weights need %.1f GiB but this machine has %.1f GiB of memory", name,
-                   (double)bytes / (1 << 30), (double)phys / (1 << 30));
-}
-
-static pl_status check_matrix_type(const char *who, pl_wtype t) {
-    const pl_wtype_traits *tr = pl_wtype_traits_of(t);
-    if (!tr || !tr->from_f32)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: weight type %d (%s) cannot be made here",
-                       who, (int)t, pl_wtype_name(t));
-    return PL_OK;
-}
-
-static pl_status alloc_model(const pl_model_config *cfg, pl_wtype matrices,
-                             const pl_quant_recipe *rc, const char *name, pl_model **out) {
-    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc: out is NULL");
-    *out = NULL;
-    if (!name) name = "model";
-    PL_TRY(pl_model_config_validate(cfg));
-    PL_TRY(check_matrix_type(name, rc ? rc->base : matrices));
-    uint64_t total;
-    if (!layout(NULL, cfg, matrices, rc, NULL, &total) || total > SIZE_MAX)
-        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
-    PL_TRY(physical_memory_check(name, total));
-    pl_model *m;
-    PL_TRY(pl_model_shell_create(cfg, name, &m));
-    void *base = NULL;
-    pl_status s = pl_model_own_alloc(m, (size_t)(total ? total : 1), &base);
-    if (s != PL_OK) {
-        pl_model_free(m);
-        return s;
-    }
-    layout(m, cfg, matrices, rc, base, &total);
-    pl_model_tie_output(m);
-    *out = m;
-    return PL_OK;
-}
-
-pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
-                         pl_model **out) {
-    return alloc_model(cfg, matrices, NULL, name, out);
-}
-
-pl_status pl_model_alloc_recipe(const pl_model_config *cfg, const pl_quant_recipe *rc,
-                                const char *name, pl_model **out) {
-    if (!rc) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc_recipe: recipe is NULL");
-    return alloc_model(cfg, rc->base, rc, name, out);
-}
-
 // ----------------------------------------------------------------------------
 // size figures
 
@@ -180,7 +120,7 @@ pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matr
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "pl_model_config_weight_bytes: weight type %d is not a weight type",
                        (int)matrices);
-    if (!layout(NULL, cfg, matrices, NULL, NULL, out))
+    if (!pl_model_layout(NULL, cfg, matrices, NULL, NULL, NULL, out))
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "model config: weight bytes overflow 64 bits, or rows of %d (dim), %d "
                        "(hidden_dim) or %d (head_dim) elements are not whole blocks of %s",
@@ -205,14 +145,6 @@ pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *c
     return bytes <= limit ? PL_OK : limit_fail(name, bytes, pl_wtype_name(matrices), limit);
 }
 
-pl_status pl_model_check_weight_limit_recipe(const char *name, const pl_model_config *cfg,
-                                             const pl_quant_recipe *rc, uint64_t limit) {
-    uint64_t bytes;
-    PL_TRY(pl_model_config_validate(cfg));
-    if (!layout(NULL, cfg, rc->base, rc, NULL, &bytes))
-        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weight bytes overflow 64 bits", name);
-    return !limit || bytes <= limit ? PL_OK : limit_fail(name, bytes, rc->name, limit);
-}
 
 /* True for the matrices decode multiplies: every matrix but the embedding (gathered). */
 static bool streamed(const pl_model_config *c, pl_tensor_role r) {

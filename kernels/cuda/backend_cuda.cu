@@ -42,67 +42,6 @@ static constexpr int kDefaultPartition = 512;            /* split-K tokens per p
 static constexpr size_t kBlasWorkspaceHopper = (size_t)32 << 20;
 static constexpr size_t kBlasWorkspaceOlder = (size_t)4 << 20;
 
-// ---------------------------------------------------------------------------------------------
-// Entries: device binding and sticky errors
-
-/* Errors after which the CUDA context is unusable for the rest of the process. */
-static bool pl_cuda_is_sticky(cudaError_t e) {
-    switch (e) {
-    case cudaErrorECCUncorrectable:
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchFailure: return true;
-    default: return false;
-    }
-}
-
-/* The sticky error PL_CUDA_TRY saw last on this thread, for the entry that is running. */
-static thread_local cudaError_t tl_sticky = cudaSuccess;
-
-void pl_cuda_note_error(cudaError_t e) {
-    if (pl_cuda_is_sticky(e)) tl_sticky = e;
-}
-
-pl_status pl_cuda_enter(pl_backend *be) {
-    pl_cuda_ctx *c = pl_cuda_ctx_of(be);
-    if (be->lost) return pl_fail(PL_ERR_BACKEND, "%s", c->lost_msg);
-    tl_sticky = cudaSuccess;
-    int cur = -1;
-    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->device) {
-        cudaError_t e = cudaSetDevice(c->device);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            pl_cuda_note_error(e);
-            return pl_cuda_leave(be, pl_fail(PL_ERR_BACKEND, "cuda: cudaSetDevice(%d): %s (%s)",
-                                             c->device, cudaGetErrorName(e),
-                                             cudaGetErrorString(e)));
-        }
-    }
-    return PL_OK;
-}
-
-pl_status pl_cuda_leave(pl_backend *be, pl_status st) {
-    if (st == PL_OK) return PL_OK;
-    /* cuBLAS reports a fault as its own status: the runtime's sticky error says what it was */
-    if (tl_sticky == cudaSuccess) pl_cuda_note_error(cudaPeekAtLastError());
-    if (tl_sticky == cudaSuccess) return st;
-    pl_cuda_ctx *c = pl_cuda_ctx_of(be);
-    const cudaError_t e = tl_sticky;
-    tl_sticky = cudaSuccess;
-    snprintf(c->lost_msg, sizeof c->lost_msg,
-             "backend cuda (device %d) is lost: %s (%s) left the device unusable for the rest "
-             "of this process; restart it",
-             c->device, cudaGetErrorName(e), cudaGetErrorString(e));
-    be->lost = true;
-    return pl_fail_prefix(PL_ERR_BACKEND, "%s", c->lost_msg);
-}
-
 /* bound<F>::call is F run between pl_cuda_enter and pl_cuda_leave: what the ops table holds. */
 template <auto F> struct bound;
 template <typename... A, pl_status (*F)(pl_backend *, A...)> struct bound<F> {
@@ -118,33 +57,6 @@ static void bind_quietly(pl_backend *be) {
     const int d = pl_cuda_ctx_of(be)->device;
     if (cudaGetDevice(&cur) != cudaSuccess || cur != d) (void)cudaSetDevice(d);
     (void)cudaGetLastError();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Scratch
-
-pl_status pl_cuda_scratch(void **buf, size_t *cap, size_t need, const char *what) {
-    if (need <= *cap) return PL_OK;
-    size_t n = need > *cap + *cap / 2 ? need : *cap + *cap / 2;
-    if (*buf) {
-        cudaError_t e = cudaFree(*buf);
-        *buf = NULL;
-        *cap = 0;
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return pl_fail(PL_ERR_BACKEND, "cuda: freeing the %s scratch: %s (%s)", what,
-                           cudaGetErrorName(e), cudaGetErrorString(e));
-        }
-    }
-    cudaError_t e = cudaMalloc(buf, n);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        *buf = NULL;
-        return pl_fail(PL_ERR_BACKEND, "cuda: cudaMalloc(%zu bytes) for the %s scratch: %s (%s)",
-                       n, what, cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-    *cap = n;
-    return PL_OK;
 }
 
 // ---------------------------------------------------------------------------------------------

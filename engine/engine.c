@@ -220,6 +220,11 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,
                             .block_size = c->block_size};
+    if (e->be->ops->reserve) { /* the backend's scratch first: the pool gets what is left */
+        pl_backend_reserve rs;
+        pl_runner_reserve_sizes(e->model, &lim, &rs);
+        PL_TRY(e->be->ops->reserve(e->be, &rs));
+    }
     PL_TRY(size_pool(e, &lim, &lim.n_blocks));
     e->n_blocks = lim.n_blocks;
     PL_TRY(pl_kv_pool_create(c->block_size, lim.n_blocks, c->enable_prefix_caching, &e->pool));

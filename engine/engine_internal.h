@@ -109,6 +109,8 @@ typedef struct pl_intake {
     pl_id_map live;              /* every request not yet reported finished */
     int n_waiting_new;           /* the scheduler's count at the last drain (queue bound) */
     pl_occupancy occ;            /* as of the last drain / retire (pl_engine_occupancy) */
+    bool lost;                   /* the backend was lost to a device fault (pl_engine_health) */
+    char lost_msg[512];          /* why: the backend's message */
 } pl_intake;
 
 /* Log-scale histogram for latency percentiles in constant memory (1 us .. ~1000 s, 1%). */
@@ -234,6 +236,11 @@ void pl_intake_retire_reported(pl_engine *e);
 void pl_intake_publish(pl_engine *e);
 /* Submits or aborts not drained yet. */
 bool pl_intake_has_queued(pl_intake *in);
+/* The backend is gone for good (backend.h's lost: a sticky device fault): every later submit
+ * and step fails with PL_ERR_BACKEND and msg, and pl_engine_health says so. */
+void pl_intake_mark_lost(pl_engine *e, const char *msg);
+/* PL_OK, or PL_ERR_BACKEND with the lost backend's message (pl_engine_health). */
+pl_status pl_intake_health(const pl_engine *e);
 
 /* engine/chat.c */
 /* Parses the tokenizer's templates (tok may be NULL), or override (config.chat_template: a

@@ -47,9 +47,10 @@
  * - One engine is stepped by one thread at a time (pl_engine_step, pl_engine_run,
  *   pl_engine_wait, pl_engine_destroy, pl_engine_metrics, pl_engine_latency_histogram,
  *   pl_engine_has_pending_work, the profiling calls). pl_engine_submit_request,
- *   pl_engine_submit_tokens, pl_engine_abort, pl_engine_wake, pl_engine_occupancy and the
- *   read-only queries (tokenize, detokenize, capacity, model info) may be called from any
- *   thread, concurrently with each other and with the stepping thread.
+ *   pl_engine_submit_tokens, pl_engine_abort, pl_engine_wake, pl_engine_occupancy,
+ *   pl_engine_health and the read-only queries (tokenize, detokenize, capacity, model info)
+ *   may be called from any thread, concurrently with each other and with the stepping
+ *   thread.
  * - pl_last_error() is per thread; there is no other global state.
  */
 #ifndef PAGELLM_H
@@ -673,6 +674,15 @@ typedef struct pl_occupancy {
     int kv_blocks_total, kv_blocks_used;
     double kv_usage;      /* used / total */
 } pl_occupancy;
+
+/* PL_OK while the engine can run requests; PL_ERR_BACKEND once its backend was lost to a
+ * device fault (a CUDA illegal address, say: the device is unusable for the rest of the
+ * process), with the backend's message in pl_last_error(). From then on every submit and step
+ * fails with PL_ERR_BACKEND and that message, and every request still held finished with
+ * PL_FINISH_ERROR; the process must be restarted to use the device again. Errors a backend
+ * recovers from (out of memory, a failed launch) fail only their step's requests and leave
+ * the engine healthy. Thread-safe (a server's /health reads it). */
+PL_API pl_status pl_engine_health(const pl_engine *e);
 
 /* Fills *out (NULL: no-op; NULL e gives zeros). Thread-safe. */
 PL_API void pl_engine_occupancy_sized(const pl_engine *e, pl_occupancy *out, size_t out_size);

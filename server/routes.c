@@ -169,6 +169,12 @@ static bool health(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     bool draining = atomic_load(&s->draining);
     bool full = o.max_waiting > 0 && o.n_waiting_new * 5 >= o.max_waiting * 4;
     json_t *v = json_object();
+    if (pl_engine_health(s->e) != PL_OK) { /* for good: no Retry-After */
+        json_object_set_new(v, "status", json_string("backend lost"));
+        json_object_set_new(v, "error", json_string(pl_last_error()));
+        json_response(out, 503, v, NULL, NULL);
+        return true;
+    }
     json_object_set_new(v, "status", json_string(draining ? "draining" : full ? "overloaded" : "ok"));
     json_object_set_new(v, "waiting", json_integer(o.n_waiting));
     json_object_set_new(v, "running", json_integer(o.n_running));
@@ -445,6 +451,9 @@ static bool submit_all(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
 static bool answer(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err) {
     for (int i = 0; i < r->n_choices; i++) {
         pl_finish_reason why = r->choices[i].reason;
+        if (why == PL_FINISH_ERROR && pl_engine_health(s->e) != PL_OK)
+            return pl_srv_fail(err, 500, NULL, "the backend failed while generating choice %d "
+                               "and cannot serve again: %s", i, pl_last_error());
         if (why == PL_FINISH_ERROR)
             return pl_srv_fail(err, 500, NULL, "the backend failed while generating choice %d", i);
         if (why == PL_FINISH_OVERLOADED) {

@@ -6,7 +6,10 @@
  * run until they finish or --drain-timeout passes; the rest are aborted, and each of those
  * is still answered (a 503 error object, or an error event and [DONE] on a stream) before the
  * daemon stops. A second signal skips the wait. The exit status is 0: stopping on a signal
- * is how a server ends.
+ * is how a server ends. A lost backend (a device fault: pl_engine_health) ends it too, since
+ * no request can run any more: the stepping thread has answered every request with an error,
+ * /health says "backend lost" (503), and the daemon drains and exits with status 3 so a
+ * supervisor restarts it.
  *
  * Signals arrive through a handler that writes their number to a pipe the main thread reads:
  * blocking them and calling sigwait would not do, because threads this thread did not make
@@ -195,10 +198,12 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
     pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
                s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
     int sig = 0;
-    while (!(sig = next_signal(-1))) continue;
-    pl_srv_log("INFO", "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    /* a signal, or the stepping thread finding the backend lost (checked 4 times a second) */
+    while (!(sig = next_signal(0.25)) && !atomic_load(&s->backend_lost)) continue;
+    if (sig) pl_srv_log("INFO", "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    else pl_srv_log("ERROR", "the backend is lost: draining, then exiting with status 3");
     drain(s);
-    rc = 0;
+    rc = sig ? 0 : 3;
 out:
     fini(s);
     free(s);

@@ -363,6 +363,7 @@ struct pl_srv {
     /* connections and draining */
     atomic_int active;              /* requests between their first callback and completion */
     atomic_bool draining;
+    atomic_bool backend_lost;       /* the engine's backend died (pl_engine_health): serve stops */
     atomic_uint_fast64_t served;    /* requests completed */
     atomic_uint_fast64_t aborted_disconnect, aborted_overflow;
 

@@ -40,7 +40,8 @@
  *   current when they were made, and a launch on another device's stream
  *   (cudaErrorInvalidResourceHandle), with another device's memory as an argument, or a cuBLAS
  *   call on another device's handle fails, as they fail or fault on a GPU.
- * - Sticky errors: inject_fault_after_launches(n, e) lets n launches run, then the next one
+ * - Sticky errors: inject_fault_after_launches(n, e) (or CUEMU_FAULT_AFTER_LAUNCHES=n in the
+ *   environment, for whole programs: an illegal address) lets n launches run, then the next one
  *   "faults" as a kernel reading a wild address does: it returns cudaSuccess (launches are
  *   asynchronous), and from then on every call returns e (cudaErrorIllegalAddress, say), as
  *   the runtime does for the rest of the process; frees still release the emulated memory.
@@ -453,6 +454,16 @@ struct State {
     std::atomic<int> sticky{0};  // a sticky error (cudaError_t): every later call returns it
     long fault_after = -1;       // test hook: launches left before an injected sticky fault
     cudaError_t fault_error = cudaSuccess;
+    // A whole program linked with the emulation (pagellm_cuda_emu) takes the hook from the
+    // environment: CUEMU_FAULT_AFTER_LAUNCHES=N faults the launch after the N-th with an
+    // illegal address.
+    State() {
+        const char *e = std::getenv("CUEMU_FAULT_AFTER_LAUNCHES");
+        if (e && *e) {
+            fault_after = std::strtol(e, nullptr, 10);
+            fault_error = cudaErrorIllegalAddress;
+        }
+    }
 };
 inline State &state() {
     static State s;

@@ -55,9 +55,14 @@ def main():
     max_b = max(batches) if batches else 1
     ctx = 32 + a.decode_steps + 8
     max_pre = max(prefills) if prefills else 0
+    # a pool for what runs, not for max_num_seqs x the model's context (tens of GB on the CPU
+    # backend for the 7B shape): every decode batch at once, or the longest prefill
+    block = 16
+    blocks = max(max_b * ((ctx + block - 1) // block + 1), (max_pre + 2 * block) // block) + 8
     t0 = time.monotonic()
     eng = pagellm.LLMEngine(a.model, backend=a.backend, dtype=a.dtype, threads=a.threads,
-                            max_batch_size=max_b, max_num_seqs=max_b,
+                            max_batch_size=max_b, max_num_seqs=max_b, block_size=block,
+                            max_num_blocks=blocks,
                             max_total_tokens=max(max_pre + 8, max_b, 256),
                             enable_prefix_caching=False, seed=0)
     info = eng.model_info
@@ -123,7 +128,6 @@ def main():
         med = statistics.median(times)
         emit(kind="prefill", tokens=n, asked=want, ms=round(med * 1e3, 3),
              tok_s=round(n / med, 1), reps=len(times))
-    _ = ctx
     eng.close()
     return 0
 

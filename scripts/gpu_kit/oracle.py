@@ -67,6 +67,38 @@ FAMILIES = {
 }
 
 
+def preload_cuda():
+    """Makes libcudart.so.13, libcublasLt.so.13 and libcublas.so.13 loaded before pagellm's
+    library is: PyTorch's own when it has them mapped already, else the first found in its
+    nvidia wheels or the CUDA folders (run.py gives this process no CUDA folder in
+    LD_LIBRARY_PATH, so PyTorch keeps its libraries). Returns {soname: path}."""
+    import ctypes
+    import glob
+    import site
+    try:
+        maps = open("/proc/self/maps").read()
+    except OSError:
+        maps = ""
+    roots = []
+    for sp in site.getsitepackages():
+        roots += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
+    roots += ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]
+    roots += sorted(glob.glob("/usr/local/cuda-*/lib64"))
+    used = {}
+    for so in ("libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13"):
+        hit = [ln.split()[-1] for ln in maps.splitlines() if ln.rstrip().endswith(so)]
+        if hit:
+            used[so] = hit[0]
+            continue
+        for r in roots:
+            path = os.path.join(r, so)
+            if os.path.exists(path):
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                used[so] = path
+                break
+    return used
+
+
 def build_hf(family, outdir, seed):
     import torch
     import transformers
@@ -235,6 +267,9 @@ def main():
     import transformers
     report["reference"] = f"transformers {transformers.__version__} f32 (torch {torch.__version__})"
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.zeros(1, device="cuda")  # loads PyTorch's CUDA libraries
+    report["cuda_libraries"] = preload_cuda()
     os.makedirs(a.workdir, exist_ok=True)
     for fi, fam in enumerate([f for f in a.families.split(",") if f]):
         d = os.path.join(a.workdir, fam)

@@ -59,14 +59,26 @@ class Run:
                   "deadline_s": deadline, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                   "elapsed_s": 0.0, "finished": False, "env": {}, "steps": [],
                   "bench": {"bandwidth": {}, "rows": []}, "oracle": {}, "targets": []}
+        # The kit's programs find its libraries first; Python processes (bench.py, oracle.py)
+        # get them last, so the interpreter and PyTorch keep the system's and their own, and
+        # the oracle gets no CUDA folder (PyTorch brings its cuBLAS, which libpagellm.so then
+        # shares). cuda_dirs: set by the env phase.
+        self.base_ld = os.environ.get("LD_LIBRARY_PATH", "")
+        self.cuda_dirs = []
         self.env = dict(os.environ)
-        self.env["LD_LIBRARY_PATH"] = os.path.join(kit, "lib") + (
-            ":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")
         self.env["PAGELLM_LIBRARY"] = os.path.join(kit, "lib", "libpagellm.so.0")
         self.env["PYTHONPATH"] = os.path.join(kit, "python") + (
             ":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
         self.env["PAGELLM_TEST_MODELS"] = os.path.join(kit, "models")
         self.env["PYTHONUNBUFFERED"] = "1"
+        self.set_paths()
+
+    def set_paths(self):
+        kl = os.path.join(self.kit, "lib")
+        join = lambda *ps: ":".join(p for p in ps if p)  # noqa: E731
+        self.env["LD_LIBRARY_PATH"] = join(kl, *self.cuda_dirs, self.base_ld)
+        self.env_py = dict(self.env, LD_LIBRARY_PATH=join(self.base_ld, *self.cuda_dirs, kl))
+        self.env_oracle = dict(self.env, LD_LIBRARY_PATH=join(self.base_ld, kl))
 
     # ---- time -------------------------------------------------------------------------
 
@@ -221,12 +233,10 @@ def phase_env(run):
             e["gpu"] = p.stdout.strip() or p.stderr.strip()
         libs = find_cuda_libs()
         e["cuda_libs"] = libs
-        dirs = []
         for d in libs.values():
-            if d not in dirs:
-                dirs.append(d)
-        if dirs:
-            run.env["LD_LIBRARY_PATH"] = run.env["LD_LIBRARY_PATH"] + ":" + ":".join(dirs)
+            if d not in run.cuda_dirs:
+                run.cuda_dirs.append(d)
+        run.set_paths()
         e["ld_library_path"] = run.env["LD_LIBRARY_PATH"]
     missing = {}
     for b in [os.path.join(run.kit, "bin", "pagellm")] + sorted(
@@ -378,7 +388,8 @@ def phase_bench(run):
         argv = [sys.executable, os.path.join(run.kit, "scripts", "bench.py"), "--backend", backend,
                 "--model", f"dummy:{model}", "--dtype", dtype, "--threads",
                 threads if backend == "cpu" else "0"] + args
-        rec, _ = run.run("bench", f"{backend} {model} {dtype}", argv, minimum, cap, json_lines)
+        rec, _ = run.run("bench", f"{backend} {model} {dtype}", argv, minimum, cap, json_lines,
+                         env=run.env_py)
         meta = next((r for r in rec.get("rows", []) if r.get("kind") == "meta"), {})
         ceiling = (bw.get(backend) or {}).get("read_gbs_best" if backend == "cuda" else "read_gbs")
         for r in rec.get("rows", []):
@@ -398,7 +409,7 @@ def phase_oracle(run):
     script = os.path.join(run.kit, "scripts", "oracle.py")
     out = os.path.join(run.logs, "oracle.json")
     have = subprocess.run([sys.executable, "-c", "import torch, transformers"],
-                          capture_output=True).returncode == 0
+                          capture_output=True, env=run.env_oracle).returncode == 0
     if have:
         argv = [sys.executable, script, "--out", out, "--workdir",
                 os.path.join(run.kit, "oracle-models"),
@@ -415,7 +426,7 @@ def phase_oracle(run):
                 "--new-tokens", "8"]
         minimum, cap = 5, 60
     rec, _ = run.run("oracle", "transformers" if have else "pagellm ref (no transformers)",
-                     argv, minimum, cap)
+                     argv, minimum, cap, env=run.env_oracle if have else run.env_py)
     try:
         with open(out) as f:
             run.r["oracle"] = json.load(f)

@@ -91,9 +91,10 @@ cmd_pack() {
         is_elf "$f" && strip --strip-unneeded "$f" 2>/dev/null || true
     done
     # the library closure: copied under its soname, stripped
-    local so path libs=0
+    local so path libs=0 sources=""
     while read -r so path; do
         [ -n "$so" ] || continue
+        sources+="$so $(stat -L -c '%s %Y' "$path") $path"$'\n'
         cp -L "$path" "$kit/lib/$so"
         strip --strip-unneeded "$kit/lib/$so" 2>/dev/null || true
         libs=$((libs + 1))
@@ -123,10 +124,9 @@ json.dump({"commit": commit, "dirty": dirty == "true", "gpu_archs": archs, "buil
            "packed": time.strftime("%Y-%m-%d %H:%M:%S"), "missing": missing.split(),
            "files": files}, open(path, "w"), indent=1)
 EOF
-    # the closure: compressed once per set of libraries (name, size, time of each)
+    # the closure: compressed once per set of libraries (name, size, time of each source)
     local key cache="$build/gpu_kit_libs.$level.tar.xz"
-    key="$(cd "$kit/lib" && ls | grep -v '^libpagellm\.so' | while read -r f; do
-        stat -L -c '%n %s %Y' "$f"; done | sha256sum | cut -c1-16)"
+    key="$(printf '%s' "$sources" | sort | sha256sum | cut -c1-16)"
     if [ ! -f "$cache" ] || [ "$(cat "$cache.key" 2>/dev/null)" != "$key" ]; then
         (cd "$stage" && ls kit/lib | grep -v '^libpagellm\.so' | sed 's|^|kit/lib/|' |
             tar -cf - -T - | xz -"$level" -T0 >"$cache.tmp")

@@ -249,14 +249,18 @@ def main():
             gaps = [GAP] * len(ref_ids)  # the ref backend's own top-2 gap is not exported
             for be in backends:
                 t0 = time.monotonic()
-                llm, ids = pagellm_run(a.model, be, prompt, a.new_tokens, {})
                 try:
-                    scored = pagellm_score(llm, seq)
-                finally:
-                    llm.close()
-                r = dict(family=os.path.basename(a.model), backend=be, prompt=p,
-                         seconds=round(time.monotonic() - t0, 2),
-                         **compare(ref_ids, gaps, ref_lp, ids, scored, len(seq)))
+                    llm, ids = pagellm_run(a.model, be, prompt, a.new_tokens, {})
+                    try:
+                        scored = pagellm_score(llm, seq)
+                    finally:
+                        llm.close()
+                    r = dict(family=os.path.basename(a.model), backend=be, prompt=p,
+                             seconds=round(time.monotonic() - t0, 2),
+                             **compare(ref_ids, gaps, ref_lp, ids, scored, len(seq)))
+                except Exception as ex:  # one backend's failure is a result, not the end
+                    r = dict(family=os.path.basename(a.model), backend=be, prompt=p,
+                             error=f"{type(ex).__name__}: {ex}")
                 results.append(r)
                 print(json.dumps(r), flush=True)
                 save()

@@ -46,6 +46,8 @@ class Run:
         self.kit, self.out, self.deadline = kit, out, deadline
         self.cpu, self.small = cpu, small
         self.t0 = time.monotonic()
+        self.saved = 0.0
+        self.phase_until = deadline - RESERVE_S
         self.logs = os.path.join(kit, "logs")
         os.makedirs(self.logs, exist_ok=True)
         os.makedirs(out, exist_ok=True)
@@ -85,8 +87,18 @@ class Run:
     def elapsed(self):
         return time.monotonic() - self.t0
 
+    def begin_phase(self, share):
+        """The phase may run until its share of the deadline plus what earlier phases left
+        unused has passed (never past the deadline), so a slow phase cannot starve the ones
+        after it of all their time, and a quick one hands its time on."""
+        end = self.deadline - RESERVE_S
+        self.phase_until = min(end, self.elapsed() + share * self.deadline + self.saved)
+
+    def end_phase(self):
+        self.saved = max(0.0, self.phase_until - self.elapsed())
+
     def left(self):
-        return self.deadline - self.elapsed() - RESERVE_S
+        return min(self.deadline - RESERVE_S, self.phase_until) - self.elapsed()
 
     # ---- the report -------------------------------------------------------------------
 
@@ -315,23 +327,23 @@ def phase_sanitize(run):
     shared_mem = ["cuda_ops/attention_f16_split_k", "cuda_ops/attention_window_unsplit_and_split_k",
                   "cuda_ops/rmsnorm_and_fused_add", "cuda_ops/argmax_ties_nan_and_inf",
                   "cuda_ops/matmul_quantised"]
+    race = lambda f: (f"racecheck {f}", base + ["--tool", "racecheck", "--racecheck-report",  # noqa
+                                                "all", t("test_cuda_gpu"), "--filter", f], 10, 40)
+    sync = lambda f: (f"synccheck {f}", base + ["--tool", "synccheck", t("test_cuda_gpu"),  # noqa
+                                                "--filter", f], 8, 25)
+    # most telling first: what is cut off by the deadline is the least
     steps = [
         ("memcheck ops", base + ["--tool", "memcheck", "--leak-check", "full",
-                                 t("test_cuda_gpu"), "-j", "4"], 20, 120),
+                                 t("test_cuda_gpu"), "-j", "4"], 20, 60),
         ("memcheck engine", base + ["--tool", "memcheck", "--leak-check", "full",
-                                    t("test_cuda_engine_gpu")], 15, 60),
+                                    t("test_cuda_engine_gpu")], 10, 30),
+        race(shared_mem[0]),
         ("memcheck mixed prefill/decode split-K", base + ["--tool", "memcheck",
                                                           "--leak-check", "full"] + engine_run,
-         20, 90),
-        ("initcheck engine", base + ["--tool", "initcheck", t("test_cuda_engine_gpu")], 15, 60),
-    ]
-    for f in shared_mem:
-        steps.append((f"racecheck {f}", base + ["--tool", "racecheck", "--racecheck-report",
-                                                "all", t("test_cuda_gpu"), "--filter", f],
-                      10, 45))
-    for f in shared_mem[:3]:
-        steps.append((f"synccheck {f}", base + ["--tool", "synccheck", t("test_cuda_gpu"),
-                                                "--filter", f], 10, 30))
+         15, 45),
+        ("initcheck engine", base + ["--tool", "initcheck", t("test_cuda_engine_gpu")], 10, 30),
+        sync(shared_mem[0]),
+    ] + [race(f) for f in shared_mem[1:]] + [sync(f) for f in shared_mem[1:3]]
     for name, argv, minimum, cap in steps:
         run.run("sanitize", name, argv, minimum, cap, sanitizer_counts)
     run.pack_logs()
@@ -583,12 +595,16 @@ def main():
     a = ap.parse_args()
     run = Run(os.path.abspath(a.kit), os.path.abspath(a.out), a.deadline, a.cpu, a.small)
     run.write()
-    for phase in (phase_env, phase_native, phase_sanitize, phase_bench, phase_oracle):
+    # shares of the deadline (420 s: native 84, sanitize 134, bench 126, oracle the rest)
+    for phase, share in ((phase_env, 0.02), (phase_native, 0.20), (phase_sanitize, 0.32),
+                         (phase_bench, 0.30), (phase_oracle, 1.0)):
+        run.begin_phase(share)
         try:
             phase(run)
         except Exception as ex:  # a phase's own failure is reported; the next phase runs
             run.step({"phase": phase.__name__[6:], "name": "(the phase itself)",
                       "status": "fail", "tail": f"{type(ex).__name__}: {ex}"})
+        run.end_phase()
     run.r["finished"] = True
     run.write()
     run.pack_logs()

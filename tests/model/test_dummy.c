@@ -15,7 +15,7 @@
 #include "util/dtype.h"
 
 static pl_model *load(const char *name, pl_dtype dt, uint64_t seed) {
-    pl_model_load_options o = {dt, seed};
+    pl_model_load_options o = {dt, seed, 0};
     pl_model *m = NULL;
     pl_status s = pl_model_load(name, &o, &m);
     cr_assert_eq(s, PL_OK, "%s: %s", name, pl_last_error());
@@ -76,7 +76,7 @@ Test(dummy, names_and_configs) {
 
 Test(dummy, llama2_7b_in_f32_is_refused_without_allocating) {
     for (int auto_dtype = 0; auto_dtype < 2; auto_dtype++) {
-        pl_model_load_options o = {auto_dtype ? PL_DTYPE_AUTO : PL_DTYPE_F32, 0};
+        pl_model_load_options o = {auto_dtype ? PL_DTYPE_AUTO : PL_DTYPE_F32, 0, 0};
         pl_model *m = NULL;
         unsigned long before = pl_alloc_count();
         cr_assert_eq(pl_model_load("dummy:llama2-7b", &o, &m), PL_ERR_OUT_OF_MEMORY);
@@ -314,7 +314,7 @@ Test(dummy, quantised_dtypes_draw_blocks_in_the_recipe_types) {
 
 /* Quantised dtypes are for dummy: models; a file is refused with the way to quantise it. */
 Test(dummy, quantised_dtype_of_a_file_is_refused) {
-    pl_model_load_options o = {PL_DTYPE_Q4_0, 0};
+    pl_model_load_options o = {PL_DTYPE_Q4_0, 0, 0};
     pl_model *m = (pl_model *)&o;
     cr_assert_eq(pl_model_load("/nonexistent/model.bin", &o, &m), PL_ERR_UNSUPPORTED);
     cr_assert_null(m);

@@ -346,7 +346,17 @@ def phase_sanitize(run):
         sync(shared_mem[0]),
     ] + [race(f) for f in shared_mem[1:]] + [sync(f) for f in shared_mem[1:3]]
     for name, argv, minimum, cap in steps:
-        run.run("sanitize", name, argv, minimum, cap, sanitizer_counts)
+        # each process's report to its own file (Criterion's workers' output may not reach
+        # ours): counted with the step's own output
+        stem = os.path.join(run.logs, "cs-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name))
+        argv = argv[:1] + ["--log-file", stem + ".%p.txt"] + argv[1:]
+
+        def parse(text, rc, stem=stem):
+            for f in sorted(glob.glob(stem + ".*.txt")):
+                with open(f, errors="replace") as fh:
+                    text += "\n" + fh.read()
+            return sanitizer_counts(text, rc)
+        run.run("sanitize", name, argv, minimum, cap, parse)
     run.pack_logs()
 
 

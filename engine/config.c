@@ -11,11 +11,13 @@
 
 #include "engine/engine_internal.h"
 #include "engine/fields.h"
+#include "util/dtype.h"
 
 /* ---- the table ----------------------------------------------------------------------- */
 
-static const char *const pl_choices_pl_dtype[] = {"auto", "f32|float32|float", "f16|float16|half",
-                                                  "bf16|bfloat16", NULL};
+static const char *const pl_choices_pl_dtype[] = {
+    "auto", "f32|float32|float", "f16|float16|half", "bf16|bfloat16", "q8_0", "q4_0", "q4_k",
+    "q5_k", "q6_k", "q4_k_m", "q5_k_m", NULL};
 static const char *const pl_choices_pl_backend_kind[] = {"cpu", "ref", "cuda", NULL};
 static const char *const pl_choices_pl_overflow_policy[] = {"reject-newest", "drop-oldest", NULL};
 static const char *const pl_choices_pl_dist_backend[] = {"auto", "mpi", "nccl", "threads", NULL};
@@ -129,6 +131,10 @@ static pl_status check_rules(const pl_engine_config *c) {
                        "which is off (enable_chunked_prefill = false)",
                        c->long_prefill_threshold);
     if (c->max_model_len) PL_TRY(pl_engine_config_check_model_len(c, c->max_model_len, false));
+    if (c->kv_dtype > PL_DTYPE_BF16)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "config.kv_dtype = %s: the KV cache is auto, f32, f16 or bf16 (the "
+                       "quantised types are for weights)", pl_dtype_name(c->kv_dtype));
     return PL_OK;
 }
 

@@ -34,11 +34,6 @@ pl_status pl_engine_run_worker(const pl_engine_config *cfg) {
     return pl_tp_run_worker(&c);
 }
 
-pl_status pl_engine_health(const pl_engine *e) {
-    if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "health: engine is NULL");
-    return pl_tp_health(e->tp);
-}
-
 const char *pl_distributed_backends(void) {
     static char s[160];
     if (s[0]) return s;

@@ -144,6 +144,10 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
                             .block_size = c->block_size};
     pl_status st = load_tokenizer(e, tokenizer_path);
     if (st == PL_OK) st = pl_chat_state_init(&e->chat, e->tok, chat_template);
+    if (st == PL_OK) st = pl_rank_reserve(e->model, e->be, &lim);
+    /* a device's free memory again, less the scratch just reserved (nothing is uploaded yet);
+     * the host's stays as measured before the model's pages were read */
+    if (st == PL_OK && !e->be->is_host) st = pl_rank_memory(&e->cfg, e->be, &avail);
     if (st == PL_OK) st = pl_rank_pool_blocks(&e->cfg, e->model, e->be, &lim, avail, e->kv_sizing,
                                                   sizeof e->kv_sizing, &lim.n_blocks);
     if (e->tp) st = pl_tp_agree_blocks(e->tp, st, e->model, &lim, lim.n_blocks, &lim.n_blocks);

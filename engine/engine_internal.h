@@ -121,6 +121,8 @@ typedef struct pl_intake {
                                     room is these + max_waiting - waiting new requests */
     size_t n_queued_forks;       /* samples past the first of the queued requests */
     pl_occupancy occ;            /* as of the last drain / retire (pl_engine_occupancy) */
+    bool lost;                   /* the backend was lost to a device fault (pl_engine_health) */
+    char lost_msg[512];          /* why: the backend's message */
 } pl_intake;
 
 /* Log-scale histogram for latency percentiles in constant memory (1 us .. ~1000 s, 1%). */
@@ -242,6 +244,9 @@ pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int 
 /* The memory it may use: memory_limit_bytes, else what be reports; on a host backend divided
  * among the ranks on this host. */
 pl_status pl_rank_memory(const pl_engine_config *c, pl_backend *be, size_t *out);
+/* The backend's scratch for the largest step within lim, allocated before the pool is sized
+ * (which then gets what is left): no step grows device memory after that. */
+pl_status pl_rank_reserve(const pl_model *model, pl_backend *be, const pl_runner_limits *lim);
 /* KV blocks for the pool of model (this rank's part) on be within lim (n_blocks unused), from
  * avail bytes (pl_rank_memory's, taken before the model was loaded); sizing (sizing_size
  * bytes, may be NULL) gets a line saying which rule sized it. */
@@ -283,6 +288,11 @@ void pl_intake_retire_reported(pl_engine *e);
 void pl_intake_publish(pl_engine *e);
 /* Submits or aborts not drained yet. */
 bool pl_intake_has_queued(pl_intake *in);
+/* The backend is gone for good (backend.h's lost: a sticky device fault): every later submit
+ * and step fails with PL_ERR_BACKEND and msg, and pl_engine_health says so. */
+void pl_intake_mark_lost(pl_engine *e, const char *msg);
+/* PL_OK, or PL_ERR_BACKEND with the lost backend's message (pl_engine_health). */
+pl_status pl_intake_health(const pl_engine *e);
 
 /* engine/chat.c */
 /* Parses the tokenizer's templates (tok may be NULL), or override (config.chat_template: a

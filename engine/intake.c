@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -62,6 +63,11 @@ static pl_status check_utf8(const char *s, size_t n) {
 static pl_status enqueue(pl_engine *e, pl_request *r, pl_request_id *out_id) {
     pl_intake *in = &e->intake;
     pthread_mutex_lock(&in->mu);
+    if (in->lost) {
+        pl_status s = pl_fail(PL_ERR_BACKEND, "submit: %s", in->lost_msg);
+        pthread_mutex_unlock(&in->mu);
+        return s;
+    }
     const pl_engine_config *c = &e->cfg;
     /* capacity: running slots + waiting slots, counted as pl_sched_add will when the drain
      * adds the queued requests (each one's other samples take a slot) */
@@ -322,6 +328,30 @@ void pl_engine_wake(pl_engine *e) {
     in->woken = true;
     pthread_cond_broadcast(&in->arrived);
     pthread_mutex_unlock(&in->mu);
+}
+
+void pl_intake_mark_lost(pl_engine *e, const char *msg) {
+    pl_intake *in = &e->intake;
+    pthread_mutex_lock(&in->mu);
+    if (!in->lost) {
+        snprintf(in->lost_msg, sizeof in->lost_msg, "%s", msg);
+        in->lost = true;
+    }
+    pthread_mutex_unlock(&in->mu);
+}
+
+pl_status pl_intake_health(const pl_engine *e) {
+    pl_intake *in = &((pl_engine *)e)->intake; /* the lock is state, not value */
+    pthread_mutex_lock(&in->mu);
+    pl_status s = in->lost ? pl_fail(PL_ERR_BACKEND, "%s", in->lost_msg) : PL_OK;
+    pthread_mutex_unlock(&in->mu);
+    return s;
+}
+
+pl_status pl_engine_health(const pl_engine *e) {
+    if (!e) return pl_fail(PL_ERR_INVALID_ARGUMENT, "health: engine is NULL");
+    PL_TRY(pl_intake_health(e));
+    return pl_tp_health(e->tp);
 }
 
 void pl_engine_occupancy_sized(const pl_engine *e, pl_occupancy *dst, size_t dst_size) {

@@ -125,6 +125,28 @@ static pl_status add_tokenizer(const pl_model *m, const char *in_path,
     return s;
 }
 
+/* llama-quantize's rule: no block-quantised matrix is converted to another type unless asked
+ * (allow_requantize); one written in its own type is copied, which loses nothing. */
+static pl_status check_not_requantized(const pl_model *m, const pl_quant_recipe *rc) {
+    const pl_model_config *c = &m->cfg;
+    for (size_t s = 0; s < pl_model_n_slots(c); s++) {
+        int layer;
+        pl_tensor_role r = pl_model_slot_role(c, s, &layer);
+        const pl_weight *w = &m->w[s];
+        if (!w->data || !pl_model_stores_tensor(c, r) || !pl_wtype_is_quant(w->type)) continue;
+        pl_wtype to = pl_quant_recipe_type(rc, c, r, layer, NULL);
+        if (to == w->type) continue;
+        char name[96];
+        snprintf(name, sizeof name, pl_tensor_spec_of(r)->gguf, layer);
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "quantize: %s is already quantised: %s is %s, and %s would quantise its "
+                       "rounded values again (the errors add up); quantise the f16/f32 model "
+                       "instead, or set allow_requantize (--allow-requantize) to do it anyway",
+                       m->name, name, pl_wtype_name(w->type), pl_wtype_name(to));
+    }
+    return PL_OK;
+}
+
 pl_status pl_model_quantize(const char *in_path, const char *out_path, const char *type,
                             const pl_quantize_options *opt) {
     if (!in_path || !out_path || !type)
@@ -132,15 +154,21 @@ pl_status pl_model_quantize(const char *in_path, const char *out_path, const cha
                        !in_path ? "in_path" : !out_path ? "out_path" : "type");
     pl_quantize_options o;
     pl_quantize_options_default(&o);
-    /* earlier builds' options end before on_tensor */
-    size_t old_size = offsetof(pl_quantize_options, on_tensor);
-    if (opt && opt->struct_size != sizeof *opt && opt->struct_size != old_size)
+    /* earlier builds' options end before on_tensor, or before n_threads */
+    size_t old_size = offsetof(pl_quantize_options, on_tensor),
+           mid_size = offsetof(pl_quantize_options, n_threads);
+    if (opt && opt->struct_size != sizeof *opt && opt->struct_size != old_size &&
+        opt->struct_size != mid_size)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_quantize: opt->struct_size = %zu is not "
-                       "a pl_quantize_options size (%zu or %zu; use pl_quantize_options_default)",
-                       opt->struct_size, sizeof *opt, old_size);
+                       "a pl_quantize_options size (%zu, %zu or %zu; use "
+                       "pl_quantize_options_default)",
+                       opt->struct_size, sizeof *opt, mid_size, old_size);
     if (opt) memcpy(&o, opt, opt->struct_size);
     o.struct_size = sizeof o;
     opt = &o;
+    if (o.n_threads < 0 || o.n_threads > 1024)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "quantize: n_threads = %d (--threads): must be "
+                       "in [0, 1024], 0 for every core", o.n_threads);
     pl_quant_recipe rc;
     PL_TRY(resolve_type(type, &rc));
     /* dummy: weights as an engine with the default config draws them */
@@ -149,11 +177,12 @@ pl_status pl_model_quantize(const char *in_path, const char *out_path, const cha
     pl_model_load_options lo = {.dtype = PL_DTYPE_AUTO, .dummy_seed = ec.dummy_seed};
     pl_model *m;
     PL_TRY(pl_model_load(in_path, &lo, &m));
+    pl_status s = o.allow_requantize ? PL_OK : check_not_requantized(m, &rc);
     pl_gguf_writer *w = NULL;
-    pl_status s = pl_gguf_writer_create(&w);
+    if (s == PL_OK) s = pl_gguf_writer_create(&w);
     if (s == PL_OK) s = add_tokenizer(m, in_path, opt, w);
     if (s == PL_OK)
-        s = pl_model_save_gguf_recipe(m, &rc, o.on_tensor ? report : NULL, &o, w,
+        s = pl_model_save_gguf_recipe(m, &rc, o.on_tensor ? report : NULL, &o, o.n_threads, w,
                                       out_path);
     pl_gguf_writer_free(w);
     pl_model_free(m);

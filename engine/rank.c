@@ -76,6 +76,13 @@ static pl_status stored_weight_bytes(const pl_model *m, const pl_backend *be, ui
     return PL_OK;
 }
 
+pl_status pl_rank_reserve(const pl_model *model, pl_backend *be, const pl_runner_limits *lim) {
+    if (!be->ops->reserve) return PL_OK;
+    pl_backend_reserve rs;
+    pl_runner_reserve_sizes(model, lim, &rs);
+    return be->ops->reserve(be, &rs);
+}
+
 /* A size for a log line: "80.0 MiB", "11.8 GiB". Eight rotating buffers: one message holds
  * up to five. */
 static const char *human(double bytes) {

@@ -118,6 +118,24 @@ size_t pl_runner_batch_bytes(const pl_runner_limits *lim) {
     return bytes;
 }
 
+void pl_runner_reserve_sizes(const pl_model *m, const pl_runner_limits *lim,
+                             pl_backend_reserve *out) {
+    const pl_model_config *c = &m->cfg;
+    const int qd = c->n_heads * c->head_dim;
+    int d_in = c->dim > qd ? c->dim : qd, d_out = c->vocab_size;
+    if (c->hidden_dim > d_in) d_in = c->hidden_dim;
+    if (c->hidden_dim > d_out) d_out = c->hidden_dim;
+    if (qd > d_out) d_out = qd;
+    bool quant = false;
+    for (size_t s = 0; s < pl_model_n_slots(c); s++)
+        quant |= m->w[s].data != NULL && pl_wtype_is_quant(m->w[s].type);
+    *out = (pl_backend_reserve){
+        .max_rows = lim->max_tokens, .max_d_in = d_in, .max_d_out = d_out, .quantized = quant,
+        .max_seqs = lim->max_seqs, .n_heads = c->n_heads, .head_dim = c->head_dim,
+        .max_context = lim->max_blocks_per_seq * lim->block_size,
+    };
+}
+
 size_t pl_runner_workspace_bytes(const pl_model_config *cfg, const pl_runner_limits *lim) {
     return workspace_floats(cfg, lim) * sizeof(float) + pl_runner_batch_bytes(lim);
 }

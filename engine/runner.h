@@ -72,6 +72,11 @@ typedef struct pl_runner pl_runner;
 size_t pl_runner_kv_block_bytes(const pl_model_config *cfg, int block_size, pl_dtype kv_dtype);
 /* Bytes of per-step workspace for these limits (what create allocates besides weights/KV). */
 size_t pl_runner_workspace_bytes(const pl_model_config *cfg, const pl_runner_limits *lim);
+/* The largest step a runner of model m with lim runs, for the backend's reserve op: activation
+ * rows, the widest matmul input and output, whether a matrix is quantised, and the longest
+ * context (whole blocks). */
+void pl_runner_reserve_sizes(const pl_model *m, const pl_runner_limits *lim,
+                             pl_backend_reserve *out);
 /* Bytes of the batch arrays at capacity (part of the workspace). */
 size_t pl_runner_batch_bytes(const pl_runner_limits *lim);
 /* Allocates (zeroed host memory) / frees the batch arrays at capacity. */

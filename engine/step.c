@@ -68,8 +68,17 @@ static bool fault_injected(const pl_engine *e, const pl_sched_output *so) {
     return false;
 }
 
+/* Every request the stepping thread holds (and what was submitted meanwhile) finishes with
+ * reason error: the backend is lost, nothing more can run. */
+static void fail_everything(pl_engine *e) {
+    pl_intake_drain(e);
+    for (pl_request *r = e->live_head; r; r = r->next)
+        pl_engine_finish_request(e, r, PL_FINISH_ERROR);
+}
+
 /* The forward pass and what follows it; a failure finishes this step's requests with
- * reason error (the engine stays usable). */
+ * reason error (the engine stays usable), or every request when the backend is lost (every
+ * later step and submit fails; pl_engine_health says why). */
 static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_step) {
     pl_profiler *pr = &e->prof;
     pl_runner_batch b;
@@ -85,6 +94,11 @@ static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_ste
     if (st != PL_OK) {
         pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());
         fail_step(e, so);
+        if (e->be->lost) {
+            pl_intake_mark_lost(e, pl_last_error());
+            fail_everything(e);
+            pl_fail(PL_ERR_BACKEND, "%s", e->intake.lost_msg);
+        }
         return st;
     }
     size_t n_drawn = 0;
@@ -105,10 +119,23 @@ pl_status pl_engine_step_sized(pl_engine *e, pl_step_result *out, size_t out_siz
     pl_engine_free_graveyard(e);
     e->sb.n_deltas = 0;
     e->sb.n_finished = 0;
+    pl_sched_output so = {0};
+    pl_status st = pl_intake_health(e);
+    if (st != PL_OK) { /* lost: report what arrived or remains, run nothing */
+        fail_everything(e);
+        pl_status cs = pl_output_collect(e);
+        pl_intake_retire_reported(e);
+        pl_fields_fill_out(out, out_size,
+                           &(pl_step_result){.struct_size = sizeof(pl_step_result),
+                                             .deltas = e->sb.deltas, .n_deltas = e->sb.n_deltas,
+                                             .finished = e->sb.finished,
+                                             .n_finished = e->sb.n_finished},
+                           sizeof(pl_step_result));
+        (void)cs;
+        return pl_fail(PL_ERR_BACKEND, "step: %s", e->intake.lost_msg);
+    }
     PL_PHASE(pr, PL_PHASE_DRAIN, pl_intake_drain(e));
 
-    pl_sched_output so;
-    pl_status st;
     PL_PHASE(pr, PL_PHASE_SCHEDULE, st = pl_sched_schedule(e->sched, &so));
     /* out of host memory with nothing runnable: report; else run what was scheduled */
     if (st == PL_OK || so.n_seqs > 0) {

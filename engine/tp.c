@@ -199,6 +199,7 @@ static pl_status follow(const pl_engine_config *cfg, pl_model *shard, pl_backend
     shape_of(shard, &lim, shape);
     int blocks = 0;
     size_t avail = 0;
+    if (st == PL_OK) st = pl_rank_reserve(shard, be, &lim);
     if (st == PL_OK) st = pl_rank_memory(cfg, be, &avail);
     if (st == PL_OK) st = pl_rank_pool_blocks(cfg, shard, be, &lim, avail, NULL, 0, &blocks);
     PL_TRY(agree(comm, st, blocks, shape, &lim.n_blocks, "agreeing on the KV pool"));

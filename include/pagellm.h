@@ -47,9 +47,10 @@
  * - One engine is stepped by one thread at a time (pl_engine_step, pl_engine_run,
  *   pl_engine_wait, pl_engine_destroy, pl_engine_metrics, pl_engine_latency_histogram,
  *   pl_engine_has_pending_work, the profiling calls). pl_engine_submit_request,
- *   pl_engine_submit_tokens, pl_engine_abort, pl_engine_wake, pl_engine_occupancy and the
- *   read-only queries (tokenize, detokenize, capacity, model info) may be called from any
- *   thread, concurrently with each other and with the stepping thread.
+ *   pl_engine_submit_tokens, pl_engine_abort, pl_engine_wake, pl_engine_occupancy,
+ *   pl_engine_health and the read-only queries (tokenize, detokenize, capacity, model info)
+ *   may be called from any thread, concurrently with each other and with the stepping
+ *   thread.
  * - pl_last_error() is per thread; there is no other global state.
  */
 #ifndef PAGELLM_H
@@ -151,6 +152,15 @@ typedef enum pl_dtype {
     PL_DTYPE_F32 = 1,  /* "f32" */
     PL_DTYPE_F16 = 2,  /* "f16" */
     PL_DTYPE_BF16 = 3, /* "bf16" */
+    /* Weights only (weight_dtype), and only for dummy: models, whose blocks are drawn
+     * directly in the type (quantise a file with pl_model_quantize / `pagellm quantize`): */
+    PL_DTYPE_Q8_0 = 4,   /* "q8_0" */
+    PL_DTYPE_Q4_0 = 5,   /* "q4_0" */
+    PL_DTYPE_Q4_K = 6,   /* "q4_k" */
+    PL_DTYPE_Q5_K = 7,   /* "q5_k" */
+    PL_DTYPE_Q6_K = 8,   /* "q6_k" */
+    PL_DTYPE_Q4_K_M = 9, /* "q4_k_m": llama.cpp's mix (Q4_K, Q6_K for some tensors) */
+    PL_DTYPE_Q5_K_M = 10, /* "q5_k_m" */
 } pl_dtype;
 
 /* How the ranks of tensor parallelism talk (docs/distributed.md). */
@@ -222,7 +232,9 @@ typedef enum pl_overflow_policy {
       "FILE", "Jinja chat template (a file, or the template text itself) used instead of the "  \
       "model's; unset: the tokenizer's (tokenizer_config.json or GGUF metadata)")              \
     X(ENUM, pl_dtype, weight_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--dtype", 0, "TYPE",        \
-      "weight storage: auto keeps the file's type; another type converts at load")             \
+      "weight storage: auto keeps the file's type; f32/f16/bf16 convert at load; a "         \
+      "quantised type (q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m) draws a dummy: model's "  \
+      "blocks directly (files: pagellm quantize)")                                             \
     X(ENUM, pl_dtype, kv_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--kv-dtype", 0, "TYPE",         \
       "KV cache elements: auto is f16 (half the bytes attention reads); f32 makes greedy "     \
       "output independent of batching")                                                        \
@@ -770,6 +782,16 @@ typedef struct pl_occupancy {
     int n_free_slots;
 } pl_occupancy;
 
+/* PL_OK while the engine can run requests; PL_ERR_BACKEND once its backend was lost to a
+ * device fault (a CUDA illegal address, say: the device is unusable for the rest of the
+ * process), with the backend's message in pl_last_error(). From then on every submit and step
+ * fails with PL_ERR_BACKEND and that message, and every request still held finished with
+ * PL_FINISH_ERROR; the process must be restarted to use the device again. Errors a backend
+ * recovers from (out of memory, a failed launch) fail only their step's requests and leave
+ * the engine healthy. With tensor parallelism, also PL_ERR_BACKEND once a rank died or hung
+ * (the message names the rank and the collective). Thread-safe (a server's /health reads it). */
+PL_API pl_status pl_engine_health(const pl_engine *e);
+
 /* Fills *out (NULL: no-op; NULL e gives zeros). Thread-safe. */
 PL_API void pl_engine_occupancy_sized(const pl_engine *e, pl_occupancy *out, size_t out_size);
 static inline void pl_engine_occupancy(const pl_engine *e, pl_occupancy *out) {
@@ -876,10 +898,8 @@ PL_API pl_status pl_engine_config_is_worker(const pl_engine_config *cfg, bool *o
 /* The whole life of a rank other than 0: loads its shard of cfg->model_path, then runs every
  * step rank 0 sends until rank 0's engine is destroyed (PL_OK) or a rank fails (its error). */
 PL_API pl_status pl_engine_run_worker(const pl_engine_config *cfg);
-/* PL_OK while the engine can step; PL_ERR_BACKEND once its tensor-parallel group failed (a
- * rank died or hung; the message says which rank and collective): every request after that
- * finishes with PL_FINISH_ERROR, so a server should stop. Any thread. */
-PL_API pl_status pl_engine_health(const pl_engine *e);
+/* pl_engine_health (above) also fails once the tensor-parallel group failed (a rank died or
+ * hung; the message says which rank and collective). */
 /* The distributed backends this build has: "threads, mpi (Open MPI v4.1.4), nccl (2.28.9)".
  * Static storage. */
 PL_API const char *pl_distributed_backends(void);
@@ -1035,6 +1055,13 @@ typedef struct pl_quantize_options {
     void (*on_tensor)(void *user, const char *name, int rows, int cols, const char *type,
                       const char *asked);
     void *user;                 /* passed to on_tensor */
+    /* (A struct_size that ends before n_threads, an earlier build's, is accepted.) */
+    int n_threads;              /* threads converting the tensors; 0 = every core */
+    /* A source whose matrices are block-quantised already, asked for another type, is refused
+     * unless set: quantising quantised values adds the second rounding's error to the first
+     * (llama-quantize's --allow-requantize rule). A tensor already of the type it is written
+     * in is copied as it is either way. */
+    bool allow_requantize;
 } pl_quantize_options;
 
 static inline void pl_quantize_options_default(pl_quantize_options *o) {
@@ -1043,6 +1070,8 @@ static inline void pl_quantize_options_default(pl_quantize_options *o) {
     o->no_tokenizer = false;
     o->on_tensor = NULL;
     o->user = NULL;
+    o->n_threads = 0;
+    o->allow_requantize = false;
 }
 
 /* Writes the model at in_path (any model_path form: llama2.c, Hugging Face directory, GGUF,
@@ -1058,7 +1087,9 @@ static inline void pl_quantize_options_default(pl_quantize_options *o) {
  * and, unless opt->no_tokenizer, the tokenizer (vocabulary, BOS/EOS, chat templates) so
  * pl_engine_create needs no tokenizer_path for it; from a GGUF the source's tokenizer and
  * general.* metadata are copied. Written as out_path.tmp, then renamed. opt NULL = defaults.
- * Errors: PL_ERR_INVALID_ARGUMENT (NULL path, an options struct_size no pagellm version had),
+ * Errors: PL_ERR_INVALID_ARGUMENT (NULL path, an options struct_size no pagellm version had,
+ * n_threads negative or above 1024, a quantised source without allow_requantize: the message
+ * names the first such tensor and both types),
  * PL_ERR_UNSUPPORTED (a type this build cannot write; a tokenizer GGUF cannot describe: the
  * message says what), and the loading errors of pl_engine_create (IO, FORMAT, NOT_FOUND,
  * OUT_OF_MEMORY). */

@@ -15,6 +15,15 @@
  * - Ops are asynchronous on device backends: errors of an op may surface at the next sync.
  * - Unless an op says "out may alias", outputs must not overlap inputs.
  * - No size is assumed to be a multiple of anything (head_dim 8, hidden 172 must work).
+ * - Alignment: every pointer is aligned to its element (4 bytes for f32, 2 for f16/bf16). alloc
+ *   returns memory aligned to at least 64 bytes (256 on CUDA), and the engine passes whole
+ *   allocations for activations and weights, and the KV cache at layer offsets. Device
+ *   backends use 16-byte vector accesses where a pointer allows them and check the rest on
+ *   the host: f32 activations (x, out) and KV caches that are not 16-byte aligned take scalar
+ *   paths; quantised weights must be what upload_weight returned (or backend memory at a
+ *   16-byte aligned offset), else the op fails with PL_ERR_INVALID_ARGUMENT (CUDA reads
+ *   Q4_K/Q5_K blocks in 16-byte vectors). tests/support/cuemu.h fails any misaligned vector
+ *   access the kernels make.
  *
  * KV cache: one allocation holding, for every layer, a K and a V tensor, each
  * (n_blocks, n_kv_heads, block_size, head_dim) of the backend's kv_dtype: a block's tokens of
@@ -100,6 +109,19 @@ typedef struct pl_matmul_part {
 
 #define PL_MATMUL_MAX_PARTS 4
 
+/* The largest step an engine will run on a backend, for backends that keep scratch memory
+ * (the reserve op). */
+typedef struct pl_backend_reserve {
+    int max_rows;    /* activation rows of one step (max_total_tokens) */
+    int max_d_in;    /* the widest matmul input (dim, n_heads * head_dim, hidden_dim) */
+    int max_d_out;   /* the widest matmul output (vocab_size, hidden_dim, ...) */
+    bool quantized;  /* some matrix is of a block-quantised type */
+    int max_seqs;    /* sequences of one step (max_batch_size) */
+    int n_heads;     /* query heads */
+    int head_dim;
+    int max_context; /* the most tokens one sequence attends to (max_model_len, whole blocks) */
+} pl_backend_reserve;
+
 typedef struct pl_backend_ops {
     const char *name; /* "ref", "cpu", "cuda" */
 
@@ -177,6 +199,12 @@ typedef struct pl_backend_ops {
 
     /* x (n_rows, dim) += bias (dim, f32) on every row, in place (Qwen2's q/k/v biases). */
     pl_status (*add_bias)(pl_backend *be, float *x, const float *bias, int n_rows, int dim);
+
+    /* Optional (NULL: nothing to reserve). Allocates now the scratch memory (and library
+     * workspaces) the ops would otherwise grow into for steps within r, so memory_info
+     * afterwards tells what is left for the KV cache and such steps allocate nothing. The
+     * engine calls it once, before it sizes the KV pool. */
+    pl_status (*reserve)(pl_backend *be, const pl_backend_reserve *r);
 } pl_backend_ops;
 
 struct pl_backend {
@@ -194,6 +222,11 @@ struct pl_backend {
      * collectives that run in order with the ops (NCCL, dist/). NULL and 0 on host backends. */
     void *stream;
     int device;
+    /* Set by the backend when a device error left it unusable for the rest of the process
+     * (CUDA's sticky errors: an illegal address, a device-side fault); from then on every op
+     * fails with PL_ERR_BACKEND saying so. Errors that leave it usable (out of memory, a
+     * refused launch) do not set it. */
+    bool lost;
 };
 
 typedef struct pl_backend_options {

@@ -149,15 +149,37 @@ static pl_status check_matrix_type(const char *who, pl_wtype t) {
     return PL_OK;
 }
 
-pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
-                         pl_model **out) {
+/* pl_model_layout's types for a recipe. */
+static pl_wtype recipe_type(const void *ctx, const pl_model_config *c, pl_tensor_role r,
+                            int layer) {
+    return pl_quant_recipe_type(ctx, c, r, layer, NULL);
+}
+
+pl_status pl_model_check_weight_limit_recipe(const char *name, const pl_model_config *cfg,
+                                             const pl_quant_recipe *rc, uint64_t limit) {
+    uint64_t bytes;
+    PL_TRY(pl_model_config_validate(cfg));
+    if (!pl_model_layout(NULL, cfg, rc->base, recipe_type, rc, NULL, &bytes))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weight bytes overflow 64 bits", name);
+    if (!limit || bytes <= limit) return PL_OK;
+    return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                   "%s: weights take %llu bytes (%.1f MiB) stored as %s, more than the %llu "
+                   "bytes (%.1f MiB) of memory available (memory_limit_bytes, else physical "
+                   "memory)",
+                   name, (unsigned long long)bytes, (double)bytes / 1048576.0, rc->name,
+                   (unsigned long long)limit, (double)limit / 1048576.0);
+}
+
+static pl_status alloc_model(const pl_model_config *cfg, pl_wtype matrices,
+                             const pl_quant_recipe *rc, const char *name, pl_model **out) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc: out is NULL");
     *out = NULL;
     if (!name) name = "model";
     PL_TRY(pl_model_config_validate(cfg));
     PL_TRY(check_matrix_type(name, matrices));
     uint64_t total;
-    if (!pl_model_layout(NULL, cfg, matrices, NULL, &total) || total > SIZE_MAX)
+    pl_model_type_fn type_of = rc ? recipe_type : NULL;
+    if (!pl_model_layout(NULL, cfg, matrices, type_of, rc, NULL, &total) || total > SIZE_MAX)
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
     PL_TRY(physical_memory_check(name, total));
     pl_model *m;
@@ -168,8 +190,19 @@ pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const ch
         pl_model_free(m);
         return s;
     }
-    pl_model_layout(m, cfg, matrices, base, &total);
+    pl_model_layout(m, cfg, matrices, type_of, rc, base, &total);
     pl_model_tie_output(m);
     *out = m;
     return PL_OK;
+}
+
+pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
+                         pl_model **out) {
+    return alloc_model(cfg, matrices, NULL, name, out);
+}
+
+pl_status pl_model_alloc_recipe(const pl_model_config *cfg, const pl_quant_recipe *rc,
+                                const char *name, pl_model **out) {
+    if (!rc) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc_recipe: recipe is NULL");
+    return alloc_model(cfg, rc->base, rc, name, out);
 }

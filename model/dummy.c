@@ -12,15 +12,28 @@
  * neither flat nor one-hot: matrices uniform in +-1/sqrt(fan_in), embeddings +-1, norms
  * 1 +- 0.1, an untied lm_head +-4/sqrt(dim) (logits with a spread of a few units).
  *
+ * A quantised dtype (q8_0 ... q4_k_m) draws the blocks themselves: levels from the hash,
+ * scales set so the values span the same +-scale (a Q4_K sub-block's 6-bit scale drawn in
+ * 48..63, its min making the levels symmetric about 0), each tensor in the type a GGUF file of that recipe would hold (the mixes' Q6_K
+ * tensors, the fallbacks for rows that are not whole blocks). These are other weights than
+ * the f32 model quantised, but of the same shapes, magnitudes and bytes: what a benchmark of
+ * a quantised file of that shape needs, in seconds for Llama-2-7B instead of minutes.
+ * Tensors are cut into chunks generated on every core (util/threadpool.h); every element or
+ * block comes from its own index, so the bytes do not depend on the number of threads.
+ *
  * Nothing is allocated until a preset is loaded; Llama-2-7B in f32 (25 GiB) is refused with
  * the numbers, and any preset larger than the machine's memory fails in pl_model_alloc.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "model/model_internal.h"
+#include "util/alloc.h"
 #include "util/dtype.h"
+#include "util/quant.h"
+#include "util/threadpool.h"
 
 typedef struct preset {
     const char *name;
@@ -66,53 +79,150 @@ static inline void pair(uint64_t key, size_t k, float center, float scale, float
     *b = center + scale * ((float)((h >> 8) & 0xffffffu) * U24 - 1.0f);
 }
 
-/* w: (rows, cols) of w->type (a plain float type), writable (allocated by pl_model_alloc). */
-static void fill(const pl_weight *w, uint64_t key, float center, float scale) {
-    size_t n = (size_t)w->rows * (size_t)w->cols;
+/* Elements [lo, hi) (lo even) of w, of a plain float type, writable (pl_model_alloc's). */
+static void fill_floats(const pl_weight *w, uint64_t key, float center, float scale, size_t lo,
+                        size_t hi) {
     float a, b;
     if (w->type == PL_WTYPE_F32) {
         float *d = (float *)w->data;
-        for (size_t i = 0; i + 1 < n; i += 2) pair(key, i / 2, center, scale, &d[i], &d[i + 1]);
-        if (n & 1) pair(key, n / 2, center, scale, &d[n - 1], &b);
+        for (size_t i = lo; i + 1 < hi; i += 2) pair(key, i / 2, center, scale, &d[i], &d[i + 1]);
+        if ((hi - lo) & 1) pair(key, (hi - 1) / 2, center, scale, &d[hi - 1], &b);
     } else {
         uint16_t (*to16)(float) = w->type == PL_WTYPE_F16 ? pl_f32_to_f16 : pl_f32_to_bf16;
         uint16_t *d = (uint16_t *)w->data;
-        for (size_t i = 0; i < n; i += 2) {
+        for (size_t i = lo; i < hi; i += 2) {
             pair(key, i / 2, center, scale, &a, &b);
             d[i] = to16(a);
-            if (i + 1 < n) d[i + 1] = to16(b);
+            if (i + 1 < hi) d[i + 1] = to16(b);
         }
     }
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+/* Block b of a tensor of quantised type t with values in about +-scale: the level bytes from
+ * the hash, then the scale fields (see the header). */
+static void fill_block(pl_wtype t, uint64_t key, size_t b, float scale, uint8_t *blk,
+                       int block_bytes) {
+    for (int j = 0; j * 8 < block_bytes; j++) {
+        uint64_t h = mix(key + ((uint64_t)b * 32 + (uint64_t)j) * GOLDEN);
+        int n = block_bytes - j * 8 < 8 ? block_bytes - j * 8 : 8;
+        memcpy(blk + j * 8, &h, (size_t)n);
+    }
+    /* a per-block factor in [0.75, 1): blocks differ in scale as real ones do */
+    const float u = 0.75f + 0.25f * (float)(mix(key ^ ((uint64_t)b * GOLDEN + 1)) >> 40) * (1.0f / 16777216.0f);
+    const float s = scale * u;
+    switch (t) {
+    case PL_WTYPE_Q8_0: put16(blk, pl_f32_to_f16(s / 127.0f)); break;
+    case PL_WTYPE_Q4_0: put16(blk, pl_f32_to_f16(s / 8.0f)); break;
+    case PL_WTYPE_Q4_K:
+    case PL_WTYPE_Q5_K: {
+        /* d * sc * (q - mid) with mid the middle level: dmin = d * mid and m = sc, so each
+         * sub-block spans +-d * sc * mid <= s */
+        const float mid = t == PL_WTYPE_Q4_K ? 7.5f : 15.5f;
+        uint8_t sc[8];
+        for (int i = 0; i < 8; i++) sc[i] = (uint8_t)(48 + (blk[16 + i] & 15)); /* 48..63 */
+        const float d = s / (mid * 63.0f);
+        put16(blk, pl_f32_to_f16(d));
+        put16(blk + 2, pl_f32_to_f16(d * mid));
+        pl_q_pack_scale_min_k4(blk + 4, sc, sc);
+        break;
+    }
+    default: { /* Q6_K: d * sc * (q - 32), q in 0..63 */
+        const size_t sc_off = offsetof(pl_block_q6_k, scales), d_off = offsetof(pl_block_q6_k, d);
+        for (size_t i = 0; i < PL_QK_K / 16; i++) /* 96..127 */
+            blk[sc_off + i] = (uint8_t)(96 + (blk[sc_off + i] & 31));
+        put16(blk + d_off, pl_f32_to_f16(s / (32.0f * 127.0f)));
+        break;
+    }
+    }
+}
+
+/* One tensor to draw: where, its key and range. */
+typedef struct gen_tensor {
+    const pl_weight *w;
+    uint64_t key;
+    float center, scale;
+    size_t units;     /* elements (float types) or blocks (quantised) */
+    size_t chunk;     /* units per task (about 256K elements; even, so float pairs never
+                         straddle two tasks) */
+    size_t first_task;
+} gen_tensor;
+
+typedef struct gen_job {
+    gen_tensor *t;
+    size_t n;
+} gen_job;
+
+static void gen_task(void *vctx, int task, int thread) {
+    (void)thread;
+    const gen_job *g = vctx;
+    size_t i = 0;
+    while (i + 1 < g->n && g->t[i + 1].first_task <= (size_t)task) i++;
+    const gen_tensor *t = &g->t[i];
+    size_t lo = ((size_t)task - t->first_task) * t->chunk;
+    size_t hi = lo + t->chunk < t->units ? lo + t->chunk : t->units;
+    const pl_wtype_traits *tr = pl_wtype_traits_of(t->w->type);
+    if (!pl_wtype_is_quant(t->w->type)) {
+        fill_floats(t->w, t->key, t->center, t->scale, lo, hi);
+        return;
+    }
+    uint8_t *base = (uint8_t *)t->w->data;
+    for (size_t b = lo; b < hi; b++)
+        fill_block(t->w->type, t->key, b, t->scale, base + b * (size_t)tr->block_bytes,
+                   tr->block_bytes);
 }
 
 /* Every stored tensor in model order, each from its own key: norms 1 +- 0.1, biases +-0.1,
  * the embedding +-1, an untied output projection +-4/sqrt(dim), other matrices
  * +-1/sqrt(fan_in). (The order and the keys are those of the original Llama-only generator,
  * so the presets' weights did not change when the tensor table came.) */
-static void generate(pl_model *m, uint64_t seed) {
+static pl_status generate(pl_model *m, uint64_t seed) {
     const pl_model_config *c = &m->cfg;
     uint64_t base = mix(seed ^ 0x7061676c6c6dull); /* "paglm": seeds 0 and 1 differ widely */
     uint64_t id = 0;
     size_t n = pl_model_n_slots(c);
+    gen_job g = {.t = pl_calloc(n, sizeof *g.t)};
+    if (!g.t) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: generator state", m->name);
+    size_t tasks = 0;
     for (size_t s = 0; s < n; s++) {
         int layer;
         pl_tensor_role r = pl_model_slot_role(c, s, &layer);
         if (!pl_model_stores_tensor(c, r)) continue;
         const pl_tensor_spec *t = pl_tensor_spec_of(r);
         const pl_weight *w = &m->w[s];
-        uint64_t key = mix(base + (++id) * GOLDEN);
+        gen_tensor *gt = &g.t[g.n++];
+        gt->w = w;
+        gt->key = mix(base + (++id) * GOLDEN);
         if (t->rows == PL_DIM_NONE && r != PL_T_ATTN_Q_BIAS && r != PL_T_ATTN_K_BIAS &&
             r != PL_T_ATTN_V_BIAS)
-            fill(w, key, 1.0f, 0.1f);
+            gt->center = 1.0f, gt->scale = 0.1f;
         else if (t->rows == PL_DIM_NONE)
-            fill(w, key, 0.0f, 0.1f);
+            gt->center = 0.0f, gt->scale = 0.1f;
         else if (r == PL_T_TOKEN_EMBD)
-            fill(w, key, 0.0f, 1.0f);
+            gt->center = 0.0f, gt->scale = 1.0f;
         else if (r == PL_T_OUTPUT)
-            fill(w, key, 0.0f, 4.0f / sqrtf((float)c->dim));
+            gt->center = 0.0f, gt->scale = 4.0f / sqrtf((float)c->dim);
         else
-            fill(w, key, 0.0f, 1.0f / sqrtf((float)w->cols));
+            gt->center = 0.0f, gt->scale = 1.0f / sqrtf((float)w->cols);
+        const pl_wtype_traits *tr = pl_wtype_traits_of(w->type);
+        gt->units = (size_t)w->rows * (size_t)w->cols / (size_t)tr->block_elems;
+        gt->chunk = ((size_t)1 << 18) / (size_t)tr->block_elems;
+        gt->first_task = tasks;
+        tasks += (gt->units + gt->chunk - 1) / gt->chunk;
     }
+    pl_threadpool *pool = NULL;
+    int threads = tasks > 1 ? pl_cpu_count() : 1;
+    pl_status st = pl_threadpool_create(threads > 64 ? 64 : threads, &pool);
+    if (st == PL_OK) {
+        pl_threadpool_run(pool, (int)tasks, gen_task, &g);
+        pl_threadpool_destroy(pool);
+    } else { /* no threads to be had: the same bytes on this one */
+        for (size_t k = 0; k < tasks; k++) gen_task(&g, (int)k, 0);
+        st = PL_OK;
+    }
+    pl_free(g.t);
+    return st;
 }
 
 // ----------------------------------------------------------------------------
@@ -164,6 +274,20 @@ pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt
     const preset *p = find_preset(name);
     char full[96];
     snprintf(full, sizeof full, "dummy:%s", p->name);
+    pl_model *m;
+    if (pl_dtype_is_quant(opt->dtype)) {
+        pl_quant_recipe rc;
+        PL_TRY(pl_quant_recipe_parse(pl_dtype_name(opt->dtype), &rc));
+        PL_TRY(pl_model_check_weight_limit_recipe(full, &c, &rc, max_weight_bytes));
+        PL_TRY(pl_model_alloc_recipe(&c, &rc, full, &m));
+        pl_status st = generate(m, opt->dummy_seed);
+        if (st != PL_OK) {
+            pl_model_free(m);
+            return st;
+        }
+        *out = m;
+        return PL_OK;
+    }
     pl_wtype dt = opt->dtype == PL_DTYPE_AUTO ? PL_WTYPE_F32 : pl_wtype_of_dtype(opt->dtype);
     /* before a byte is generated */
     PL_TRY(pl_model_check_weight_limit(full, &c, dt, max_weight_bytes));
@@ -175,9 +299,12 @@ pl_status pl_model_load_dummy(const char *name, const pl_model_load_options *opt
                        "with dtype f16 or bf16 (%.1f GiB)", full, (double)f32_b / (1 << 30),
                        (double)f16_b / (1 << 30));
     }
-    pl_model *m;
     PL_TRY(pl_model_alloc(&c, dt, full, &m));
-    generate(m, opt->dummy_seed);
+    pl_status st = generate(m, opt->dummy_seed);
+    if (st != PL_OK) {
+        pl_model_free(m);
+        return st;
+    }
     *out = m;
     return PL_OK;
 }

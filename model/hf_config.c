@@ -7,6 +7,8 @@
  * then range-checked by pl_model_config_check, which names the config.json key too. What the
  * families add:
  *   - Llama 3: rope_scaling "llama3"; eos_token_id as a list; tie_word_embeddings (3.2).
+ *   - RoPE in both layouts: top-level rope_theta + rope_scaling (transformers 4), or
+ *     rope_parameters {rope_type, rope_theta, factor, ...} (transformers 5).
  *   - Mistral: sliding_window (null or absent = none).
  *   - Qwen2: q/k/v biases (always); use_sliding_window must be false (per-layer windows with
  *     max_window_layers are not implemented), and its sliding_window is then ignored.
@@ -182,36 +184,91 @@ static pl_status check_features(const char *path, json_t *root, const pl_arch_in
     return PL_OK;
 }
 
-static pl_status parse_rope_scaling(const char *path, json_t *root, pl_model_config *c) {
+/* RoPE scaling from obj (config.json's "rope_scaling", or transformers 5's "rope_parameters",
+ * named `where` in messages): "rope_type" (or "type", before transformers 4.43) default,
+ * linear or llama3 with their fields. llama3's original_max_position_embeddings may sit at the
+ * top of config.json instead (transformers 5 moves it in when it standardises). */
+static pl_status parse_scaling(const char *path, json_t *root, json_t *obj, const char *where,
+                               pl_model_config *c) {
     c->rope_scaling = PL_ROPE_SCALING_NONE;
     c->rope_factor = 1.0f;
-    json_t *rs = json_object_get(root, "rope_scaling");
-    if (!rs || json_is_null(rs)) return PL_OK;
-    if (!json_is_object(rs))
-        return pl_fail(PL_ERR_FORMAT, "%s: \"rope_scaling\" is not an object", path);
-    /* transformers wrote "type" before 4.43 and "rope_type" since */
-    json_t *t = json_object_get(rs, "rope_type");
-    if (!t) t = json_object_get(rs, "type");
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%s.", where);
+    json_t *t = json_object_get(obj, "rope_type");
+    if (!t) t = json_object_get(obj, "type");
     if (!json_is_string(t))
-        return pl_fail(PL_ERR_FORMAT, "%s: rope_scaling has no \"rope_type\" string", path);
+        return pl_fail(PL_ERR_FORMAT, "%s: %s has no \"rope_type\" string", path, where);
     const char *type = json_string_value(t);
     if (strcmp(type, "default") == 0) return PL_OK;
     if (strcmp(type, "linear") == 0) {
         c->rope_scaling = PL_ROPE_SCALING_LINEAR;
-        return get_float(path, rs, "rope_scaling.", "factor", true, 1.0f, &c->rope_factor);
+        return get_float(path, obj, prefix, "factor", true, 1.0f, &c->rope_factor);
     }
     if (strcmp(type, "llama3") == 0) {
         c->rope_scaling = PL_ROPE_SCALING_LLAMA3;
-        PL_TRY(get_float(path, rs, "rope_scaling.", "factor", true, 1.0f, &c->rope_factor));
-        PL_TRY(get_float(path, rs, "rope_scaling.", "low_freq_factor", true, 1.0f,
+        PL_TRY(get_float(path, obj, prefix, "factor", true, 1.0f, &c->rope_factor));
+        PL_TRY(get_float(path, obj, prefix, "low_freq_factor", true, 1.0f,
                          &c->rope_low_freq_factor));
-        PL_TRY(get_float(path, rs, "rope_scaling.", "high_freq_factor", true, 4.0f,
+        PL_TRY(get_float(path, obj, prefix, "high_freq_factor", true, 4.0f,
                          &c->rope_high_freq_factor));
-        return get_int(path, rs, "original_max_position_embeddings", true, 0,
+        json_t *from = json_object_get(obj, "original_max_position_embeddings") ? obj : root;
+        return get_int(path, from, "original_max_position_embeddings", true, 0,
                        &c->rope_original_max_pos);
     }
-    return pl_fail(PL_ERR_UNSUPPORTED, "%s: rope_scaling type %.32s is not supported (linear, "
-                   "llama3)", path, type);
+    return pl_fail(PL_ERR_UNSUPPORTED, "%s: %s rope_type %.32s is not supported (default, "
+                   "linear, llama3)", path, where, type);
+}
+
+/* rope_theta and the scaling, in either layout: transformers 4's top-level "rope_theta" and
+ * "rope_scaling", or transformers 5's "rope_parameters" holding both (read first: a file with
+ * both keeps the old keys for older readers). Reading only the old keys would load a
+ * transformers 5 Llama 3 or Qwen file with theta 10000 and no scaling: wrong logits, no
+ * error. Per-layer-type parameters (hybrid models) are refused by name. */
+static pl_status parse_rope(const char *path, json_t *root, pl_model_config *c) {
+    json_t *rp = json_object_get(root, "rope_parameters");
+    json_t *rs = json_object_get(root, "rope_scaling");
+    json_t *th = json_object_get(root, "rope_theta");
+    PL_TRY(get_float(path, root, "", "rope_theta", false, 10000.0f, &c->rope_theta));
+    if (!rp || json_is_null(rp)) {
+        c->rope_scaling = PL_ROPE_SCALING_NONE;
+        c->rope_factor = 1.0f;
+        if (!rs || json_is_null(rs)) return PL_OK;
+        if (!json_is_object(rs))
+            return pl_fail(PL_ERR_FORMAT, "%s: \"rope_scaling\" is not an object", path);
+        return parse_scaling(path, root, rs, "rope_scaling", c);
+    }
+    if (!json_is_object(rp))
+        return pl_fail(PL_ERR_FORMAT, "%s: \"rope_parameters\" is not an object", path);
+    if (!json_object_get(rp, "rope_type") && !json_object_get(rp, "type") &&
+        !json_object_get(rp, "rope_theta")) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(rp, key, v) {
+            if (json_is_object(v))
+                return pl_fail(PL_ERR_UNSUPPORTED, "%s: rope_parameters per layer type (%.32s, "
+                               "...) are not supported: one set for every layer only", path,
+                               key);
+        }
+    }
+    if (json_object_get(rp, "rope_theta")) {
+        float theta = 0;
+        PL_TRY(get_float(path, rp, "rope_parameters.", "rope_theta", true, 10000.0f, &theta));
+        if (th && !json_is_null(th) && theta != c->rope_theta)
+            return pl_fail(PL_ERR_FORMAT, "%s: rope_theta = %g but rope_parameters.rope_theta "
+                           "= %g", path, (double)c->rope_theta, (double)theta);
+        c->rope_theta = theta;
+    }
+    PL_TRY(parse_scaling(path, root, rp, "rope_parameters", c));
+    if (rs && !json_is_null(rs)) { /* the old key beside it must say the same */
+        pl_model_config old = *c;
+        if (!json_is_object(rs))
+            return pl_fail(PL_ERR_FORMAT, "%s: \"rope_scaling\" is not an object", path);
+        PL_TRY(parse_scaling(path, root, rs, "rope_scaling", &old));
+        if (old.rope_scaling != c->rope_scaling || old.rope_factor != c->rope_factor)
+            return pl_fail(PL_ERR_FORMAT, "%s: rope_scaling and rope_parameters describe "
+                           "different scalings", path);
+    }
+    return PL_OK;
 }
 
 /* The attention window: Mistral's sliding_window; Qwen's only with use_sliding_window, which
@@ -252,8 +309,7 @@ static pl_status parse_config(const char *path, json_t *root, pl_model_config *c
     PL_TRY(get_int(path, root, "vocab_size", true, 0, &c->vocab_size));
     PL_TRY(get_int(path, root, "max_position_embeddings", false, 2048, &c->max_seq_len));
     PL_TRY(get_float(path, root, "", "rms_norm_eps", false, 1e-6f, &c->norm_eps));
-    PL_TRY(get_float(path, root, "", "rope_theta", false, 10000.0f, &c->rope_theta));
-    PL_TRY(parse_rope_scaling(path, root, c));
+    PL_TRY(parse_rope(path, root, c));
     PL_TRY(parse_window(path, root, arch, c));
     PL_TRY(get_bos(path, root, 1, &c->bos_id));
     bool given;

@@ -16,6 +16,7 @@
 
 #include "model/model_internal.h"
 #include "util/alloc.h"
+#include "util/dtype.h"
 
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -48,10 +49,14 @@ pl_status pl_model_load_within(const char *path, const pl_model_load_options *op
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: path is NULL or empty");
     pl_model_load_options dflt = {PL_DTYPE_AUTO, 0, 0};
     if (!opt) opt = &dflt;
-    if (opt->dtype < PL_DTYPE_AUTO || opt->dtype > PL_DTYPE_BF16)
+    if (opt->dtype < PL_DTYPE_AUTO || opt->dtype > PL_DTYPE_Q5_K_M)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: dtype = %d is not a pl_dtype",
                        (int)opt->dtype);
     if (strncmp(path, "dummy:", 6) == 0) return pl_model_load_dummy(path + 6, opt, limit, out);
+    if (pl_dtype_is_quant(opt->dtype))
+        return pl_fail(PL_ERR_UNSUPPORTED, "%s: weight_dtype %s draws dummy: models only; "
+                       "write a quantised copy of a file with pagellm quantize (or "
+                       "pl_model_quantize) and load that", path, pl_dtype_name(opt->dtype));
 
     struct stat st;
     if (stat(path, &st) != 0) return pl_fail(PL_ERR_IO, "%s: %s", path, strerror(errno));

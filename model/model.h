@@ -200,6 +200,12 @@ pl_status pl_model_config_validate(const pl_model_config *cfg);
 pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
                          pl_model **out);
 
+/* pl_model_alloc with each tensor in the type recipe rc gives it (pl_quant_recipe_type: a
+ * mix, the fallbacks), as a GGUF file written with rc would hold it. */
+typedef struct pl_quant_recipe pl_quant_recipe;
+pl_status pl_model_alloc_recipe(const pl_model_config *cfg, const pl_quant_recipe *rc,
+                                const char *name, pl_model **out);
+
 /* The names accepted after "dummy:", NULL-terminated. Static storage. */
 const char *const *pl_model_dummy_names(void);
 /* The config of a dummy preset ("tiny" or "dummy:tiny"), without generating any weight (to
@@ -255,12 +261,13 @@ typedef void (*pl_quant_report_fn)(void *user, const char *name, pl_wtype type, 
  * stored in the type recipe r gives it (pl_quant_recipe_type), general.file_type is the
  * recipe's; q and k rows are permuted to the RoPE layout llama.cpp's rope expects for the
  * architecture (interleaved for llama/Mistral, rotate-half for Qwen), and Llama 3 RoPE
- * scaling becomes rope_freqs.weight. Converts one tensor at a time. report may be NULL.
+ * scaling becomes rope_freqs.weight. Converts one tensor at a time, its rows on n_threads
+ * threads (0 = every core); a tensor already of its stored type is copied. report may be NULL.
  * Errors: PL_ERR_IO naming the path, PL_ERR_OUT_OF_MEMORY. */
 typedef struct pl_gguf_writer pl_gguf_writer;
 pl_status pl_model_save_gguf_recipe(const pl_model *m, const pl_quant_recipe *r,
-                                    pl_quant_report_fn report, void *user, pl_gguf_writer *w,
-                                    const char *path);
+                                    pl_quant_report_fn report, void *user, int n_threads,
+                                    pl_gguf_writer *w, const char *path);
 /* pl_model_save_gguf_recipe with every matrix of `type` (falling back where rows are not whole
  * blocks of it). Errors: also PL_ERR_UNSUPPORTED (a type GGUF or this build cannot write). */
 pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w,

@@ -85,10 +85,13 @@ pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void 
 /* Ties the output projection to the embedding (same data) when m->cfg.tied_embeddings. */
 void pl_model_tie_output(pl_model *m);
 /* Walks every stored tensor of c in model order, placing each at the next 64-byte boundary;
- * with base, points m's slots there. Total bytes into *total; false on overflow or a shape
- * the type cannot hold (weights.c). */
-bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, uint8_t *base,
-                     uint64_t *total);
+ * with base, points m's slots there. Each tensor is of the type type_of(ctx, ...) gives it,
+ * or with type_of NULL, its matrices of `matrices` (pl_model_tensor_type). Total bytes into
+ * *total; false on overflow or a shape the type cannot hold (weights.c). */
+typedef pl_wtype (*pl_model_type_fn)(const void *ctx, const pl_model_config *c,
+                                     pl_tensor_role r, int layer);
+bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices,
+                     pl_model_type_fn type_of, const void *ctx, uint8_t *base, uint64_t *total);
 
 /* ---- config checks (config.c) ---- */
 /* Checks every field of cfg against the limits above and the model's own rules (a known
@@ -118,6 +121,11 @@ bool pl_model_config_add_eos(pl_model_config *cfg, int id);
  * is read, converted or generated, so a model that cannot fit costs nothing to refuse. */
 pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
                                       pl_wtype matrices, uint64_t max_weight_bytes);
+/* The same for a model whose tensors take the types of recipe rc (dummy: models drawn in a
+ * quantised dtype); max_weight_bytes 0 checks only that the size is representable
+ * (backing.c, beside pl_model_alloc_recipe). */
+pl_status pl_model_check_weight_limit_recipe(const char *name, const pl_model_config *cfg,
+                                             const pl_quant_recipe *rc, uint64_t max_weight_bytes);
 
 /* ---- RoPE frequency factors, as GGUF stores Llama 3 scaling (gguf_rope.c) ---- */
 /* llama.cpp keeps Llama 3.1's scaling as a tensor, rope_freqs.weight: head_dim / 2 factors

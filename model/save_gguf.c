@@ -10,10 +10,12 @@
  * (quant_recipe.c: a mix, and the fallback for rows that are not whole blocks), norms and
  * biases F32; rope_freqs.weight for Llama 3 scaling, rope.scaling.* for linear.
  *
- * Each tensor is produced row by row when the writer asks for it (pl_gguf_fill_fn): the
- * source row (through the RoPE permutation for q and k when the source layout is not the one
- * the architecture's GGUF expects) to f32, then to the stored type with its quantiser, so
- * only one row of f32 is ever held.
+ * Each tensor is produced when the writer asks for it (pl_gguf_fill_fn), its rows spread
+ * over a thread pool: the source row (through the RoPE permutation for q and k when the source
+ * layout is not the one the architecture's GGUF expects) to f32, then to the stored type with
+ * its quantiser, so a thread holds one row of f32. A row already of its stored type is copied
+ * as it is (a GGUF source re-written, a tensor left in its type): bytes, not a round trip
+ * through f32 and the quantiser, which need not give the same blocks back.
  */
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "gguf/gguf.h"
 #include "model/model_internal.h"
 #include "util/alloc.h"
+#include "util/threadpool.h"
 
 typedef struct save_item {
     pl_tensor_role role;
@@ -33,8 +36,19 @@ typedef struct save_ctx {
     save_item *items; /* (n) in the order added to the writer; rope_freqs has role -1 */
     size_t n;
     bool permute;     /* q/k rows change RoPE layout */
-    float *row;       /* (cols) f32 scratch */
+    float *row;       /* (2 * widest) f32 scratch per thread, thread t's at row + t * row_stride */
+    size_t row_stride;
+    pl_threadpool *pool;
+    /* the matrix being converted (fill -> convert_rows) */
+    const pl_weight *w;
+    const pl_wtype_traits *st, *tt;
+    int heads;
+    bool to_inter;
+    size_t src_row, dst_row;
+    uint8_t *out;
 } save_ctx;
+
+#define ROWS_PER_TASK 16
 
 // ----------------------------------------------------------------------------
 // metadata
@@ -122,6 +136,24 @@ static int source_index(int i, int head_dim, bool to_interleaved) {
     return h * head_dim + src;
 }
 
+/* Rows [task * ROWS_PER_TASK, ...) of the matrix in x, on pool thread `thread`. */
+static void convert_rows(void *vctx, int task, int thread) {
+    save_ctx *x = vctx;
+    const pl_weight *w = x->w;
+    const uint8_t *in = w->data;
+    float *row = x->row + (size_t)thread * x->row_stride;
+    int r1 = (task + 1) * ROWS_PER_TASK < w->rows ? (task + 1) * ROWS_PER_TASK : w->rows;
+    for (int r = task * ROWS_PER_TASK; r < r1; r++) {
+        int sr = x->heads ? source_index(r, x->m->cfg.head_dim, x->to_inter) : r;
+        if (x->st == x->tt) {
+            memcpy(x->out + (size_t)r * x->dst_row, in + (size_t)sr * x->src_row, x->dst_row);
+            continue;
+        }
+        x->st->to_f32(in + (size_t)sr * x->src_row, row, (size_t)w->cols);
+        x->tt->from_f32(row, x->out + (size_t)r * x->dst_row, (size_t)w->cols);
+    }
+}
+
 static pl_status fill(void *vctx, size_t index, void *dst, size_t n_bytes) {
     save_ctx *x = vctx;
     const pl_model *m = x->m;
@@ -153,11 +185,15 @@ static pl_status fill(void *vctx, size_t index, void *dst, size_t n_bytes) {
         tt->from_f32(x->row, out, (size_t)w->cols);
         return PL_OK;
     }
-    for (int r = 0; r < w->rows; r++) {
-        int sr = heads ? source_index(r, m->cfg.head_dim, to_inter) : r;
-        st->to_f32(in + (size_t)sr * src_row, x->row, (size_t)w->cols);
-        tt->from_f32(x->row, out + (size_t)r * dst_row, (size_t)w->cols);
-    }
+    x->w = w;
+    x->st = st;
+    x->tt = tt;
+    x->heads = heads;
+    x->to_inter = to_inter;
+    x->src_row = src_row;
+    x->dst_row = dst_row;
+    x->out = out;
+    pl_threadpool_run(x->pool, (w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK, convert_rows, x);
     return PL_OK;
 }
 
@@ -193,8 +229,8 @@ static pl_status add_tensors(save_ctx *x, pl_gguf_writer *w, const pl_quant_reci
 }
 
 pl_status pl_model_save_gguf_recipe(const pl_model *m, const pl_quant_recipe *rc,
-                                    pl_quant_report_fn report, void *user, pl_gguf_writer *w,
-                                    const char *path) {
+                                    pl_quant_report_fn report, void *user, int n_threads,
+                                    pl_gguf_writer *w, const char *path) {
     const pl_arch_info *arch = pl_arch_get(m->cfg.arch);
     meta mx = {.w = w, .arch = arch->gguf};
     PL_TRY(write_meta(&mx, m, rc->file_type));
@@ -204,12 +240,15 @@ pl_status pl_model_save_gguf_recipe(const pl_model *m, const pl_quant_recipe *rc
     int widest = m->cfg.dim;
     if (m->cfg.hidden_dim > widest) widest = m->cfg.hidden_dim;
     if (m->cfg.n_heads * m->cfg.head_dim > widest) widest = m->cfg.n_heads * m->cfg.head_dim;
-    x.row = pl_malloc(2 * (size_t)widest * sizeof *x.row);
+    PL_TRY(pl_threadpool_create(n_threads, &x.pool));
+    x.row_stride = 2 * (size_t)widest;
+    x.row = pl_malloc((size_t)pl_threadpool_size(x.pool) * x.row_stride * sizeof *x.row);
     pl_status s = x.row ? add_tensors(&x, w, rc, report, user)
                         : pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: row buffer", m->name);
     if (s == PL_OK) s = pl_gguf_writer_write(w, path, fill, &x);
     pl_free(x.row);
     pl_free(x.items);
+    pl_threadpool_destroy(x.pool);
     return s;
 }
 
@@ -221,5 +260,5 @@ pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w
                        "build", path, pl_wtype_name(type));
     pl_quant_recipe rc;
     PL_TRY(pl_quant_recipe_parse(tr->name, &rc));
-    return pl_model_save_gguf_recipe(m, &rc, NULL, NULL, w, path);
+    return pl_model_save_gguf_recipe(m, &rc, NULL, NULL, 1, w, path);
 }

@@ -68,11 +68,9 @@ pl_wtype pl_model_tensor_type(pl_tensor_role r, pl_wtype matrices) {
 
 /* Bytes of the tensor of role stored as its type under `matrices`, into *out; false when a
  * row is not whole blocks of the type or the size overflows. */
-static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype matrices,
-                         uint64_t *out) {
+static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype t, uint64_t *out) {
     int rows, cols;
     pl_model_tensor_shape(c, r, &rows, &cols);
-    pl_wtype t = pl_model_tensor_type(r, matrices);
     const pl_wtype_traits *tr = pl_wtype_traits_of(t);
     uint64_t row;
     return tr && cols % tr->block_elems == 0 && pl_wtype_bytes(t, (uint64_t)cols, &row) &&
@@ -80,8 +78,8 @@ static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype ma
 }
 
 /* See model_internal.h. */
-bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, uint8_t *base,
-                   uint64_t *total) {
+bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices,
+                     pl_model_type_fn type_of, const void *ctx, uint8_t *base, uint64_t *total) {
     uint64_t off = 0;
     size_t n = pl_model_n_slots(c);
     for (size_t s = 0; s < n; s++) {
@@ -89,13 +87,14 @@ bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, u
         pl_tensor_role r = pl_model_slot_role(c, s, &layer);
         if (!pl_model_stores_tensor(c, r)) continue;
         uint64_t bytes, end;
-        if (!tensor_bytes(c, r, matrices, &bytes) || !pl_model_add_ok(off, bytes, &end) ||
+        const pl_wtype t = type_of ? type_of(ctx, c, r, layer) : pl_model_tensor_type(r, matrices);
+        if (!tensor_bytes(c, r, t, &bytes) || !pl_model_add_ok(off, bytes, &end) ||
             !pl_model_add_ok(end, 63, &end))
             return false;
         if (base) {
             pl_weight *w = &m->w[s];
             w->data = base + off;
-            w->type = pl_model_tensor_type(r, matrices);
+            w->type = t;
             pl_model_tensor_shape(c, r, &w->rows, &w->cols);
         }
         off = end & ~(uint64_t)63;
@@ -121,7 +120,7 @@ pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matr
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "pl_model_config_weight_bytes: weight type %d is not a weight type",
                        (int)matrices);
-    if (!pl_model_layout(NULL, cfg, matrices, NULL, out))
+    if (!pl_model_layout(NULL, cfg, matrices, NULL, NULL, NULL, out))
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "model config: weight bytes overflow 64 bits, or rows of %d (dim), %d "
                        "(hidden_dim) or %d (head_dim) elements are not whole blocks of %s",
@@ -129,19 +128,23 @@ pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matr
     return PL_OK;
 }
 
+static pl_status limit_fail(const char *name, uint64_t bytes, const char *type, uint64_t limit) {
+    return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                   "%s: weights take %" PRIu64 " bytes (%.1f MiB) stored as %s, more than the "
+                   "%" PRIu64 " bytes (%.1f MiB) of memory available (memory_limit_bytes, else "
+                   "physical memory)",
+                   name, bytes, (double)bytes / 1048576.0, type, limit,
+                   (double)limit / 1048576.0);
+}
+
 pl_status pl_model_check_weight_limit(const char *name, const pl_model_config *cfg,
                                       pl_wtype matrices, uint64_t limit) {
     if (!limit) return PL_OK;
     uint64_t bytes;
     PL_TRY(pl_model_config_weight_bytes(cfg, matrices, &bytes));
-    if (bytes <= limit) return PL_OK;
-    return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                   "%s: weights take %" PRIu64 " bytes (%.1f MiB) stored as %s, more than the "
-                   "%" PRIu64 " bytes (%.1f MiB) of memory available (memory_limit_bytes, else "
-                   "physical memory)",
-                   name, bytes, (double)bytes / 1048576.0, pl_wtype_name(matrices),
-                   limit, (double)limit / 1048576.0);
+    return bytes <= limit ? PL_OK : limit_fail(name, bytes, pl_wtype_name(matrices), limit);
 }
+
 
 /* True for the matrices decode multiplies: every matrix but the embedding (gathered). */
 static bool streamed(const pl_model_config *c, pl_tensor_role r) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarises nvcc's -Xptxas=-v output from a build log: kernels per GPU architecture, the
-highest register count, and every kernel that spills. Exits 1 when a kernel spills or when an
-architecture in --archs has no kernel, so a build that silently lost sm_80 or sm_90 fails CI.
+highest register count, and every kernel that spills or has a stack frame (local memory: an
+array indexed at run time, a spill, a call that was not inlined). Exits 1 on either, or when
+an architecture in --archs has no kernel, so a build that silently lost sm_80 or sm_90 fails
+CI. docs/kernels.md promises every kernel 0 bytes of stack frame.
 
 usage: cuda_report.py BUILD_LOG [--archs 80,90]
 Prints nothing and exits 0 when the log holds no ptxas output (no nvcc, or nothing rebuilt)."""
@@ -63,13 +65,17 @@ def main():
             continue
         names = sorted(mine)
         spilling = [n for n in names if mine[n][1] or mine[n][2]]
+        framed = [n for n in names if mine[n][3] and n not in spilling]
         top = max(names, key=lambda n: mine[n][0])
         print(f"cuda: sm_{arch}: {len(names)} kernels compiled, "
-              f"{len(spilling)} with spills, at most {mine[top][0]} registers "
-              f"({demangle([top])[0]})")
+              f"{len(spilling)} with spills, {len(framed)} more with a stack frame, "
+              f"at most {mine[top][0]} registers ({demangle([top])[0]})")
         for n, d in zip(spilling, demangle(spilling)):
             print(f"cuda: sm_{arch}: {d} spills {mine[n][1]} bytes stored, "
                   f"{mine[n][2]} bytes loaded")
+            rc = 1
+        for n, d in zip(framed, demangle(framed)):
+            print(f"cuda: sm_{arch}: {d} has a {mine[n][3]}-byte stack frame (local memory)")
             rc = 1
     return rc
 

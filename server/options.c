@@ -142,7 +142,9 @@ static void usage(void) {
            "/v1/chat/completions (streamed with \"stream\": true), /tokenize, /detokenize; GET\n"
            "/v1/models, /health, /metrics (Prometheus, vLLM's names under pagellm:), /version.\n"
            "SIGTERM or SIGINT stops taking requests (503), lets running ones finish for\n"
-           "--drain-timeout seconds, aborts the rest and exits 0.\n\n");
+           "--drain-timeout seconds, aborts the rest and exits 0. A device fault that leaves\n"
+           "the backend unusable, or a tensor-parallel rank that dies or hangs (/health:\n"
+           "\"failed\"), drains and exits 3.\n\n");
     printf("server flags [default]:\n");
     for (size_t k = 0; k < N_ROWS; k++) {
         const opt_row *r = &ROWS[k];

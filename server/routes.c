@@ -192,7 +192,8 @@ static bool health(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     json_object_set_new(v, "kv_blocks_used", json_integer(o.kv_blocks_used));
     json_object_set_new(v, "kv_blocks_total", json_integer(o.kv_blocks_total));
     bool bad = draining || full;
-    json_response(out, bad ? 503 : 200, v, bad ? "Retry-After" : NULL, "1");
+    /* a failure is for good: no Retry-After */
+    json_response(out, bad ? 503 : 200, v, bad && !failed ? "Retry-After" : NULL, "1");
     return true;
 }
 
@@ -467,6 +468,9 @@ static bool submit_all(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
 static bool answer(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err) {
     for (int i = 0; i < r->n_choices; i++) {
         pl_finish_reason why = r->choices[i].reason;
+        if (why == PL_FINISH_ERROR && pl_engine_health(s->e) != PL_OK)
+            return pl_srv_fail(err, 500, NULL, "the backend failed while generating choice %d "
+                               "and cannot serve again: %s", i, pl_last_error());
         if (why == PL_FINISH_ERROR)
             return pl_srv_fail(err, 500, NULL, "the backend failed while generating choice %d", i);
         if (why == PL_FINISH_OVERLOADED) {

@@ -6,7 +6,10 @@
  * run until they finish or --drain-timeout passes; the rest are aborted, and each of those
  * is still answered (a 503 error object, or an error event and [DONE] on a stream) before the
  * daemon stops. A second signal skips the wait. The exit status is 0: stopping on a signal
- * is how a server ends.
+ * is how a server ends. A lost backend (a device fault: pl_engine_health) ends it too, since
+ * no request can run any more: the stepping thread has answered every request with an error,
+ * /health says "failed" (503), and the daemon drains and exits with status 3 so a
+ * supervisor restarts it.
  *
  * Signals arrive through a handler that writes their number to a pipe the main thread reads:
  * blocking them and calling sigwait would not do, because threads this thread did not make
@@ -199,7 +202,8 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
     pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
                s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
     int sig = 0;
-    /* a signal, or the engine failing for good (a tensor-parallel rank died or hung) */
+    /* a signal, or the engine failing for good (a backend lost to a device fault, a
+     * tensor-parallel rank that died or hung) */
     while (!(sig = next_signal(0.1)) && pl_engine_health(s->e) == PL_OK) continue;
     if (!sig) {
         /* for good: new requests are refused from now on, /health says why */
@@ -215,7 +219,7 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
         /* a moment more of 503s for health checkers (a balancer polling every second) before
          * the port closes; a signal ends it */
         next_signal(2.0);
-        rc = 1;
+        rc = 3;
         goto out;
     }
     pl_srv_log("INFO", "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");

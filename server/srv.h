@@ -387,6 +387,7 @@ struct pl_srv {
     atomic_bool failed;             /* the engine cannot step any more (a tensor-parallel rank
                                        died or hung): /health says so, the server stops */
     char failure[256];              /* why (written before failed is set) */
+    atomic_bool backend_lost;       /* the stepping thread logged the lost backend once */
     atomic_uint_fast64_t served;    /* requests completed */
     atomic_uint_fast64_t aborted_disconnect, aborted_overflow;
 

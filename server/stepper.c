@@ -307,7 +307,12 @@ static void *stepper_main(void *arg) {
             s->clock_deliver_s += t3 - t2;
             s->cpu_step_s += c2 - c1;
             s->cpu_deliver_s += c3 - c2;
-            if (st != PL_OK) {
+            if (st == PL_ERR_BACKEND && pl_engine_health(s->e) != PL_OK) {
+                /* the device is gone for this process: every request was answered above;
+                 * serve() sees the flag, drains and exits non-zero */
+                if (!atomic_exchange(&s->backend_lost, true))
+                    pl_srv_log("ERROR", "the backend is lost, stopping: %s", pl_last_error());
+            } else if (st != PL_OK) {
                 pl_srv_log("ERROR", "step: %s (%s)", pl_last_error(), pl_status_name(st));
                 /* a backend failure finished its requests (reported above); anything else
                  * reported nothing: give the machine a moment before trying again */

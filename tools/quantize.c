@@ -11,7 +11,8 @@
 #include "commands.h"
 
 static void usage(void) {
-    printf("usage: pagellm quantize IN OUT TYPE [--tokenizer PATH | --no-tokenizer]\n\n"
+    printf("usage: pagellm quantize IN OUT TYPE [--tokenizer PATH | --no-tokenizer]\n"
+           "                        [--threads N] [--allow-requantize]\n\n"
            "Writes the model IN (a llama2.c .bin, a Hugging Face directory, a GGUF file or\n"
            "dummy:NAME) as the GGUF file OUT with its matrices stored as TYPE: f32, f16, bf16,\n"
            "q8_0, q4_0, q4_k, q5_k, q6_k, or the mixes q4_k_m and q5_k_m (q4_k / q5_k, but q6_k\n"
@@ -23,7 +24,12 @@ static void usage(void) {
            "needs no --tokenizer for it: a GGUF source's own, else the one beside the model.\n\n"
            "  --tokenizer PATH      store this tokenizer instead (a tokenizer.json, a directory\n"
            "                        holding one, a SentencePiece .model, or a GGUF file)\n"
-           "  --no-tokenizer        store no tokenizer\n");
+           "  --no-tokenizer        store no tokenizer\n"
+           "  -t, --threads N       threads converting the tensors (default 0: every core)\n"
+           "  --allow-requantize    convert matrices that are block-quantised already to\n"
+           "                        another type (refused otherwise: the second rounding adds\n"
+           "                        its error to the first; tensors already of their target\n"
+           "                        type are copied as they are either way)\n");
 }
 
 /* Tensors per stored type, for the summary line; fallbacks are printed as they come. */
@@ -66,6 +72,12 @@ int cmd_quantize(int argc, char **argv) {
             if (cli_engine_flag(&cfg, argc, argv, &i) <= 0) rc = 2;
         } else if (!strcmp(a, "--no-tokenizer")) {
             opt.no_tokenizer = true;
+        } else if (!strcmp(a, "--allow-requantize")) {
+            opt.allow_requantize = true;
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            long long n;
+            if (!cli_int(a, i + 1 < argc ? argv[i + 1] : NULL, 0, 1024, &n)) rc = 2;
+            else opt.n_threads = (int)n, i++;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "pagellm quantize: unknown flag '%s' (see --help)\n", a);
             rc = 2;

@@ -7,6 +7,7 @@
 #ifndef PL_UTIL_DTYPE_H
 #define PL_UTIL_DTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,14 +23,26 @@ static inline size_t pl_dtype_size(pl_dtype t) {
     return t == PL_DTYPE_F32 ? 4 : (t == PL_DTYPE_F16 || t == PL_DTYPE_BF16) ? 2 : 0;
 }
 
-/* "f32", "f16", "bf16", "auto". */
+/* "f32", "f16", "bf16", "q8_0", ..., "q4_k_m", "q5_k_m", "auto". */
 static inline const char *pl_dtype_name(pl_dtype t) {
     switch (t) {
     case PL_DTYPE_F32: return "f32";
     case PL_DTYPE_F16: return "f16";
     case PL_DTYPE_BF16: return "bf16";
+    case PL_DTYPE_Q8_0: return "q8_0";
+    case PL_DTYPE_Q4_0: return "q4_0";
+    case PL_DTYPE_Q4_K: return "q4_k";
+    case PL_DTYPE_Q5_K: return "q5_k";
+    case PL_DTYPE_Q6_K: return "q6_k";
+    case PL_DTYPE_Q4_K_M: return "q4_k_m";
+    case PL_DTYPE_Q5_K_M: return "q5_k_m";
     default: return "auto";
     }
+}
+
+/* A weight-only type drawn in blocks (q8_0 .. q5_k_m). */
+static inline bool pl_dtype_is_quant(pl_dtype t) {
+    return (int)t >= (int)PL_DTYPE_Q8_0 && (int)t <= (int)PL_DTYPE_Q5_K_M;
 }
 
 static inline uint32_t pl_f32_bits(float f) {

@@ -44,7 +44,8 @@
 static constexpr int kThreads = 128;
 static constexpr int kWarps = kThreads / 32;
 static constexpr int kMaxHeadDim = 512;
-static constexpr int kMaxParts = 12 * 1024; /* reduce kernel: n_parts floats of dynamic smem */
+static constexpr int kMaxParts = 65535;       /* split-K partitions: the grid's z limit */
+static constexpr int kReduceChunk = 1024;     /* reduce kernel: weights staged per pass */
 
 // ---------------------------------------------------------------------------------------------
 // Decode kernel
@@ -60,6 +61,7 @@ static __device__ __forceinline__ float qk_dot(const T *__restrict__ kr, const f
         for (int d = 0; d < D; d += 8) {
             float kf[8];
             pl_load_vec<8>(kr + d, kf);
+            PL_VEC_ALIGNED(q_s + d, 16);
             const float4 qa = *reinterpret_cast<const float4 *>(q_s + d);
             const float4 qb = *reinterpret_cast<const float4 *>(q_s + d + 4);
             a0 += kf[0] * qa.x + kf[4] * qb.x;
@@ -210,15 +212,19 @@ paged_decode_kernel(float *__restrict__ out, float *__restrict__ part_ml,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Split-K reduce: grid (n_heads, n_seqs), dynamic smem n_parts floats (the weights).
+// Split-K reduce: grid (n_heads, n_seqs). The partitions' weights pass through shared memory
+// kReduceChunk at a time, so the kernel's shared memory is fixed (4.1 KiB) whatever the number
+// of partitions: staging all of them at once needed n_parts floats of dynamic shared memory,
+// past the 48 KiB a launch gets without an opt-in at 12,288 partitions (6.3M tokens of 512).
 
+template <int NPT> /* head_dim elements per thread: pl_cdiv(head_dim, kThreads) <= NPT */
 static __global__ void __launch_bounds__(kThreads)
 paged_decode_reduce_kernel(float *__restrict__ out, const float *__restrict__ part_ml,
                            const float *__restrict__ part_out,
                            const int32_t *__restrict__ query_start,
                            const int32_t *__restrict__ context_lens, int n_heads, int head_dim,
                            int window, int part_tokens, int n_parts) {
-    DYNAMIC_SMEM(float, w_s); /* (n_parts) */
+    __shared__ float w_s[kReduceChunk];
     __shared__ float red[32];
     const int head = (int)blockIdx.x, seq = (int)blockIdx.y, tid = (int)threadIdx.x;
     const int q_row = query_start[seq];
@@ -235,22 +241,71 @@ paged_decode_reduce_kernel(float *__restrict__ out, const float *__restrict__ pa
     float sum = 0.f;
     for (int p = tid; p < n_valid; p += kThreads) {
         const float mp = part_ml[2 * (base + p)];
-        const float w = mp == -INFINITY ? 0.f : __expf(mp - mx) * part_ml[2 * (base + p) + 1];
-        w_s[p] = w;
-        sum += w;
+        sum += mp == -INFINITY ? 0.f : __expf(mp - mx) * part_ml[2 * (base + p) + 1];
     }
-    sum = pl_block_reduce<false>(sum, red); /* its barriers also publish w_s */
+    sum = pl_block_reduce<false>(sum, red);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
+
+    float o[NPT];
+    PL_UNROLL
+    for (int k = 0; k < NPT; k++) o[k] = 0.f;
+    for (int c0 = 0; c0 < n_valid; c0 += kReduceChunk) { /* the same trip count in every thread */
+        const int nc = n_valid - c0 < kReduceChunk ? n_valid - c0 : kReduceChunk;
+        for (int i = tid; i < nc; i += kThreads) {
+            const float mp = part_ml[2 * (base + c0 + i)];
+            w_s[i] = mp == -INFINITY ? 0.f : __expf(mp - mx) * part_ml[2 * (base + c0 + i) + 1];
+        }
+        __syncthreads();
+        for (int i = 0; i < nc; i++) {
+            const float w = w_s[i];
+            const float *po = part_out + (base + c0 + i) * head_dim; /* (head_dim) */
+            PL_UNROLL
+            for (int k = 0; k < NPT; k++) { /* o stays in registers: k is unrolled */
+                const int d = tid + k * kThreads;
+                if (d < head_dim) o[k] += w * po[d];
+            }
+        }
+        __syncthreads(); /* w_s is rewritten by the next chunk */
+    }
     float *dst = out + ((size_t)q_row * n_heads + head) * (size_t)head_dim;
-    for (int d = tid; d < head_dim; d += kThreads) {
-        float o = 0.f;
-        for (int p = 0; p < n_valid; p++) o += w_s[p] * part_out[(base + p) * head_dim + d];
-        dst[d] = o * inv;
+    PL_UNROLL
+    for (int k = 0; k < NPT; k++) {
+        const int d = tid + k * kThreads;
+        if (d < head_dim) dst[d] = o[k] * inv;
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Host side
+
+/* Split-K partitions for a decode batch whose queries attend to at most max_keys keys: 1 (no
+ * split), the count, or minus the count when forced splitting needs more than kMaxParts. */
+static long split_parts(const pl_cuda_ctx *c, int n_seqs, int n_heads, int max_keys) {
+    const int pt = c->partition_tokens;
+    const long n = ((long)max_keys + pt - 1) / pt;
+    if (n <= 1 || c->split_mode == PL_CUDA_SPLIT_NEVER) return 1;
+    if (c->split_mode != PL_CUDA_SPLIT_ALWAYS && (long)n_seqs * n_heads >= 4L * c->n_sm) return 1;
+    if (n > kMaxParts) return c->split_mode == PL_CUDA_SPLIT_ALWAYS ? -n : 1;
+    return n;
+}
+
+static size_t part_bytes(int n_seqs, int n_heads, long n_parts, int head_dim) {
+    return (size_t)n_seqs * (size_t)n_heads * (size_t)n_parts * (2 + (size_t)head_dim) *
+           sizeof(float);
+}
+
+size_t pl_cuda_attn_part_bytes(const pl_cuda_ctx *c, int n_seqs, int n_heads, int head_dim,
+                               int max_context) {
+    /* AUTO splits only batches of fewer than 4 x SMs (head, sequence) blocks */
+    int seqs = n_seqs;
+    if (c->split_mode == PL_CUDA_SPLIT_AUTO && n_heads > 0) {
+        const int fit = (4 * c->n_sm - 1) / n_heads;
+        seqs = seqs < fit ? seqs : fit;
+    }
+    if (seqs < 1) return 0;
+    const long n = split_parts(c, seqs, n_heads, max_context);
+    return n > 1 ? part_bytes(seqs, n_heads, n, head_dim) : 0;
+}
 
 template <typename T> static decltype(&paged_decode_kernel<T, 0, 64>) pick_decode(int hd, bool aligned) {
     if (aligned) {
@@ -280,7 +335,7 @@ static pl_status launch_decode(pl_cuda_ctx *c, float *out, const float *q, const
     if (n_parts > 1) {
         const size_t n = (size_t)b->n_seqs * (size_t)b->n_heads * (size_t)n_parts;
         PL_TRY(pl_cuda_scratch((void **)&c->attn_part, &c->attn_part_bytes,
-                               n * (2 + (size_t)b->head_dim) * sizeof(float),
+                               part_bytes(b->n_seqs, b->n_heads, n_parts, b->head_dim),
                                "attention partitions"));
         part_ml = c->attn_part;
         part_out = c->attn_part + 2 * n;
@@ -290,12 +345,15 @@ static pl_status launch_decode(pl_cuda_ctx *c, float *out, const float *q, const
                        (const T *)k_cache, (const T *)v_cache, b->query_start, b->context_lens,
                        b->block_tables, b->max_blocks_per_seq, b->n_heads, b->n_kv_heads,
                        b->head_dim, b->block_size, b->scale, b->sliding_window, part_tokens));
-    if (n_parts > 1)
-        PL_CUDA_TRY(launch(paged_decode_reduce_kernel, dim3((unsigned)b->n_heads, (unsigned)b->n_seqs),
-                           dim3(kThreads), (size_t)n_parts * sizeof(float), c->stream, out,
-                           (const float *)part_ml, (const float *)part_out, b->query_start,
-                           b->context_lens, b->n_heads, b->head_dim, b->sliding_window,
-                           part_tokens, n_parts));
+    if (n_parts > 1) {
+        auto reduce = b->head_dim <= kThreads       ? paged_decode_reduce_kernel<1>
+                      : b->head_dim <= 2 * kThreads ? paged_decode_reduce_kernel<2>
+                                                    : paged_decode_reduce_kernel<kMaxHeadDim / kThreads>;
+        PL_CUDA_TRY(launch(reduce, dim3((unsigned)b->n_heads, (unsigned)b->n_seqs), dim3(kThreads),
+                           0, c->stream, out, (const float *)part_ml, (const float *)part_out,
+                           b->query_start, b->context_lens, b->n_heads, b->head_dim,
+                           b->sliding_window, part_tokens, n_parts));
+    }
     return PL_OK;
 }
 
@@ -334,25 +392,16 @@ pl_status pl_cuda_attention(pl_backend *be, float *out, const float *q, const vo
     pl_cuda_ctx *c = pl_cuda_ctx_of(be);
 
     /* split-K choice, from host-side sizes only: the most keys a query attends to */
-    const int pt = c->partition_tokens;
     const int max_keys = b->sliding_window > 0 && b->sliding_window < b->max_context_len
                              ? b->sliding_window
                              : b->max_context_len;
-    const long n_parts_split = ((long)max_keys + pt - 1) / pt;
-    bool split = false;
-    if (n_parts_split > 1 && c->split_mode != PL_CUDA_SPLIT_NEVER) {
-        split = c->split_mode == PL_CUDA_SPLIT_ALWAYS ||
-                (long)b->n_seqs * b->n_heads < 4L * c->n_sm;
-        if (n_parts_split > kMaxParts) {
-            if (c->split_mode == PL_CUDA_SPLIT_ALWAYS)
-                return pl_fail(PL_ERR_UNSUPPORTED,
-                               "attention: %ld split-K partitions (max %d); raise "
-                               "partition_tokens",
-                               n_parts_split, kMaxParts);
-            split = false;
-        }
-    }
-    const int part_tokens = split ? pt : INT_MAX;
+    const long n_parts_split = split_parts(c, b->n_seqs, b->n_heads, max_keys);
+    if (n_parts_split < 0)
+        return pl_fail(PL_ERR_UNSUPPORTED,
+                       "attention: %ld split-K partitions (max %d); raise partition_tokens",
+                       -n_parts_split, kMaxParts);
+    const bool split = n_parts_split > 1;
+    const int part_tokens = split ? c->partition_tokens : INT_MAX;
     const int n_parts = split ? (int)n_parts_split : 1;
 
     pl_status st;

@@ -15,11 +15,18 @@
  * - free waits for the device (cudaFree does), so freeing memory an enqueued op still uses is
  *   safe.
  *
+ * Threads and failures: every entry (the table's functions through bound<F>, the extras of
+ * cuda_backend.h) binds the backend's device to the calling thread first; a sticky CUDA error
+ * (pl_cuda_is_sticky: the device faulted, and every later call of the process fails) marks
+ * the backend lost, after which each entry fails at once with PL_ERR_BACKEND saying so.
+ * Other errors (out of memory, a refused launch, a wrong copy) leave it usable.
+ *
  * Memory: alloc is cudaMalloc + an enqueued memset to 0. memory_info is cudaMemGetInfo; the
  * engine sizes the KV pool from it (memory_threshold x free after the weights, minus its
  * workspace). Weights: f32 sources are stored as f16 (out_type says so); f16, bf16 and the
  * quantised types are copied as they are. KV cache: kv_dtype f16 (default), bf16 or f32.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/cuda/backend_cuda.cuh"
@@ -30,32 +37,26 @@
 static constexpr size_t kPinnedBytes = (size_t)2 << 20;  /* two 1 MiB halves */
 static constexpr size_t kWeightChunk = (size_t)4 << 20;  /* f32 elements converted per pass */
 static constexpr int kDefaultPartition = 512;            /* split-K tokens per partition */
+/* cuBLAS's workspace, given to it (cublasSetWorkspace) so it allocates none of its own after
+ * the KV pool was sized: NVIDIA's recommended size, 32 MiB on Hopper and later, 4 MiB before */
+static constexpr size_t kBlasWorkspaceHopper = (size_t)32 << 20;
+static constexpr size_t kBlasWorkspaceOlder = (size_t)4 << 20;
 
-// ---------------------------------------------------------------------------------------------
-// Scratch
+/* bound<F>::call is F run between pl_cuda_enter and pl_cuda_leave: what the ops table holds. */
+template <auto F> struct bound;
+template <typename... A, pl_status (*F)(pl_backend *, A...)> struct bound<F> {
+    static pl_status call(pl_backend *be, A... a) {
+        PL_TRY(pl_cuda_enter(be));
+        return pl_cuda_leave(be, F(be, a...));
+    }
+};
 
-pl_status pl_cuda_scratch(void **buf, size_t *cap, size_t need, const char *what) {
-    if (need <= *cap) return PL_OK;
-    size_t n = need > *cap + *cap / 2 ? need : *cap + *cap / 2;
-    if (*buf) {
-        cudaError_t e = cudaFree(*buf);
-        *buf = NULL;
-        *cap = 0;
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return pl_fail(PL_ERR_BACKEND, "cuda: freeing the %s scratch: %s (%s)", what,
-                           cudaGetErrorName(e), cudaGetErrorString(e));
-        }
-    }
-    cudaError_t e = cudaMalloc(buf, n);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        *buf = NULL;
-        return pl_fail(PL_ERR_BACKEND, "cuda: cudaMalloc(%zu bytes) for the %s scratch: %s (%s)",
-                       n, what, cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-    *cap = n;
-    return PL_OK;
+/* The device bound for what must run even on a lost backend (frees, destroy). */
+static void bind_quietly(pl_backend *be) {
+    int cur = -1;
+    const int d = pl_cuda_ctx_of(be)->device;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != d) (void)cudaSetDevice(d);
+    (void)cudaGetLastError();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -85,8 +86,9 @@ static pl_status cuda_alloc(pl_backend *be, size_t n_bytes, void **out) {
 }
 
 static void cuda_free(pl_backend *be, void *p) {
-    (void)be;
-    if (p && cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+    if (!p) return;
+    bind_quietly(be);
+    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 static pl_status cuda_upload(pl_backend *be, void *dst, const void *src, size_t n_bytes) {
@@ -205,11 +207,13 @@ static void cuda_destroy(pl_backend *be) {
     if (!be) return;
     pl_cuda_ctx *c = pl_cuda_ctx_of(be);
     if (c) {
+        bind_quietly(be);
         if (c->stream) cudaStreamSynchronize(c->stream);
         cudaFree(c->act16);
         cudaFree(c->wdeq);
         cudaFree(c->attn_part);
         cudaFree(c->wstage);
+        cudaFree(c->blas_ws);
         for (int i = 0; i < 2; i++)
             if (c->half_free[i]) cudaEventDestroy(c->half_free[i]);
         if (c->pinned) cudaFreeHost(c->pinned);
@@ -221,32 +225,54 @@ static void cuda_destroy(pl_backend *be) {
     pl_free(be);
 }
 
+/* Grows every scratch buffer to what the steps within r need (see backend.h's reserve). */
+static pl_status cuda_reserve(pl_backend *be, const pl_backend_reserve *r) {
+    if (!r || r->max_rows < 0 || r->max_d_in < 0 || r->max_d_out < 0 || r->max_seqs < 0 ||
+        r->n_heads < 0 || r->head_dim < 0 || r->max_context < 0)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "cuda reserve: NULL or negative sizes");
+    pl_cuda_ctx *c = pl_cuda_ctx_of(be);
+    /* matmul: x in f16/bf16, (rows, d_in) */
+    PL_TRY(pl_cuda_scratch(&c->act16, &c->act16_bytes,
+                           (size_t)r->max_rows * (size_t)r->max_d_in * 2, "matmul activations"));
+    if (r->quantized && r->max_rows > 1)
+        PL_TRY(pl_cuda_scratch(&c->wdeq, &c->wdeq_bytes,
+                               pl_cuda_wdeq_bytes(r->max_d_in, r->max_d_out),
+                               "dequantised weights"));
+    PL_TRY(pl_cuda_scratch((void **)&c->attn_part, &c->attn_part_bytes,
+                           pl_cuda_attn_part_bytes(c, r->max_seqs, r->n_heads, r->head_dim,
+                                                   r->max_context),
+                           "attention partitions"));
+    return PL_OK;
+}
+
 /* Positional (C++17 has no designated initialisers); the comments name the fields. */
+/* Every function that can fail goes through bound<> (device binding, lost backends). */
 static const pl_backend_ops cuda_ops = {
     /* .name = */ "cuda",
     /* .destroy = */ cuda_destroy,
-    /* .alloc = */ cuda_alloc,
+    /* .alloc = */ bound<cuda_alloc>::call,
     /* .free = */ cuda_free,
-    /* .upload = */ cuda_upload,
-    /* .download = */ cuda_download,
-    /* .sync = */ cuda_sync,
-    /* .memory_info = */ cuda_memory_info,
-    /* .upload_weight = */ cuda_upload_weight,
+    /* .upload = */ bound<cuda_upload>::call,
+    /* .download = */ bound<cuda_download>::call,
+    /* .sync = */ bound<cuda_sync>::call,
+    /* .memory_info = */ bound<cuda_memory_info>::call,
+    /* .upload_weight = */ bound<cuda_upload_weight>::call,
     /* .free_weight = */ cuda_free_weight,
-    /* .embed = */ pl_cuda_embed,
-    /* .rmsnorm = */ pl_cuda_rmsnorm,
-    /* .add_rmsnorm = */ pl_cuda_add_rmsnorm,
-    /* .matmul = */ pl_cuda_matmul,
-    /* .rope = */ pl_cuda_rope,
-    /* .kv_store = */ pl_cuda_kv_store,
-    /* .attention = */ pl_cuda_attention,
-    /* .silu_mul = */ pl_cuda_silu_mul,
-    /* .gather_rows = */ pl_cuda_gather_rows,
-    /* .copy_blocks = */ pl_cuda_copy_blocks,
+    /* .embed = */ bound<pl_cuda_embed>::call,
+    /* .rmsnorm = */ bound<pl_cuda_rmsnorm>::call,
+    /* .add_rmsnorm = */ bound<pl_cuda_add_rmsnorm>::call,
+    /* .matmul = */ bound<pl_cuda_matmul>::call,
+    /* .rope = */ bound<pl_cuda_rope>::call,
+    /* .kv_store = */ bound<pl_cuda_kv_store>::call,
+    /* .attention = */ bound<pl_cuda_attention>::call,
+    /* .silu_mul = */ bound<pl_cuda_silu_mul>::call,
+    /* .gather_rows = */ bound<pl_cuda_gather_rows>::call,
+    /* .copy_blocks = */ bound<pl_cuda_copy_blocks>::call,
     /* .matmul_group = */ NULL, /* one cuBLAS call per product: the stream keeps them queued */
-    /* .add_bias = */ pl_cuda_add_bias,
+    /* .add_bias = */ bound<pl_cuda_add_bias>::call,
+    /* .reserve = */ bound<cuda_reserve>::call,
 };
-static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 22,
+static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 23,
               "pl_backend_ops changed: update cuda_ops (positional initialiser)");
 
 /* Creates the device objects of c; on failure the caller destroys what exists. */
@@ -258,6 +284,11 @@ static pl_status init_device(pl_cuda_ctx *c) {
     PL_CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     PL_CUBLAS_TRY(cublasCreate(&c->blas));
     PL_CUBLAS_TRY(cublasSetStream(c->blas, c->stream));
+    int major = 0;
+    PL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device));
+    c->blas_ws_bytes = major >= 9 ? kBlasWorkspaceHopper : kBlasWorkspaceOlder;
+    PL_CUDA_TRY(cudaMalloc(&c->blas_ws, c->blas_ws_bytes));
+    PL_CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, c->blas_ws_bytes));
     PL_CUDA_TRY(cudaMallocHost((void **)&c->pinned, kPinnedBytes));
     c->pinned_bytes = kPinnedBytes;
     for (int i = 0; i < 2; i++)
@@ -336,5 +367,5 @@ extern "C" pl_status pl_cuda_set_attention_split(pl_backend *be, pl_cuda_split_m
     pl_cuda_ctx *c = pl_cuda_ctx_of(be);
     c->split_mode = mode;
     c->partition_tokens = partition_tokens;
-    return PL_OK;
+    return PL_OK; /* host state only: no device call, so no binding */
 }

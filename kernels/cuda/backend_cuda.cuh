@@ -7,6 +7,11 @@
  *   device fault surfaces at the next sync/download as PL_ERR_BACKEND.
  * - Scratch buffers only grow. Growing frees the old buffer with cudaFree, which waits for the
  *   device, so a kernel still reading the old buffer is never cut short.
+ * - Every entry into the backend (each function of the ops table and of cuda_backend.h) runs
+ *   through pl_cuda_enter/pl_cuda_leave: the device is made current on the calling thread
+ *   (the current device is per host thread, so a serving thread or Python's step() from
+ *   another thread would otherwise use device 0), a lost backend fails at once, and a sticky
+ *   error seen inside marks the backend lost (be->lost).
  * - Every op validates its host-side arguments (sizes, dtypes, NULLs) with the same checks as
  *   the host backends where they do not read device memory, and naming the argument.
  */
@@ -22,6 +27,9 @@ struct pl_cuda_ctx {
     int smem_optin; /* max dynamic shared memory per block with the opt-in attribute */
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *blas_ws;            /* cuBLAS's workspace, ours so the KV pool is sized after it */
+    size_t blas_ws_bytes;
+    char lost_msg[320];       /* why be->lost was set */
 
     /* device scratch, grown on demand */
     void *act16;              /* matmul: x converted to f16/bf16, (n_rows, d_in) */
@@ -47,6 +55,20 @@ struct pl_cuda_ctx {
 };
 
 static inline pl_cuda_ctx *pl_cuda_ctx_of(pl_backend *be) { return (pl_cuda_ctx *)be->ctx; }
+
+/* Every entry into the backend: pl_cuda_enter binds c->device to this thread and fails when the
+ * backend is lost; pl_cuda_leave(be, st) returns st, marking the backend lost when st came from
+ * a sticky error (and rewording st's message to say so). */
+pl_status pl_cuda_enter(pl_backend *be);
+pl_status pl_cuda_leave(pl_backend *be, pl_status st);
+
+/* Scratch that ops grow into, for the reserve op: the dequantised tile of a quantised matmul of
+ * these sizes with more than the matrix-vector kernel's rows (qmatmul.cu), and split-K's
+ * partitions for a decode step of n_seqs sequences whose longest context is max_context under
+ * the current split policy (attention.cu). */
+size_t pl_cuda_wdeq_bytes(int d_in, int d_out);
+size_t pl_cuda_attn_part_bytes(const pl_cuda_ctx *c, int n_seqs, int n_heads, int head_dim,
+                               int max_context);
 
 /* Makes *buf hold at least need bytes of device memory (contents not kept). */
 pl_status pl_cuda_scratch(void **buf, size_t *cap, size_t need, const char *what);

@@ -32,6 +32,11 @@
 #define DYNAMIC_SMEM(T, name)                                                                 \
     extern __shared__ __align__(16) unsigned char pl_dyn_smem_[];                             \
     T *name = reinterpret_cast<T *>(pl_dyn_smem_)
+// PL_VEC_ALIGNED(p, n): p, the address of an n-byte vector access (n = 8 or 16), is n-byte
+// aligned. Nothing on the GPU (a misaligned vector access faults there: cudaErrorMisalignedAddress);
+// the emulation fails the launch, naming the file and line, so a kernel that relies on an
+// alignment the host side did not check is caught on the CPU.
+#define PL_VEC_ALIGNED(p, n) ((void)0)
 #define PL_UNROLL _Pragma("unroll")
 #define PL_PRAGMA_(x) _Pragma(#x)
 #define PL_UNROLL_N(n) PL_PRAGMA_(unroll n)
@@ -46,6 +51,7 @@ static inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, si
 #include "cuemu.h"
 
 #define DYNAMIC_SMEM(T, name) T *name = reinterpret_cast<T *>(::cuemu::dynamic_smem())
+#define PL_VEC_ALIGNED(p, n) ::cuemu::check_aligned((const void *)(p), (n), __FILE__, __LINE__)
 #define PL_UNROLL
 #define PL_UNROLL_N(n)
 using cuemu::launch;
@@ -57,11 +63,17 @@ using cuemu::launch;
 // ---------------------------------------------------------------------------------------------
 // Error checks: return PL_ERR_BACKEND from the calling function, never exit.
 
+// Records a sticky error (one that leaves the device unusable for the rest of the process:
+// an illegal address, a misaligned access, a device-side trap, an ECC error...) for the
+// backend entry on this thread (backend_cuda.cu), which marks its backend lost.
+void pl_cuda_note_error(cudaError_t e);
+
 #define PL_CUDA_TRY(call)                                                                     \
     do {                                                                                      \
         cudaError_t pl_cu_e_ = (call);                                                        \
         if (pl_cu_e_ != cudaSuccess) {                                                        \
             (void)cudaGetLastError(); /* clear it so the next check sees only new errors */   \
+            pl_cuda_note_error(pl_cu_e_);                                                     \
             return pl_fail(PL_ERR_BACKEND, "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,   \
                            cudaGetErrorName(pl_cu_e_), cudaGetErrorString(pl_cu_e_));         \
         }                                                                                     \
@@ -109,12 +121,14 @@ template <int N> static __device__ __forceinline__ void pl_load_vec(const float 
     if constexpr (N == 1) {
         f[0] = p[0];
     } else if constexpr (N == 2) {
+        PL_VEC_ALIGNED(p, 8);
         float2 v = *reinterpret_cast<const float2 *>(p);
         f[0] = v.x;
         f[1] = v.y;
     } else {
         PL_UNROLL
         for (int i = 0; i < N; i += 4) {
+            PL_VEC_ALIGNED(p + i, 16);
             float4 v = *reinterpret_cast<const float4 *>(p + i);
             f[i] = v.x;
             f[i + 1] = v.y;
@@ -131,12 +145,14 @@ template <int N, typename H> static __device__ __forceinline__ void pl_load_vec(
         f[0] = pl_bits_to_f32(u & 0xffffu, p);
         f[1] = pl_bits_to_f32(u >> 16, p);
     } else if constexpr (N == 4) {
+        PL_VEC_ALIGNED(p, 8);
         uint2 u = *reinterpret_cast<const uint2 *>(p);
         f[0] = pl_bits_to_f32(u.x & 0xffffu, p);
         f[1] = pl_bits_to_f32(u.x >> 16, p);
         f[2] = pl_bits_to_f32(u.y & 0xffffu, p);
         f[3] = pl_bits_to_f32(u.y >> 16, p);
     } else {
+        PL_VEC_ALIGNED(p, 16);
         uint4 u = *reinterpret_cast<const uint4 *>(p);
         const unsigned w[4] = {u.x, u.y, u.z, u.w};
         PL_UNROLL

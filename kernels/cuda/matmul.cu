@@ -2,9 +2,9 @@
  * kernels/cuda/matmul.cu - out (n_rows, d_out) f32 = x (n_rows, d_in) f32 @ w^T, w (d_out, d_in)
  * row-major in device memory, through cuBLAS (the quantised types: qmatmul.cu).
  *
- * f16/bf16 weights: x is first converted to the weights' type (a small elementwise kernel into
- * a scratch buffer), then cublasGemmEx multiplies with f32 accumulation (CUBLAS_COMPUTE_32F)
- * into f32 out. f32 weights: cublasGemmEx in f32 throughout (no TF32: the handle keeps the
+ * f16/bf16 weights: x is first converted to the weights' type (pl_cuda_convert_f32, ctx.cu,
+ * into a scratch buffer), then cublasGemmEx (pl_cuda_gemm_ld, ctx.cu) multiplies with f32
+ * accumulation (CUBLAS_COMPUTE_32F) into f32 out. f32 weights: cublasGemmEx in f32 throughout (no TF32: the handle keeps the
  * default math mode). In cuBLAS's column-major terms out^T (d_out x n_rows) = w (row-major
  * (d_out, d_in) is column-major d_in x d_out, hence OP_T) times x^T (column-major d_in x
  * n_rows, OP_N): both operands are read along d_in, contiguously.
@@ -15,50 +15,6 @@
  */
 #include "kernels/cuda/backend_cuda.cuh"
 #include "kernels/ref/ref.h"
-
-static constexpr int kThreads = 256;
-
-template <typename T>
-static __global__ void __launch_bounds__(kThreads)
-convert_f32_kernel(T *__restrict__ dst, const float *__restrict__ src, size_t n) {
-    const size_t stride = (size_t)gridDim.x * kThreads;
-    for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < n; i += stride)
-        dst[i] = pl_elem<T>::from_f32(src[i]);
-}
-
-pl_status pl_cuda_convert_f32(pl_cuda_ctx *c, void *dst, pl_dtype dtype, const float *src,
-                              size_t n) {
-    if (n == 0) return PL_OK;
-    const size_t want = (n + kThreads - 1) / kThreads, cap = (size_t)c->n_sm * 32;
-    const dim3 grid((unsigned)(want < cap ? want : cap)), block(kThreads);
-    switch (dtype) {
-    case PL_DTYPE_F16:
-        PL_CUDA_TRY(launch(convert_f32_kernel<__half>, grid, block, 0, c->stream, (__half *)dst,
-                           src, n));
-        break;
-    case PL_DTYPE_BF16:
-        PL_CUDA_TRY(launch(convert_f32_kernel<__nv_bfloat16>, grid, block, 0, c->stream,
-                           (__nv_bfloat16 *)dst, src, n));
-        break;
-    case PL_DTYPE_F32:
-        PL_CUDA_TRY(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                    c->stream));
-        break;
-    default: return pl_fail(PL_ERR_INVALID_ARGUMENT, "convert: dtype %d", (int)dtype);
-    }
-    return PL_OK;
-}
-
-/* The one cuBLAS call: out (n_rows, ld_out) = x (n_rows, d_in) @ w^T (its first d_out
- * columns), x and w both of type t. */
-pl_status pl_cuda_gemm_ld(pl_cuda_ctx *c, float *out, const void *x, const void *w,
-                          cudaDataType_t t, int n_rows, int d_in, int d_out, int ld_out) {
-    const float one = 1.f, zero = 0.f;
-    PL_CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, d_out, n_rows, d_in, &one, w, t,
-                               d_in, x, t, d_in, &zero, out, CUDA_R_32F, ld_out,
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return PL_OK;
-}
 
 static pl_status pl_cuda_gemm(pl_cuda_ctx *c, float *out, const void *x, const void *w,
                               cudaDataType_t t, int n_rows, int d_in, int d_out) {

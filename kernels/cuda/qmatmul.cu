@@ -18,7 +18,9 @@ static constexpr int kQRows = 8;          /* most x rows of the matrix-vector ke
 static constexpr int kQWarps = 4;         /* output features per block of the kernel */
 static constexpr size_t kDeqTile = (size_t)16 << 20; /* f16 elements dequantised per cuBLAS call */
 
-template <int T>
+/* VX: x is 16-byte aligned (kernels/backend.h's contract for activations; the host checks and
+ * takes scalar loads otherwise). */
+template <int T, bool VX>
 static __global__ void __launch_bounds__(kQWarps * 32)
 qgemv_kernel(float *__restrict__ out, const float *__restrict__ x, const uint8_t *__restrict__ w,
              size_t row_bytes, int n_rows, int d_in, int d_out) {
@@ -36,11 +38,17 @@ qgemv_kernel(float *__restrict__ out, const float *__restrict__ x, const uint8_t
         PL_UNROLL
         for (int r = 0; r < kQRows; r++) {
             if (r < n_rows) {
-                const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)r * d_in + 32 * p);
+                const float *xp = x + (size_t)r * d_in + 32 * p;
                 float s = 0.f;
                 PL_UNROLL
                 for (int i = 0; i < 8; i++) {
-                    const float4 xv = xr[i];
+                    float4 xv;
+                    if constexpr (VX) {
+                        PL_VEC_ALIGNED(xp + 4 * i, 16);
+                        xv = reinterpret_cast<const float4 *>(xp)[i];
+                    } else {
+                        xv = make_float4(xp[4 * i], xp[4 * i + 1], xp[4 * i + 2], xp[4 * i + 3]);
+                    }
                     s += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z +
                          v[4 * i + 3] * xv.w;
                 }
@@ -70,6 +78,7 @@ dequant_f16_kernel(__half *__restrict__ dst, const uint8_t *__restrict__ w, size
     float v[32];
     pl_q_piece<T>(w + row * row_bytes, p, v);
     uint4 *o = reinterpret_cast<uint4 *>(dst + row * (size_t)d_in + 32 * (size_t)p);
+    PL_VEC_ALIGNED(o, 16); /* dst: the backend's own scratch (256-byte aligned); d_in % 32 == 0 */
     PL_UNROLL
     for (int i = 0; i < 4; i++) {
         uint32_t h[4];
@@ -81,17 +90,30 @@ dequant_f16_kernel(__half *__restrict__ dst, const uint8_t *__restrict__ w, size
     }
 }
 
+/* Rows of one dequantised tile of a (d_out, d_in) matrix. */
+static size_t tile_rows_of(int d_in, int d_out) {
+    size_t rows = kDeqTile / (size_t)d_in;
+    if (rows < 1) rows = 1;
+    return rows > (size_t)d_out ? (size_t)d_out : rows;
+}
+
+size_t pl_cuda_wdeq_bytes(int d_in, int d_out) {
+    return d_in > 0 && d_out > 0 ? tile_rows_of(d_in, d_out) * (size_t)d_in * 2 : 0;
+}
+
 pl_status pl_cuda_qmatmul(pl_cuda_ctx *c, float *out, const float *x, const void *w,
                           pl_wtype wt, int n_rows, int d_in, int d_out) {
+    PL_TRY(pl_q_check_aligned(w, wt, "matmul"));
     uint64_t rb = 0;
     pl_wtype_bytes(wt, (uint64_t)d_in, &rb); /* checked by the caller: whole blocks */
     const size_t row_bytes = (size_t)rb;
     const uint8_t *wb = (const uint8_t *)w;
     if (n_rows <= kQRows) {
         const dim3 grid((unsigned)((d_out + kQWarps - 1) / kQWarps)), block(kQWarps * 32);
+        const bool vx = (uintptr_t)x % 16 == 0;
 #define PL_QGEMV(T)                                                                           \
-    PL_CUDA_TRY(launch(qgemv_kernel<T>, grid, block, 0, c->stream, out, x, wb, row_bytes,      \
-                       n_rows, d_in, d_out))
+    PL_CUDA_TRY(launch(vx ? qgemv_kernel<T, true> : qgemv_kernel<T, false>, grid, block, 0,     \
+                       c->stream, out, x, wb, row_bytes, n_rows, d_in, d_out))
         PL_Q_DISPATCH(wt, PL_QGEMV)
 #undef PL_QGEMV
         return PL_OK;
@@ -99,10 +121,8 @@ pl_status pl_cuda_qmatmul(pl_cuda_ctx *c, float *out, const float *x, const void
     const size_t nx = (size_t)n_rows * (size_t)d_in;
     PL_TRY(pl_cuda_scratch(&c->act16, &c->act16_bytes, nx * 2, "matmul activations"));
     PL_TRY(pl_cuda_convert_f32(c, c->act16, PL_DTYPE_F16, x, nx));
-    size_t tile_rows = kDeqTile / (size_t)d_in;
-    if (tile_rows < 1) tile_rows = 1;
-    if (tile_rows > (size_t)d_out) tile_rows = (size_t)d_out;
-    PL_TRY(pl_cuda_scratch(&c->wdeq, &c->wdeq_bytes, tile_rows * (size_t)d_in * 2,
+    const size_t tile_rows = tile_rows_of(d_in, d_out);
+    PL_TRY(pl_cuda_scratch(&c->wdeq, &c->wdeq_bytes, pl_cuda_wdeq_bytes(d_in, d_out),
                            "dequantised weights"));
     for (size_t t0 = 0; t0 < (size_t)d_out; t0 += tile_rows) {
         const size_t n = (size_t)d_out - t0 < tile_rows ? (size_t)d_out - t0 : tile_rows;

@@ -30,6 +30,7 @@ static __device__ __forceinline__ void pl_q_load32_a2(const uint8_t *p, uint32_t
     for (int i = 0; i < 8; i++) w[i] = (uint32_t)h[2 * i] | (uint32_t)h[2 * i + 1] << 16;
 }
 static __device__ __forceinline__ void pl_q_load32_a16(const uint8_t *p, uint32_t w[8]) {
+    PL_VEC_ALIGNED(p, 16);
     const uint4 a = reinterpret_cast<const uint4 *>(p)[0];
     const uint4 b = reinterpret_cast<const uint4 *>(p)[1];
     w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
@@ -37,6 +38,13 @@ static __device__ __forceinline__ void pl_q_load32_a16(const uint8_t *p, uint32_
 }
 static __device__ __forceinline__ int pl_q_byte(const uint32_t *w, int i) {
     return (int)((w[i >> 2] >> (8 * (i & 3))) & 0xffu);
+}
+// Byte i (0..11, known only at run time) of the words s0..s2: selects instead of indexing an
+// array, which would put the array in local memory (a stack frame) when i is not a constant.
+static __device__ __forceinline__ int pl_q_byte_of3(uint32_t s0, uint32_t s1, uint32_t s2,
+                                                    int i) {
+    const uint32_t w = i < 4 ? s0 : (i < 8 ? s1 : s2);
+    return (int)((w >> (8 * (i & 3))) & 0xffu);
 }
 
 // Piece p of the row (or run of whole blocks) at row, as 32 f32 values.
@@ -70,16 +78,17 @@ static __device__ __forceinline__ void pl_q_piece(const uint8_t *__restrict__ ro
         const uint32_t dm = reinterpret_cast<const uint32_t *>(b)[0];
         const float d = __half2float(__ushort_as_half((unsigned short)(dm & 0xffffu)));
         const float dmin = __half2float(__ushort_as_half((unsigned short)(dm >> 16)));
-        uint32_t s[3];
-        PL_UNROLL
-        for (int i = 0; i < 3; i++) s[i] = reinterpret_cast<const uint32_t *>(b + 4)[i];
-        int sc, m; // pl_q_scale_min_k4 on the bytes in s
+        const uint32_t *s = reinterpret_cast<const uint32_t *>(b + 4);
+        const uint32_t s0 = s[0], s1 = s[1], s2 = s[2];
+        int sc, m; // pl_q_scale_min_k4 on the 12 scale bytes s0..s2
         if (sub < 4) {
-            sc = pl_q_byte(s, sub) & 63;
-            m = pl_q_byte(s, sub + 4) & 63;
+            sc = pl_q_byte_of3(s0, s1, s2, sub) & 63;
+            m = pl_q_byte_of3(s0, s1, s2, sub + 4) & 63;
         } else {
-            sc = (pl_q_byte(s, sub + 4) & 15) | (pl_q_byte(s, sub - 4) >> 6) << 4;
-            m = (pl_q_byte(s, sub + 4) >> 4) | (pl_q_byte(s, sub) >> 6) << 4;
+            sc = (pl_q_byte_of3(s0, s1, s2, sub + 4) & 15) |
+                 (pl_q_byte_of3(s0, s1, s2, sub - 4) >> 6) << 4;
+            m = (pl_q_byte_of3(s0, s1, s2, sub + 4) >> 4) |
+                (pl_q_byte_of3(s0, s1, s2, sub) >> 6) << 4;
         }
         const float dsc = d * (float)sc, mn = dmin * (float)m;
         pl_q_load32_a16(b + (five ? 48 : 16) + 32 * (sub >> 1), w);
@@ -107,6 +116,17 @@ static __device__ __forceinline__ void pl_q_piece(const uint8_t *__restrict__ ro
             v[i] = (i < 16 ? lo : hi) * (float)(q - 32);
         }
     }
+}
+
+// Q4_K and Q5_K blocks are read in 16-byte vectors (pl_q_load32_a16): kernels/backend.h asks
+// for weights from upload_weight (or 16-byte aligned backend memory); anything else is refused
+// here rather than faulting on the device.
+static inline pl_status pl_q_check_aligned(const void *w, pl_wtype t, const char *op) {
+    if ((t == PL_WTYPE_Q4_K || t == PL_WTYPE_Q5_K) && (uintptr_t)w % 16 != 0)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "%s: %s weights at %p are not 16-byte aligned (kernels/backend.h: weights "
+                       "come from upload_weight)", op, pl_wtype_name(t), w);
+    return PL_OK;
 }
 
 // Calls f(piece reader) for the run-time type t: the one switch from pl_wtype to a template.

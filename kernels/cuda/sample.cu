@@ -55,6 +55,13 @@ argmax_kernel(int32_t *__restrict__ out, const float *__restrict__ logits, int v
     }
 }
 
+static pl_status launch_argmax(pl_backend *be, int32_t *out, const float *logits, int n_rows,
+                               int vocab) {
+    PL_CUDA_TRY(launch(argmax_kernel, dim3((unsigned)n_rows), dim3(kThreads), 0,
+                       pl_cuda_ctx_of(be)->stream, out, logits, vocab));
+    return PL_OK;
+}
+
 pl_status pl_cuda_argmax(pl_backend *be, int32_t *out, const float *logits, int n_rows,
                          int vocab) {
     if (!pl_backend_is_cuda(be))
@@ -63,7 +70,6 @@ pl_status pl_cuda_argmax(pl_backend *be, int32_t *out, const float *logits, int 
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "argmax: n_rows %d, vocab %d", n_rows, vocab);
     if (n_rows == 0) return PL_OK;
     if (!out || !logits) return pl_fail(PL_ERR_INVALID_ARGUMENT, "argmax: out or logits is NULL");
-    PL_CUDA_TRY(launch(argmax_kernel, dim3((unsigned)n_rows), dim3(kThreads), 0,
-                       pl_cuda_ctx_of(be)->stream, out, logits, vocab));
-    return PL_OK;
+    PL_TRY(pl_cuda_enter(be));
+    return pl_cuda_leave(be, launch_argmax(be, out, logits, n_rows, vocab));
 }

@@ -216,6 +216,7 @@ _SIGNATURES = {
     "pl_engine_run": (c_int, [_p, POINTER(POINTER(Completion)), POINTER(c_size_t)]),
     "pl_completions_free": (None, [POINTER(Completion), c_size_t]),
     "pl_engine_has_pending_work": (c_bool, [_p]),
+    "pl_engine_health": (c_int, [_p]),
     "pl_engine_wait": (c_int, [_p, c_double, POINTER(c_bool)]),
     "pl_engine_wake": (None, [_p]),
     "pl_engine_metrics_sized": (None, [_p, POINTER(MetricsC), c_size_t]),

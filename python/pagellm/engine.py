@@ -266,6 +266,13 @@ class LLMEngine:
                 return None
             return Tokenizer(self._handle.tokenizer_ptr, engine=self._handle)
 
+    def check_health(self) -> None:
+        """vLLM's check_health: returns while the engine can run requests, raises BackendError
+        once its backend was lost to a device fault (every later step and add_request fails
+        the same way; the process must be restarted). Thread-safe."""
+        with self._handle as e:
+            _lib.check(_lib.lib().pl_engine_health(e))
+
     def metrics(self) -> outputs.Metrics:
         """Counters since create (thread-safe: taken between steps)."""
         with self._step_lock:

@@ -763,6 +763,75 @@ static void qmatmul_case(backends *b, pl_test_rng *r, pl_wtype t, int n_rows, in
     b->cuda->ops->free_weight(b->cuda, dw, NULL);
 }
 
+/* kernels/backend.h's alignment contract: activations that are only 4-byte aligned (an offset
+ * of one float into an allocation) take the scalar paths and give the same results; quantised
+ * weights that are not where upload_weight put them are refused for the types read in 16-byte
+ * vectors, naming the contract. Under the emulation a misaligned vector access fails the
+ * launch (PL_VEC_ALIGNED), so the fallbacks are what makes these pass. */
+Test(cuda_ops, misaligned_activations_take_scalar_paths) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 74);
+    const int n_rows = 3, d_in = 256, d_out = 9, vocab = 5;
+    const size_t nx = (size_t)n_rows * d_in, no = (size_t)n_rows * d_out;
+    for (size_t ti = 0; ti < sizeof QTYPES / sizeof QTYPES[0]; ti++) {
+        const pl_wtype t = QTYPES[ti];
+        float *wv, *x = rand_floats(&r, nx, 1.f);
+        void *wq = rand_quant(&r, t, (size_t)d_out * d_in, &wv);
+        void *dw = NULL;
+        pl_wtype st = PL_WTYPE_NONE;
+        cr_assert_eq(b.cuda->ops->upload_weight(b.cuda, wq, t, (size_t)d_out * d_in, &dw, &st),
+                     PL_OK, "%s", pl_last_error());
+        float *want = pl_malloc(no * 4);
+        cr_assert_eq(b.ref->ops->matmul(b.ref, want, x, wq, t, n_rows, d_in, d_out), PL_OK);
+        /* x one float into its allocation: 4-byte but not 16-byte aligned */
+        float *dx = put(b.cuda, NULL, (nx + 1) * 4), *dout = put(b.cuda, NULL, no * 4);
+        cr_assert_eq(b.cuda->ops->upload(b.cuda, dx + 1, x, nx * 4), PL_OK);
+        cr_assert_eq(b.cuda->ops->matmul(b.cuda, dout, dx + 1, dw, st, n_rows, d_in, d_out),
+                     PL_OK, "%s: %s", pl_wtype_name(t), pl_last_error());
+        float *got = get_floats(b.cuda, dout, no);
+        cr_assert(pl_allclose(pl_wtype_name(t), want, got, no, TOL_MATMUL_F32_ATOL,
+                              TOL_MATMUL_F32_RTOL));
+        /* an embedding row into out one float past 16-byte alignment: same values, bit for bit */
+        float *emb_want = pl_malloc((size_t)d_in * 4);
+        const int32_t id = 4 % d_out;
+        cr_assert_eq(b.ref->ops->embed(b.ref, emb_want, &id, 1, wq, t, d_in), PL_OK);
+        int32_t *did = put(b.cuda, &id, sizeof id);
+        float *demb = put(b.cuda, NULL, ((size_t)d_in + 1) * 4);
+        cr_assert_eq(b.cuda->ops->embed(b.cuda, demb + 1, did, 1, dw, st, d_in), PL_OK, "%s: %s",
+                     pl_wtype_name(t), pl_last_error());
+        float *emb_got = get_floats(b.cuda, demb + 1, (size_t)d_in);
+        cr_assert(memcmp(emb_got, emb_want, (size_t)d_in * 4) == 0, "embed %s into a misaligned "
+                  "row", pl_wtype_name(t));
+        /* the weights 2 bytes into an allocation: Q4_K/Q5_K refused, the others still read */
+        uint64_t wbytes = 0;
+        cr_assert(pl_wtype_bytes(t, (uint64_t)d_out * d_in, &wbytes));
+        unsigned char *dw2 = put(b.cuda, NULL, (size_t)wbytes + 2);
+        cr_assert_eq(b.cuda->ops->upload(b.cuda, dw2 + 2, wq, (size_t)wbytes), PL_OK);
+        pl_status s = b.cuda->ops->matmul(b.cuda, dout, dx + 1, dw2 + 2, st, n_rows, d_in, d_out);
+        if (t == PL_WTYPE_Q4_K || t == PL_WTYPE_Q5_K) {
+            cr_assert_eq(s, PL_ERR_INVALID_ARGUMENT, "%s: %s", pl_wtype_name(t), pl_last_error());
+            cr_assert_not_null(strstr(pl_last_error(), "16-byte aligned"), "%s", pl_last_error());
+            cr_assert_eq(b.cuda->ops->embed(b.cuda, demb, did, 1, dw2 + 2, st, d_in),
+                         PL_ERR_INVALID_ARGUMENT);
+        } else {
+            cr_assert_eq(s, PL_OK, "%s: %s", pl_wtype_name(t), pl_last_error());
+            float *got2 = get_floats(b.cuda, dout, no);
+            cr_assert(memcmp(got2, got, no * 4) == 0, "%s at a 2-byte offset", pl_wtype_name(t));
+            pl_free(got2);
+        }
+        cr_assert(!b.cuda->lost);
+        pl_free(got), pl_free(x), pl_free(wv), pl_free(wq), pl_free(want);
+        pl_free(emb_want), pl_free(emb_got);
+        void *to_free[] = {dx, dout, did, demb, dw2};
+        for (size_t i = 0; i < 5; i++) b.cuda->ops->free(b.cuda, to_free[i]);
+        b.cuda->ops->free_weight(b.cuda, dw, NULL);
+    }
+    (void)vocab;
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
 Test(cuda_ops, matmul_quantised) {
     backends b = make_backends(PL_DTYPE_F16);
     pl_test_rng r;
@@ -974,6 +1043,16 @@ Test(cuda_ops, attention_f16_split_k) {
     for (size_t i = 0; i < sizeof k_attn_cases / sizeof k_attn_cases[0]; i++)
         attention_case(&k_attn_cases[i], PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, i % 2 ? 64 : 32,
                        200 + i);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* More split-K partitions than 48 KiB of shared memory held weights for (12,288 of them): the
+ * reduce kernel used to stage every partition's weight in dynamic shared memory, a launch a
+ * GPU refuses without an opt-in (the forced split was refused here as well). One decode
+ * sequence of 393,600 tokens in 32-token partitions: 12,300 of them. */
+Test(cuda_ops, attention_split_k_past_48k_of_partition_weights, .timeout = 240) {
+    const attn_case ac = {16, 8, 1, 1, 1, {393600}, {1}};
+    attention_case(&ac, PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, 32, 500);
     PL_ASSERT_NO_LEAKS();
 }
 

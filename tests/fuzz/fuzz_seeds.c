@@ -170,6 +170,7 @@ static void safetensors_seeds(const char *out, const char *tmp) {
         {"misaligned", {.dtype = PL_DTYPE_F32, .misalign = true}, 1},
         {"tied_lm_head", {.dtype = PL_DTYPE_F16, .lm_head_when_tied = true}, 0},
         {"no_tie_key", {.dtype = PL_DTYPE_F32, .omit_tie_key = true}, 2},
+        {"rope_parameters", {.dtype = PL_DTYPE_F32, .rope_parameters = true}, 1},
     };
     /* after the Llama kinds, one of each other architecture: Mistral with a sliding window,
      * Qwen2 with q/k/v biases, Qwen3 with q/k norms and head_dim 6 != dim / n_heads */

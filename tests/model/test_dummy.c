@@ -1,7 +1,8 @@
 /*
  * tests/model/test_dummy.c - "dummy:NAME" presets: shapes as specified in issue 4, seeded and
  * deterministic weights, f16/bf16 equal to the f32 weights rounded, init-like statistics,
- * generation speed, and refusal of Llama-2-7B in f32 without allocating anything.
+ * generation speed, refusal of Llama-2-7B in f32 without allocating anything, and the
+ * quantised dtypes drawn block by block in the types of their recipe.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -219,5 +220,104 @@ Test(dummy, stories110m_shape_in_every_dtype) {
                      pl_wtype_name(got), pl_dtype_name(ts[k]));
         pl_model_free(m);
     }
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* A quantised dtype draws the blocks directly, each tensor in the type a GGUF file of that
+ * recipe holds: every matrix's type equals pl_quant_recipe_type's (the Q4_K_M mix's Q6_K
+ * tensors, the fallbacks of rows that are not whole blocks); the values, read through the
+ * reference dequantiser, stay within the f32 model's +-bound and use most of it, centred, with
+ * a spread of the same order (a Q4_K/Q5_K block's values are d*sc*q - dmin*m: uniform-ish);
+ * seeded: the same seed gives the same bytes, another seed other bytes. stories15m's rows of
+ * 288 are not whole K-quant blocks (the fallbacks); stories110m's 768-wide rows are three. */
+static void expect_quant_values(const pl_weight *w, float bound, const char *what) {
+    const pl_wtype_traits *tr = pl_wtype_traits_of(w->type);
+    size_t n = (size_t)w->rows * w->cols;
+    float *v = pl_malloc(n * sizeof *v);
+    cr_assert_not_null(v);
+    tr->to_f32(w->data, v, n);
+    double sum = 0, sq = 0, lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(isfinite(v[i]), "%s: element %zu is %g", what, i, v[i]);
+        sum += v[i];
+        sq += (double)v[i] * v[i];
+        lo = fmin(lo, v[i]);
+        hi = fmax(hi, v[i]);
+    }
+    double mean = sum / n, sd = sqrt(sq / n - mean * mean);
+    cr_assert_leq(hi, bound * 1.02, "%s (%s): max %g over bound %g", what, tr->name, hi, bound);
+    cr_assert_geq(lo, -bound * 1.02, "%s (%s): min %g", what, tr->name, lo);
+    cr_assert_gt(hi, bound * 0.5, "%s (%s): max %g of bound %g", what, tr->name, hi, bound);
+    cr_assert_lt(lo, -bound * 0.5, "%s (%s): min %g", what, tr->name, lo);
+    cr_assert_lt(fabs(mean), 0.1 * bound, "%s (%s): mean %g", what, tr->name, mean);
+    cr_assert(sd > 0.25 * bound && sd < 0.75 * bound, "%s (%s): sd %g of bound %g", what,
+              tr->name, sd, bound);
+    pl_free(v);
+}
+
+Test(dummy, quantised_dtypes_draw_blocks_in_the_recipe_types) {
+    const pl_dtype ts[] = {PL_DTYPE_Q8_0, PL_DTYPE_Q4_0, PL_DTYPE_Q4_K, PL_DTYPE_Q5_K,
+                           PL_DTYPE_Q6_K, PL_DTYPE_Q4_K_M, PL_DTYPE_Q5_K_M};
+    const char *presets[] = {"dummy:stories15m", "dummy:stories110m"};
+    for (size_t p = 0; p < 2; p++)
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+            /* stories110m: only the types whose 256-element blocks its rows fill */
+            if (p == 1 && (ts[k] == PL_DTYPE_Q8_0 || ts[k] == PL_DTYPE_Q4_0 ||
+                           ts[k] == PL_DTYPE_Q5_K_M))
+                continue;
+            pl_model *m = load(presets[p], ts[k], 5);
+            const pl_model_config *c = &m->cfg;
+            pl_quant_recipe rc;
+            cr_assert_eq(pl_quant_recipe_parse(pl_dtype_name(ts[k]), &rc), PL_OK);
+            bool any_quant = false;
+            for (size_t s = 0; s < pl_model_n_slots(c); s++) {
+                int layer;
+                pl_tensor_role r = pl_model_slot_role(c, s, &layer);
+                if (!pl_model_stores_tensor(c, r)) continue;
+                const pl_weight *w = &m->w[s];
+                cr_assert_eq(w->type, pl_quant_recipe_type(&rc, c, r, layer, NULL),
+                             "%s %s: %s of layer %d is %s", presets[p], pl_dtype_name(ts[k]),
+                             pl_tensor_spec_of(r)->hf, layer, pl_wtype_name(w->type));
+                any_quant |= pl_wtype_is_quant(w->type);
+            }
+            cr_assert(any_quant, "%s %s: no quantised tensor", presets[p], pl_dtype_name(ts[k]));
+            float s = 1.0f / sqrtf((float)c->dim);
+            expect_quant_values(W(m, PL_T_ATTN_Q, 0), s, "wq");
+            expect_quant_values(W(m, PL_T_FFN_DOWN, c->n_layers - 1),
+                                1.0f / sqrtf((float)c->hidden_dim), "w2");
+            expect_quant_values(W(m, PL_T_TOKEN_EMBD, 0), 1.0f, "tok_embed");
+            pl_model_free(m);
+        }
+    /* the mix on a 768-wide model: Q4_K matrices, Q6_K for the (tied) embedding and attn_v of
+     * the first layer, a Q4_K ffn_down in a middle layer */
+    pl_model *m = load("dummy:stories110m", PL_DTYPE_Q4_K_M, 5);
+    cr_assert_eq(W(m, PL_T_ATTN_Q, 0)->type, PL_WTYPE_Q4_K);
+    cr_assert_eq(W(m, PL_T_TOKEN_EMBD, 0)->type, PL_WTYPE_Q6_K);
+    cr_assert_eq(W(m, PL_T_ATTN_V, 0)->type, PL_WTYPE_Q6_K);
+    cr_assert_eq(W(m, PL_T_FFN_DOWN, 4)->type, PL_WTYPE_Q4_K);
+    /* seeded */
+    pl_model *same = load("dummy:stories110m", PL_DTYPE_Q4_K_M, 5),
+             *other = load("dummy:stories110m", PL_DTYPE_Q4_K_M, 6);
+    for (size_t s = 0; s < pl_model_n_slots(&m->cfg); s++) {
+        const pl_weight *a = &m->w[s], *b = &same->w[s], *o = &other->w[s];
+        if (!a->data || !pl_wtype_is_quant(a->type)) continue;
+        uint64_t bytes = 0;
+        cr_assert(pl_wtype_bytes(a->type, (uint64_t)a->rows * a->cols, &bytes));
+        cr_assert_eq(memcmp(a->data, b->data, (size_t)bytes), 0, "slot %zu: same seed differs", s);
+        cr_assert_neq(memcmp(a->data, o->data, (size_t)bytes), 0, "slot %zu: seeds 5, 6 agree", s);
+    }
+    pl_model_free(m);
+    pl_model_free(same);
+    pl_model_free(other);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Quantised dtypes are for dummy: models; a file is refused with the way to quantise it. */
+Test(dummy, quantised_dtype_of_a_file_is_refused) {
+    pl_model_load_options o = {PL_DTYPE_Q4_0, 0, 0};
+    pl_model *m = (pl_model *)&o;
+    cr_assert_eq(pl_model_load("/nonexistent/model.bin", &o, &m), PL_ERR_UNSUPPORTED);
+    cr_assert_null(m);
+    cr_assert_not_null(strstr(pl_last_error(), "pagellm quantize"), "%s", pl_last_error());
     PL_ASSERT_NO_LEAKS();
 }

@@ -280,6 +280,57 @@ Test(formats, hf_config_fields_round_trip) {
     PL_ASSERT_NO_LEAKS();
 }
 
+/* transformers 5 writes RoPE as "rope_parameters": {"rope_type", "rope_theta", the scaling's
+ * fields} with no top-level rope_theta or rope_scaling. Each scaling (none, linear, llama3)
+ * loads to the same config and weights as the transformers 4 layout; read the old way, such a
+ * file would load with theta 10000 and no scaling, silently. */
+Test(formats, hf_config_rope_parameters_of_transformers_5) {
+    pl_model_config c = {.dim = 24, .hidden_dim = 37, .n_layers = 2, .n_heads = 4,
+                         .n_kv_heads = 2, .head_dim = 6, .vocab_size = 50, .max_seq_len = 64,
+                         .norm_eps = 1e-6f, .rope_theta = 500000.0f, .rope_layout = 0,
+                         .rope_scaling = PL_ROPE_SCALING_LLAMA3, .rope_factor = 8.0f,
+                         .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+                         .rope_original_max_pos = 32, .tied_embeddings = false, .bos_id = 0,
+                         .eos_ids = {49}, .n_eos = 1};
+    for (int scaling = 0; scaling < 3; scaling++) {
+        if (scaling == 0) c.rope_scaling = PL_ROPE_SCALING_NONE, c.rope_factor = 1.0f;
+        if (scaling == 1) pl_fixture_set_rope_linear(&c, 2.5f), c.rope_theta = 1000000.0f;
+        if (scaling == 2) pl_fixture_set_rope_llama3(&c, 8.0f, 1.0f, 4.0f, 32);
+        pl_model *ref = pl_fixture_model(&c, 30 + (uint64_t)scaling);
+        const char *v4 = pl_test_tmpdir(), *v5 = pl_test_tmpdir();
+        cr_assert(pl_fixture_write_hf(ref, v4, NULL));
+        cr_assert(pl_fixture_write_hf(ref, v5, &(pl_fixture_hf_options){.rope_parameters = true}));
+        char cfg[600];
+        snprintf(cfg, sizeof cfg, "%s/config.json", v5);
+        uint8_t *raw = NULL;
+        size_t n_raw = 0;
+        cr_assert(pl_fixture_read_file(cfg, &raw, &n_raw));
+        char *text = strndup((const char *)raw, n_raw);
+        cr_assert_not_null(strstr(text, "\"rope_parameters\""), "%s", text);
+        cr_assert_null(strstr(text, "  \"rope_theta\""), "no top-level rope_theta: %s", text);
+        cr_assert_null(strstr(text, "\"rope_scaling\""), "no rope_scaling: %s", text);
+        free(text);
+        free(raw);
+        pl_model *a = load(v4, PL_DTYPE_AUTO), *b = load(v5, PL_DTYPE_AUTO);
+        cr_assert_eq(b->cfg.rope_theta, c.rope_theta, "scaling %d: theta %g", scaling,
+                     (double)b->cfg.rope_theta);
+        cr_assert_eq(b->cfg.rope_scaling, c.rope_scaling, "scaling %d", scaling);
+        cr_assert_eq(b->cfg.rope_factor, c.rope_factor, "scaling %d", scaling);
+        cr_assert_eq(b->cfg.rope_low_freq_factor, a->cfg.rope_low_freq_factor);
+        cr_assert_eq(b->cfg.rope_high_freq_factor, a->cfg.rope_high_freq_factor);
+        cr_assert_eq(b->cfg.rope_original_max_pos, a->cfg.rope_original_max_pos);
+        cr_assert_eq(memcmp(&a->cfg, &b->cfg, sizeof a->cfg), 0, "scaling %d: configs differ",
+                     scaling);
+        cr_assert(pl_fixture_compare(a, b, 0, 0));
+        pl_model_free(a);
+        pl_model_free(b);
+        pl_model_free(ref);
+        pl_fixture_remove_dir(v4);
+        pl_fixture_remove_dir(v5);
+    }
+    PL_ASSERT_NO_LEAKS();
+}
+
 Test(formats, hf_tied_embeddings_and_tokenizer_beside) {
     pl_model_config c = {.dim = 8, .hidden_dim = 5, .n_layers = 1, .n_heads = 2,
                          .n_kv_heads = 1, .head_dim = 4, .vocab_size = 11, .max_seq_len = 16,

@@ -251,7 +251,7 @@ Test(hostile, paths_and_arguments) {
     cr_assert_eq(pl_model_load(NULL, NULL, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_model_load("", NULL, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_model_load("dummy:tiny", NULL, NULL), PL_ERR_INVALID_ARGUMENT);
-    pl_model_load_options o = {(pl_dtype)9, 0, 0};
+    pl_model_load_options o = {(pl_dtype)11, 0, 0};
     cr_assert_eq(pl_model_load("dummy:tiny", &o, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(pl_last_error(), "dtype"));
     cr_assert_null(m);
@@ -591,6 +591,22 @@ Test(hostile, config_json_attacks) {
         {"rope_scaling", "{\"type\": \"linear\", \"factor\": 0}", PL_ERR_FORMAT, "factor"},
         {"rope_scaling", "{\"factor\": 2}", PL_ERR_FORMAT, "rope_type"},
         {"rope_scaling", "[]", PL_ERR_FORMAT, "rope_scaling"},
+        /* transformers 5's rope_parameters */
+        {"rope_parameters", "{\"rope_type\": \"yarn\", \"rope_theta\": 10000, \"factor\": 4}",
+         PL_ERR_UNSUPPORTED, "rope_parameters rope_type yarn"},
+        {"rope_parameters", "{\"rope_type\": \"dynamic\", \"factor\": 2}", PL_ERR_UNSUPPORTED,
+         "dynamic"},
+        {"rope_parameters", "{\"full_attention\": {\"rope_type\": \"default\"}, "
+                            "\"sliding_attention\": {\"rope_type\": \"default\"}}",
+         PL_ERR_UNSUPPORTED, "per layer type"},
+        {"rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": 500000}",
+         PL_ERR_FORMAT, "rope_theta = 10000 but rope_parameters.rope_theta = 500000"},
+        {"rope_parameters", "{\"rope_type\": \"llama3\", \"factor\": 8}", PL_ERR_FORMAT,
+         "rope_parameters.low_freq_factor"},
+        {"rope_parameters", "{\"rope_type\": \"linear\", \"rope_theta\": \"1e4\"}",
+         PL_ERR_FORMAT, "rope_parameters.rope_theta"},
+        {"rope_parameters", "{\"rope_theta\": 10000}", PL_ERR_FORMAT, "rope_type"},
+        {"rope_parameters", "[]", PL_ERR_FORMAT, "rope_parameters"},
     };
     const char *dir = pl_test_tmpdir();
     make_hf(dir, small_config(false), 1);
@@ -610,8 +626,22 @@ Test(hostile, config_json_attacks) {
         write_json(cfg, j);
         expect_fail(dir, cases[i].code, cases[i].needle, "config.json");
     }
-    /* no architecture at all, a non-object, not JSON */
+    /* both layouts in one file: they must agree (the old keys kept for older readers) */
     json_t *j = json_deep_copy(orig);
+    json_error_t jerr;
+    json_object_set_new(j, "rope_scaling", json_loads("{\"type\": \"linear\", \"factor\": 3}",
+                                                      0, &jerr));
+    json_object_set_new(j, "rope_parameters",
+                        json_loads("{\"rope_type\": \"linear\", \"factor\": 2, "
+                                   "\"rope_theta\": 10000}", 0, &jerr));
+    write_json(cfg, json_deep_copy(j));
+    expect_fail(dir, PL_ERR_FORMAT, "different scalings");
+    json_object_set_new(j, "rope_scaling", json_loads("{\"type\": \"linear\", \"factor\": 2}",
+                                                      0, &jerr));
+    write_json(cfg, j);
+    expect_ok(dir);
+    /* no architecture at all, a non-object, not JSON */
+    j = json_deep_copy(orig);
     json_object_del(j, "architectures");
     json_object_del(j, "model_type");
     write_json(cfg, j);

@@ -156,7 +156,7 @@ static void write_and_check(const pl_model *m, const char *name, int want_fallba
     pl_gguf_writer *w;
     cr_assert_eq(pl_gguf_writer_create(&w), PL_OK);
     seen s = {0};
-    cr_assert_eq(pl_model_save_gguf_recipe(m, &r, on_tensor, &s, w, path), PL_OK, "%s",
+    cr_assert_eq(pl_model_save_gguf_recipe(m, &r, on_tensor, &s, 0, w, path), PL_OK, "%s",
                  pl_last_error());
     pl_gguf_writer_free(w);
     cr_assert_eq(s.fell_back, want_fallbacks, "%s: %d tensors fell back", name, s.fell_back);

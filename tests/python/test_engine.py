@@ -62,6 +62,16 @@ def test_step_reports_deltas_and_finished_requests():
         assert eng.step().deltas == []  # nothing to do: returns at once
 
 
+def test_check_health_passes_on_a_working_engine_and_fails_once_closed():
+    """A lost backend (a device fault) is shown on the emulated CUDA backend in C
+    (tests/cuda/test_cuda_engine_pool.c); here: the call, and a closed engine refusing it."""
+    eng = LLMEngine(**TINY)
+    assert eng.check_health() is None
+    eng.close()
+    with pytest.raises(Exception, match="closed"):
+        eng.check_health()
+
+
 def test_abort_finishes_a_request_wherever_it_is():
     with LLMEngine(**TINY) as eng:
         eng.add_request("long", [1, 2, 3], SamplingParams(max_tokens=400, ignore_eos=True))

@@ -420,6 +420,41 @@ def case_backend_error():
     check("fault injected (PAGELLM_FAULT_FORWARD)" in log, "the step's error is logged")
 
 
+def emu_case_backend_lost():
+    """A device fault (the CUDA emulation's CUEMU_FAULT_AFTER_LAUNCHES: an illegal address,
+    sticky for the process) while serving on --backend cuda: the request in flight gets 500 in
+    OpenAI's error object naming the lost backend, /health answers 503 "failed" (no
+    Retry-After: it will not come back), and the server drains and exits 3 by itself, logging
+    why. Run with pagellm_cuda_emu (tests/tools/meson.build), not in the case list."""
+    srv = Server(PAGELLM, ["--model", "dummy:tiny", "--backend", "cuda", "--log-interval", "0",
+                           "--max-num-seqs", "4"], env={"CUEMU_FAULT_AFTER_LAUNCHES": "400"})
+    try:
+        st, _, v = srv.get("/health")
+        check(st == 200 and v["status"] == "ok", f"/health before the fault: {st} {v}")
+        failed = None
+        for i in range(40):  # until the fault lands in a step
+            st, _, v = srv.post("/v1/completions", {"prompt": [1, 5 + i, 9], "max_tokens": 16,
+                                                    "ignore_eos": True})
+            if st != 200:
+                failed = (st, v)
+                break
+        check(failed is not None, "no request failed: the injected fault never came")
+        st, v = failed
+        check(st == 500 and v["error"]["type"] == "server_error" and
+              "lost" in v["error"]["message"], f"the faulting request: {st} {v}")
+        try:
+            st, hdrs, v = srv.get("/health")
+            check(st == 503 and v["status"] == "failed" and
+                  "cudaErrorIllegalAddress" in v["error"], f"/health after the fault: {st} {v}")
+        except ConnectionError:  # already gone: then it must have exited on its own
+            check(srv.proc.poll() == 3, "the server closed without exiting 3")
+        rc = srv.proc.wait(timeout=60)
+        check(rc == 3, f"serve exited {rc} after losing its backend, expected 3")
+    finally:
+        log = srv.stop(expect_rc=3)
+    check("the backend is lost" in log and "cudaErrorIllegalAddress" in log, log[-3000:])
+
+
 def case_load():
     """64 streaming clients, 2,000 requests: every stream's deltas join to the whole response's
     text for the same request, every request ends exactly once, and the engine is empty
@@ -1080,6 +1115,8 @@ def case_cors():
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+# Cases that need pagellm linked with the CUDA emulation (pagellm_cuda_emu): not listed.
+EMU_CASES = {name[9:]: fn for name, fn in globals().items() if name.startswith("emu_case_")}
 
 
 def main():
@@ -1087,12 +1124,13 @@ def main():
     if sys.argv[1:] == ["--list"]:  # tests/server/meson.build makes one test per case
         print("\n".join(CASES))
         return 0
-    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
-        print(f"usage: {sys.argv[0]} PAGELLM CASE ({', '.join(CASES)})")
+    every = dict(CASES, **EMU_CASES)
+    if len(sys.argv) != 3 or sys.argv[2] not in every:
+        print(f"usage: {sys.argv[0]} PAGELLM CASE ({', '.join(every)})")
         return 2
     PAGELLM = sys.argv[1]
     try:
-        CASES[sys.argv[2]]()
+        every[sys.argv[2]]()
     except Skip as e:
         print(f"SKIP: {e}")
         return 77

@@ -35,6 +35,19 @@
  *   as f32, f16 and bf16) so reads of never-written memory show up in results.
  * - Streams and events exist but every call is synchronous. The last error is per host
  *   thread; a failed launch is also reported once by the next synchronising call.
+ * - Devices: set_device_count(n) makes n; the current device is per host thread (cudaSetDevice,
+ *   0 in a new thread, as CUDA's), allocations, streams and cuBLAS handles belong to the device
+ *   current when they were made, and a launch on another device's stream
+ *   (cudaErrorInvalidResourceHandle), with another device's memory as an argument, or a cuBLAS
+ *   call on another device's handle fails, as they fail or fault on a GPU.
+ * - Sticky errors: inject_fault_after_launches(n, e) (or CUEMU_FAULT_AFTER_LAUNCHES=n in the
+ *   environment, for whole programs: an illegal address) lets n launches run, then the next one
+ *   "faults" as a kernel reading a wild address does: it returns cudaSuccess (launches are
+ *   asynchronous), and from then on every call returns e (cudaErrorIllegalAddress, say), as
+ *   the runtime does for the rest of the process; frees still release the emulated memory.
+ *   clear_sticky_error() is a test's process restart.
+ * - A 16-byte vector access (PL_VEC_ALIGNED in kernels/cuda/cuda_common.cuh) at a misaligned
+ *   address fails the launch.
  * - cuBLAS: cublasGemmEx (f32/f16/bf16 operands, f32 compute) is a plain CPU GEMM.
  *
  * Limits (what this cannot tell you)
@@ -46,7 +59,7 @@
  * - Register pressure, occupancy, coalescing and speed are not modelled; nvcc -Xptxas -v is
  *   the source for those.
  * - Not provided: cooperative groups, textures, __constant__ + cudaMemcpyToSymbol, graphs,
- *   the driver API.
+ *   the driver API. cublasSetWorkspace is recorded and checked, never used.
  */
 #ifndef PL_CUEMU_H
 #define PL_CUEMU_H
@@ -347,12 +360,21 @@ enum cudaError {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorECCUncorrectable = 214,
     cudaErrorInsufficientDriver = 35,
     cudaErrorInvalidDeviceFunction = 98,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalAddress = 700,
     cudaErrorLaunchOutOfResources = 701,
+    cudaErrorLaunchTimeout = 702,
+    cudaErrorAssert = 710,
+    cudaErrorHardwareStackError = 714,
+    cudaErrorIllegalInstruction = 715,
+    cudaErrorMisalignedAddress = 716,
+    cudaErrorInvalidAddressSpace = 717,
+    cudaErrorInvalidPc = 718,
     cudaErrorLaunchFailure = 719,
     cudaErrorNotSupported = 801,
     cudaErrorUnknown = 999,
@@ -392,6 +414,7 @@ struct cudaDeviceProp {
 };
 struct CUstream_st {
     int id;
+    int device; // current when it was created
 };
 struct CUevent_st {
     double t;
@@ -416,6 +439,7 @@ constexpr int kNumSMs = 16;                      // what the emulated device rep
 struct State {
     std::mutex mu;
     std::map<uintptr_t, size_t> device; // base -> bytes
+    std::map<uintptr_t, int> device_of; // base -> the device it was allocated on
     std::map<uintptr_t, size_t> pinned;
     size_t used = 0;
     size_t total = (size_t)256 << 20;
@@ -427,12 +451,29 @@ struct State {
     std::string last_failure;
     std::atomic<unsigned long long> blocks_run{0};
     int next_stream_id = 1;
+    std::atomic<int> sticky{0};  // a sticky error (cudaError_t): every later call returns it
+    long fault_after = -1;       // test hook: launches left before an injected sticky fault
+    cudaError_t fault_error = cudaSuccess;
+    // A whole program linked with the emulation (pagellm_cuda_emu) takes the hook from the
+    // environment: CUEMU_FAULT_AFTER_LAUNCHES=N faults the launch after the N-th with an
+    // illegal address.
+    State() {
+        const char *e = std::getenv("CUEMU_FAULT_AFTER_LAUNCHES");
+        if (e && *e) {
+            fault_after = std::strtol(e, nullptr, 10);
+            fault_error = cudaErrorIllegalAddress;
+        }
+    }
 };
 inline State &state() {
     static State s;
     return s;
 }
 inline thread_local cudaError_t tl_last_error = cudaSuccess;
+inline thread_local int tl_device = 0; // the host thread's current device, as CUDA's
+
+// The process's sticky error, or cudaSuccess.
+inline cudaError_t sticky() { return (cudaError_t)state().sticky.load(); }
 
 inline cudaError_t set_error(cudaError_t e) {
     if (e != cudaSuccess) tl_last_error = e;
@@ -463,6 +504,30 @@ inline bool is_device_range(const void *p, size_t n) {
 
 // Test hooks.
 inline void set_device_count(int n) { state().n_devices = n; }
+// After n more launches, the next one faults with e, which then sticks (see the header).
+inline void inject_fault_after_launches(long n, cudaError_t e) {
+    std::lock_guard<std::mutex> lk(state().mu);
+    state().fault_after = n;
+    state().fault_error = e;
+}
+inline void clear_sticky_error() {
+    std::lock_guard<std::mutex> lk(state().mu);
+    state().sticky = 0;
+    state().fault_after = -1;
+    state().pending = cudaSuccess;
+}
+// The device whose allocation holds p, or -1 when p is not device memory.
+inline int device_of(const void *p) {
+    State &s = state();
+    std::lock_guard<std::mutex> lk(s.mu);
+    uintptr_t a = (uintptr_t)p;
+    auto it = s.device.upper_bound(a);
+    if (it == s.device.begin()) return -1;
+    --it;
+    if (a - it->first > it->second) return -1;
+    auto d = s.device_of.find(it->first);
+    return d == s.device_of.end() ? -1 : d->second;
+}
 inline void set_device_memory(size_t total_bytes) { state().total = total_bytes; }
 inline void fail_malloc_after(long n) { state().malloc_fail_after = n; }
 inline void set_check_kernel_args(bool on) { state().check_args = on; }
@@ -619,6 +684,13 @@ inline __attribute__((noinline)) void fiber_main() {
     }
     w.cur->st = St::AtSync;
     for (;;) to_scheduler(w, *w.cur, false);
+}
+
+// PL_VEC_ALIGNED (kernels/cuda/cuda_common.cuh): an n-byte vector access at p. A GPU faults
+// on a misaligned one (cudaErrorMisalignedAddress, sticky); x86 would just load it.
+inline void check_aligned(const void *p, size_t n, const char *file, int line) {
+    if ((uintptr_t)p % n != 0)
+        fiber_fail("misaligned %zu-byte vector access at %p (%s:%d)", n, p, file, line);
 }
 
 // Sizes the fibers and stacks of this worker for blocks of `bd` threads.
@@ -946,6 +1018,17 @@ inline cudaError_t run_launch(void (*body)(void *), void *arg, const void *kerne
             return set_error(cudaErrorInvalidValue);
         }
     }
+    {
+        std::lock_guard<std::mutex> lk(state().mu);
+        if (state().fault_after == 0) { // the injected fault: nothing runs, everything after fails
+            state().fault_after = -1;
+            state().sticky = (int)state().fault_error;
+            std::fprintf(stderr, "cuemu: injected sticky fault (error %d) at this launch\n",
+                         (int)state().fault_error);
+            return cudaSuccess;
+        }
+        if (state().fault_after > 0) state().fault_after--;
+    }
     LaunchDesc L;
     L.body = body;
     L.arg = arg;
@@ -975,6 +1058,13 @@ template <typename T> inline bool arg_ok(const T &v, int idx) {
             report("launch: pointer argument %d (%p) is not device memory", idx, (const void *)v);
             return false;
         }
+        const int dev = v != nullptr ? device_of((const void *)v) : tl_device;
+        if (dev != tl_device) {
+            report("launch: pointer argument %d (%p) is memory of device %d but device %d is "
+                   "current on this thread",
+                   idx, (const void *)v, dev, tl_device);
+            return false;
+        }
     }
     (void)v;
     (void)idx;
@@ -991,7 +1081,13 @@ template <typename... P, typename... A>
 inline cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                           cudaStream_t stream, A &&...args) {
     static_assert(sizeof...(P) == sizeof...(A), "launch: wrong number of kernel arguments");
-    (void)stream;
+    if (cudaError_t st = sticky()) return tl_last_error = st;
+    if (stream && stream->device != tl_device) {
+        report("launch: the stream belongs to device %d but device %d is current on this thread",
+               stream->device, tl_device);
+        tl_last_error = cudaSuccess;
+        return cudaErrorInvalidResourceHandle;
+    }
     struct Closure {
         void (*k)(P...);
         std::tuple<std::decay_t<P>...> params;
@@ -1089,6 +1185,15 @@ inline const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorECCUncorrectable: return "cudaErrorECCUncorrectable";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchTimeout: return "cudaErrorLaunchTimeout";
+    case cudaErrorAssert: return "cudaErrorAssert";
+    case cudaErrorHardwareStackError: return "cudaErrorHardwareStackError";
+    case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
+    case cudaErrorInvalidAddressSpace: return "cudaErrorInvalidAddressSpace";
+    case cudaErrorInvalidPc: return "cudaErrorInvalidPc";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     default: return "cudaErrorUnknown";
@@ -1110,27 +1215,42 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorECCUncorrectable: return "uncorrectable ECC error encountered";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchTimeout: return "the launch timed out and was terminated";
+    case cudaErrorAssert: return "device-side assert triggered";
+    case cudaErrorHardwareStackError: return "hardware stack error";
+    case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
+    case cudaErrorMisalignedAddress: return "misaligned address";
+    case cudaErrorInvalidAddressSpace: return "operation not supported on global/shared address space";
+    case cudaErrorInvalidPc: return "invalid program counter";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
     default: return "unknown error";
     }
 }
 inline cudaError_t cudaGetLastError() {
+    if (cudaError_t st = cuemu::sticky()) return st; // a sticky error is never cleared
     cudaError_t e = cuemu::tl_last_error;
     cuemu::tl_last_error = cudaSuccess;
     return e;
 }
-inline cudaError_t cudaPeekAtLastError() { return cuemu::tl_last_error; }
+inline cudaError_t cudaPeekAtLastError() {
+    if (cudaError_t st = cuemu::sticky()) return st;
+    return cuemu::tl_last_error;
+}
 
 namespace cuemu {
 // What a synchronising call returns: a launch failure not yet reported by one.
 inline cudaError_t take_pending() {
+    if (cudaError_t st = sticky()) return st;
     std::lock_guard<std::mutex> lk(state().mu);
     cudaError_t e = state().pending;
     state().pending = cudaSuccess;
     return e;
 }
 inline cudaError_t need_device() {
+    if (cudaError_t st = sticky()) return set_error(st);
     return state().n_devices > 0 ? cudaSuccess : set_error(cudaErrorNoDevice);
 }
 } // namespace cuemu
@@ -1140,12 +1260,13 @@ inline cudaError_t cudaGetDeviceCount(int *n) {
     return cuemu::state().n_devices > 0 ? cudaSuccess : cuemu::set_error(cudaErrorNoDevice);
 }
 inline cudaError_t cudaSetDevice(int d) {
-    if (cuemu::need_device()) return cudaErrorNoDevice;
-    return d >= 0 && d < cuemu::state().n_devices ? cudaSuccess
-                                                   : cuemu::set_error(cudaErrorInvalidDevice);
+    if (cudaError_t e = cuemu::need_device()) return e;
+    if (d < 0 || d >= cuemu::state().n_devices) return cuemu::set_error(cudaErrorInvalidDevice);
+    cuemu::tl_device = d;
+    return cudaSuccess;
 }
 inline cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = cuemu::tl_device;
     return cuemu::need_device();
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
@@ -1178,6 +1299,7 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
     return cudaSuccess;
 }
 inline cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
+    if (cudaError_t e = cuemu::sticky()) return cuemu::set_error(e);
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
         (size_t)value > cuemu::kSmemOptin)
         return cuemu::set_error(cudaErrorInvalidValue);
@@ -1192,7 +1314,7 @@ inline cudaError_t cudaFuncSetAttribute(void (*func)(P...), cudaFuncAttribute at
 
 inline cudaError_t cudaMalloc(void **p, size_t n) {
     *p = nullptr;
-    if (cuemu::need_device()) return cudaErrorNoDevice;
+    if (cudaError_t e = cuemu::need_device()) return e;
     cuemu::State &s = cuemu::state();
     {
         std::lock_guard<std::mutex> lk(s.mu);
@@ -1205,6 +1327,7 @@ inline cudaError_t cudaMalloc(void **p, size_t n) {
     std::memset(m, 0xff, n); // NaN in f32/f16/bf16: reads of unwritten memory show up
     std::lock_guard<std::mutex> lk(s.mu);
     s.device[(uintptr_t)m] = n;
+    s.device_of[(uintptr_t)m] = cuemu::tl_device;
     s.used += n;
     *p = m;
     return cudaSuccess;
@@ -1223,11 +1346,13 @@ inline cudaError_t cudaFree(void *p) {
     }
     s.used -= it->second;
     s.device.erase(it);
+    s.device_of.erase((uintptr_t)p);
     std::free(p);
-    return cudaSuccess;
+    return cuemu::sticky(); // freed either way: the emulated memory is the host's
 }
 inline cudaError_t cudaMallocHost(void **p, size_t n) {
     *p = nullptr;
+    if (cudaError_t e = cuemu::sticky()) return cuemu::set_error(e);
     {
         std::lock_guard<std::mutex> lk(cuemu::state().mu);
         long &fail = cuemu::state().malloc_fail_after;
@@ -1250,10 +1375,10 @@ inline cudaError_t cudaFreeHost(void *p) {
     std::lock_guard<std::mutex> lk(cuemu::state().mu);
     if (!cuemu::state().pinned.erase((uintptr_t)p)) return cuemu::set_error(cudaErrorInvalidValue);
     std::free(p);
-    return cudaSuccess;
+    return cuemu::sticky();
 }
 inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-    if (cuemu::need_device()) return cudaErrorNoDevice;
+    if (cudaError_t e = cuemu::need_device()) return e;
     std::lock_guard<std::mutex> lk(cuemu::state().mu);
     *total = cuemu::state().total;
     *free_bytes = cuemu::state().total - cuemu::state().used;
@@ -1288,6 +1413,7 @@ inline cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKi
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                                    cudaStream_t s = nullptr) {
     (void)s;
+    if (cudaError_t e = cuemu::sticky()) return cuemu::set_error(e);
     if (n == 0) return cudaSuccess;
     if (cudaError_t e = cuemu::check_copy(dst, src, n, kind)) return e;
     std::memmove(dst, src, n);
@@ -1299,6 +1425,7 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKi
 }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s = nullptr) {
     (void)s;
+    if (cudaError_t e = cuemu::sticky()) return cuemu::set_error(e);
     if (n == 0) return cudaSuccess;
     if (!cuemu::is_device_range(p, n)) {
         cuemu::report("cudaMemset: %p (+%zu) is not device memory", p, n);
@@ -1311,14 +1438,14 @@ inline cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync
 
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     (void)flags;
-    if (cuemu::need_device()) return cudaErrorNoDevice;
-    *s = new CUstream_st{cuemu::state().next_stream_id++};
+    if (cudaError_t e = cuemu::need_device()) return e;
+    *s = new CUstream_st{cuemu::state().next_stream_id++, cuemu::tl_device};
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
     delete s;
-    return cudaSuccess;
+    return cuemu::sticky();
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     (void)s;
@@ -1337,6 +1464,7 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     (void)s;
+    if (cudaError_t st = cuemu::sticky()) return cuemu::set_error(st);
     e->t = cuemu::now_s();
     return cudaSuccess;
 }
@@ -1364,6 +1492,9 @@ inline cudaError_t cudaRuntimeGetVersion(int *v) {
 
 struct cublasContext {
     cudaStream_t stream;
+    int device;           // current when it was created
+    void *workspace;      // cublasSetWorkspace's, checked and never used
+    size_t workspace_bytes;
 };
 typedef cublasContext *cublasHandle_t;
 enum cublasStatus_t {
@@ -1390,8 +1521,8 @@ enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
 
 inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
     *h = nullptr;
-    if (cuemu::state().n_devices <= 0) return CUBLAS_STATUS_NOT_INITIALIZED;
-    *h = new cublasContext{nullptr};
+    if (cuemu::state().n_devices <= 0 || cuemu::sticky()) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *h = new cublasContext{nullptr, cuemu::tl_device, nullptr, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
@@ -1401,6 +1532,18 @@ inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
 inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bytes > 0 && (!cuemu::is_device_range(workspace, bytes) ||
+                      cuemu::device_of(workspace) != h->device || (uintptr_t)workspace % 256)) {
+        cuemu::report("cublasSetWorkspace: %p (+%zu) is not 256-byte aligned memory of the "
+                      "handle's device %d", workspace, bytes, h->device);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    h->workspace = workspace;
+    h->workspace_bytes = bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
@@ -1452,6 +1595,12 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
                                    cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (cuemu::sticky()) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (h->device != cuemu::tl_device) {
+        cuemu::report("cublasGemmEx: the handle belongs to device %d but device %d is current "
+                      "on this thread", h->device, cuemu::tl_device);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
     if (lda < (ta ? (k > 1 ? k : 1) : (m > 1 ? m : 1)) ||

@@ -569,6 +569,11 @@ static const char *const k_hf_class[] = {"LlamaForCausalLM", "MistralForCausalLM
 static const char *const k_model_type[] = {"llama", "mistral", "qwen2", "qwen3"};
 
 bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool omit_tie_key) {
+    return pl_fixture_write_hf_config_rope(c, dir, omit_tie_key, false);
+}
+
+bool pl_fixture_write_hf_config_rope(const pl_model_config *c, const char *dir, bool omit_tie_key,
+                                     bool rope_parameters) {
     if ((int)c->arch < 0 || (int)c->arch > 3) return fail("arch %d has no writer", (int)c->arch);
     buf b = {0};
     putf(&b, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n",
@@ -582,9 +587,25 @@ bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool 
         putf(&b, "  \"head_dim\": %d,\n", c->head_dim);
     putf(&b, "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n", c->vocab_size,
          c->max_seq_len);
-    putf(&b, "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n", (double)c->norm_eps,
-         (double)c->rope_theta);
-    if (c->rope_scaling == PL_ROPE_SCALING_LINEAR)
+    if (rope_parameters) {
+        putf(&b, "  \"rms_norm_eps\": %.9g,\n  \"rope_parameters\": {\"rope_theta\": %.9g, ",
+             (double)c->norm_eps, (double)c->rope_theta);
+        if (c->rope_scaling == PL_ROPE_SCALING_LINEAR)
+            putf(&b, "\"rope_type\": \"linear\", \"factor\": %.9g},\n", (double)c->rope_factor);
+        else if (c->rope_scaling == PL_ROPE_SCALING_LLAMA3)
+            putf(&b, "\"rope_type\": \"llama3\", \"factor\": %.9g, \"low_freq_factor\": %.9g, "
+                 "\"high_freq_factor\": %.9g, \"original_max_position_embeddings\": %d},\n",
+                 (double)c->rope_factor, (double)c->rope_low_freq_factor,
+                 (double)c->rope_high_freq_factor, c->rope_original_max_pos);
+        else
+            putf(&b, "\"rope_type\": \"default\"},\n");
+    } else {
+        putf(&b, "  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n", (double)c->norm_eps,
+             (double)c->rope_theta);
+    }
+    if (rope_parameters)
+        ; /* said above */
+    else if (c->rope_scaling == PL_ROPE_SCALING_LINEAR)
         putf(&b, "  \"rope_scaling\": {\"type\": \"linear\", \"factor\": %.9g},\n",
              (double)c->rope_factor);
     else if (c->rope_scaling == PL_ROPE_SCALING_LLAMA3)
@@ -720,7 +741,7 @@ bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf
     if (!little_endian()) return false;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return fail("mkdir %s: %s", dir, strerror(errno));
     const pl_model_config *c = &m->cfg;
-    if (!pl_fixture_write_hf_config(c, dir, o.omit_tie_key)) return false;
+    if (!pl_fixture_write_hf_config_rope(c, dir, o.omit_tie_key, o.rope_parameters)) return false;
     pl_dtype dt = o.dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : o.dtype;
 
     size_t cap = 3 + N_HF_LAYER * (size_t)c->n_layers, n = 0;

@@ -109,6 +109,8 @@ typedef struct pl_fixture_hf_options {
     bool misalign;         /* header length = 1 mod 8, so tensor data is not type-aligned */
     bool lm_head_when_tied;/* also write lm_head.weight for a tied model */
     bool omit_tie_key;     /* leave tie_word_embeddings out of config.json */
+    bool rope_parameters;  /* RoPE as transformers 5 writes it: "rope_parameters" holding
+                              rope_type, rope_theta and the scaling (no top-level keys) */
 } pl_fixture_hf_options;
 
 /* A Hugging Face directory (created if missing): config.json (the model's architecture, as
@@ -120,6 +122,9 @@ bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf
 /* Only config.json (and generation_config.json) for m's config (used by
  * pl_fixture_write_hf). */
 bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool omit_tie_key);
+/* The same with RoPE in transformers 5's "rope_parameters" when rope_parameters is true. */
+bool pl_fixture_write_hf_config_rope(const pl_model_config *c, const char *dir, bool omit_tie_key,
+                                     bool rope_parameters);
 
 /* Every format at once, under dir (created if missing), at the relative paths listed by
  * pl_fixture_formats(): llama2.c legacy, ak42 v1, and HF directories in F32, F16, BF16 and

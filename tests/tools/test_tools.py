@@ -829,6 +829,49 @@ def case_quantize():
     check("quantize" in run(["quantize", "--help"]).stdout, "quantize --help")
 
 
+def case_quantize_threads_requantize():
+    """--threads N gives the same file bytes as one thread (rows spread over the pool); a file
+    quantised already is not quantised to another type without --allow-requantize (the message
+    names a tensor, its type and the flag), is written with it, and re-written in its own type
+    is copied (the same tensor bytes, so the same tokens); --threads is range-checked."""
+    src = tmp("q_src.gguf")
+    run(["quantize", "dummy:stories15m", src, "f16", "--no-tokenizer"])
+    one, many = tmp("q_one.gguf"), tmp("q_many.gguf")
+    run(["quantize", src, one, "q4_k_m", "--threads", "1"])
+    run(["quantize", src, many, "q4_k_m", "-t", "4"])
+    check(open(one, "rb").read() == open(many, "rb").read(),
+          "quantize --threads 4 wrote other bytes than --threads 1")
+    e = run(["quantize", one, tmp("q_re.gguf"), "q8_0"], expect_rc=1).stderr
+    check("already quantised" in e and "--allow-requantize" in e and "q4_0" in e, e)
+    check(not os.path.exists(tmp("q_re.gguf")), "a refused requantize wrote a file")
+    run(["quantize", one, tmp("q_re.gguf"), "q8_0", "--allow-requantize"])
+    check(os.path.getsize(tmp("q_re.gguf")) > os.path.getsize(one), "q8_0 is not larger")
+    same = tmp("q_same.gguf")
+    run(["quantize", one, same, "q4_k_m"])  # every tensor in its own type: copied
+    gen = ["generate", "--prompt-ids", "1,5,9", "--temperature", "0", "--max-tokens", "8",
+           "--json"]
+    a = json.loads(run(gen + ["--model", one]).stdout)
+    b = json.loads(run(gen + ["--model", same]).stdout)
+    check(a["output_token_ids"] == b["output_token_ids"], f"{a} {b}")
+    e = run(["quantize", src, tmp("x.gguf"), "q4_0", "--threads", "-1"], expect_rc=2).stderr
+    check("--threads" in e, e)
+
+
+def case_dummy_quantised_dtype():
+    """--dtype q4_k_m on a dummy: model draws its blocks (the weight_type says the mix); on a
+    file it is refused, pointing at quantize; --kv-dtype takes no quantised type."""
+    gen = ["generate", "--prompt-ids", "1,5,9", "--temperature", "0", "--max-tokens", "6",
+           "--json"]
+    js = json.loads(run(gen + ["--model", "dummy:stories15m", "--dtype", "q4_0"]).stdout)
+    check(len(js["output_token_ids"]) == 6, f"{js}")
+    src = tmp("dq.gguf")
+    run(["quantize", "dummy:tiny", src, "f16", "--no-tokenizer"])
+    e = run(gen + ["--model", src, "--dtype", "q8_0"], expect_rc=1).stderr
+    check("pagellm quantize" in e, e)
+    e = run(gen + ["--model", "dummy:tiny", "--kv-dtype", "q8_0"], expect_rc=1).stderr
+    check("kv_dtype" in e, e)
+
+
 def case_quantize_stories():
     """stories260K.bin to GGUF: generate needs no --tokenizer and prints the .bin's story."""
     models = os.environ.get("PAGELLM_TEST_MODELS")

@@ -88,7 +88,8 @@ Test(api_args, config_and_create) {
     } while (0)
     BAD("model_path", x->model_path = NULL);
     BAD("model_path", x->model_path = "");
-    BAD("weight_dtype", x->weight_dtype = (pl_dtype)9);
+    BAD("weight_dtype", x->weight_dtype = (pl_dtype)11);
+    BAD("kv_dtype", x->kv_dtype = PL_DTYPE_Q4_0); /* the quantised types are for weights */
     BAD("kv_dtype", x->kv_dtype = (pl_dtype)-1);
     BAD("backend", x->backend = (pl_backend_kind)3);
     BAD("n_threads", x->n_threads = -1);

@@ -133,6 +133,7 @@ static void policy(pl_engine_config *c) { c->overflow_policy = (pl_overflow_poli
 static void waiting(pl_engine_config *c) { c->max_waiting = -1; }
 static void dtype(pl_engine_config *c) { c->weight_dtype = (pl_dtype)11; }
 static void kvdtype(pl_engine_config *c) { c->kv_dtype = (pl_dtype)-3; }
+static void kvquant(pl_engine_config *c) { c->kv_dtype = PL_DTYPE_Q8_0; } /* weights only */
 static void lpt(pl_engine_config *c) { c->long_prefill_threshold = -1; }
 static void nochunk(pl_engine_config *c) {
     c->enable_chunked_prefill = false;
@@ -155,6 +156,7 @@ Test(config, every_nonsensical_field_is_named) {
         {"model_path", model_null},  {"backend", backend},      {"n_threads", threads},
         {"max_model_len", mml},      {"watermark", wm},         {"overflow_policy", policy},
         {"max_waiting", waiting},    {"weight_dtype", dtype},   {"kv_dtype", kvdtype},
+        {"kv_dtype", kvquant},
         {"long_prefill_threshold", lpt}, {"max_model_len", nochunk},
         {"long_prefill_threshold", nochunk_lpt},
     };

@@ -31,15 +31,28 @@ void cli_wrap(const char *text, int col, int indent);
  * returns false. */
 bool cli_id_list(const char *what, const char *s, int32_t **out, size_t *out_n);
 
+/* Whether a command-line argument is flag, '_' and '-' alike after the leading "--"
+ * ("--max_num_seqs" is "--max-num-seqs"). */
+bool cli_is(const char *arg, const char *flag);
+/* Of names (n, NULL entries skipped), the one closest to typed (edit distance, '_' and '-'
+ * alike, or a longer name typed in part); NULL when none is close. */
+const char *cli_closest(const char *typed, const char *const *names, size_t n);
+/* An argument a command did not take: prints "pagellm CMD: unknown flag 'X' (did you mean
+ * --Y?)", with the candidates read from what help() prints and the field tables' aliases, or
+ * "X: missing value" when X is one of them; returns 2 (the usage error's exit status). */
+int cli_unknown_flag(const char *cmd, const char *typed, void (*help)(void));
+
 /* If argv[*i] is the flag of a field of pl_engine_config ("--block-size N",
- * "--block-size=N", a short flag "-m PATH", for booleans "--enable-prefix-caching" and
+ * "--block-size=N", a short flag "-m PATH", the field's name or an alias as a flag
+ * ("--kv-cache-dtype", '_' or '-'), for booleans "--enable-prefix-caching" and
  * "--no-prefix-caching"), sets that field (advancing *i past a separate value) and returns
  * 1; returns 0 when it is not an engine flag, -1 on a missing or refused value (message
  * printed). String fields point into argv (which lives as long as the process); list
  * fields are copied into cfg's storage: pl_engine_config_deinit frees them. */
 int cli_engine_flag(pl_engine_config *cfg, int argc, char **argv, int *i);
-/* The same for the fields of pl_sampling_params (--max-tokens, -n, --temperature, ...;
- * --stop and --stop-id add to their lists: pl_sampling_params_deinit frees them). */
+/* The same for the fields of pl_sampling_params (--max-tokens, --temperature, ...;
+ * --stop and --stop-id add to their lists: pl_sampling_params_deinit frees them). "-n" is
+ * refused (-1) with a message naming --max-tokens and --n. */
 int cli_sampling_flag(pl_sampling_params *p, int argc, char **argv, int *i);
 /* The same for the fields of pl_chat_options (--no-generation-prompt, --tools,
  * --chat-template-kwargs, --template-name). A JSON-valued flag takes a file holding the JSON

@@ -31,6 +31,10 @@ typedef struct storage {
     size_t n, cap;
 } storage;
 
+/* "config.block_size" marked as a field's name (util/status.h): the format of t->prefix,
+ * f->name in every message below. */
+#define FIELD PL_MARK "%s.%s" PL_MARK
+
 static void *at(void *obj, size_t off) { return (char *)obj + off; }
 static const void *cat(const void *obj, size_t off) { return (const char *)obj + off; }
 
@@ -173,9 +177,9 @@ pl_status pl_fields_fail_range(const pl_field_table *t, const pl_field *f, doubl
     describe_range(f, range, sizeof range);
     fmt_num(val, sizeof val, v);
     if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: %s entries: must be %s", t->prefix,
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": %s entries: must be %s", t->prefix,
                        f->name, val, range);
-    return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s = %s: must be %s", t->prefix, f->name, val,
+    return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " = %s: must be %s", t->prefix, f->name, val,
                    range);
 }
 
@@ -199,12 +203,12 @@ static pl_status check_field(const pl_field_table *t, const pl_field *f, const v
         const int32_t *ids = *(const int32_t *const *)p;
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         if (n && !ids)
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s is NULL with n_%s = %zu", t->prefix,
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " is NULL with n_%s = %zu", t->prefix,
                            f->name, f->name, n);
         for (size_t i = 0; i < n; i++)
             if (ids[i] < 0)
                 return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                               "%s.%s[%zu] = %d: must be a token id (>= 0)", t->prefix, f->name,
+                               FIELD "[%zu] = %d: must be a token id (>= 0)", t->prefix, f->name,
                                i, (int)ids[i]);
         return PL_OK;
     }
@@ -213,11 +217,11 @@ static pl_status check_field(const pl_field_table *t, const pl_field *f, const v
         const char *const *ss = *(const char *const *const *)p;
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         if (n && !ss)
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s is NULL with n_%s = %zu", t->prefix,
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " is NULL with n_%s = %zu", t->prefix,
                            f->name, f->name, n);
         for (size_t i = 0; i < n; i++)
             if (!ss[i] || !ss[i][0])
-                return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s[%zu] is NULL or empty",
+                return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD "[%zu] is NULL or empty",
                                t->prefix, f->name, i);
         return PL_OK;
     }
@@ -238,6 +242,8 @@ pl_status pl_fields_check_ranges(const pl_field_table *t, const void *obj) {
 const pl_field *pl_fields_find(const pl_field_table *t, const char *name) {
     for (size_t i = 0; i < t->n; i++)
         if (!strcmp(t->fields[i].name, name)) return &t->fields[i];
+    for (size_t i = 0; i < t->n_aliases; i++)
+        if (!strcmp(t->aliases[i].alias, name)) return pl_fields_find(t, t->aliases[i].name);
     return NULL;
 }
 
@@ -265,9 +271,10 @@ static size_t distance(const char *a, const char *b) {
 static pl_status not_found(const pl_field_table *t, const char *name) {
     const char *best = NULL;
     size_t best_d = (size_t)-1;
-    for (size_t i = 0; i < t->n; i++) {
-        size_t d = distance(name, t->fields[i].name);
-        if (d < best_d) best_d = d, best = t->fields[i].name;
+    for (size_t i = 0; i < t->n + t->n_aliases; i++) {
+        const char *cand = i < t->n ? t->fields[i].name : t->aliases[i - t->n].alias;
+        size_t d = distance(name, cand);
+        if (d < best_d) best_d = d, best = cand;
     }
     size_t len = strlen(name);
     if (best && best_d <= (len < 9 ? 2 : len / 3))
@@ -307,7 +314,7 @@ static pl_status lookup(const pl_field_table *t, void *obj, const char *name,
     if (!*out) return not_found(t, name);
     if (!holds(obj, *out))
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "%s.%s: not in this struct (struct_size %zu: the program was built "
+                       FIELD ": not in this struct (struct_size %zu: the program was built "
                        "against an older pagellm.h)", t->prefix, name,
                        ((const head *)obj)->struct_size);
     return PL_OK;
@@ -317,7 +324,7 @@ static pl_status lookup(const pl_field_table *t, void *obj, const char *name,
 
 static pl_status bad_text(const pl_field_table *t, const pl_field *f, const char *v,
                           const char *what) {
-    return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: '%.64s' is not %s", t->prefix, f->name, v,
+    return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": '%.64s' is not %s", t->prefix, f->name, v,
                    what);
 }
 
@@ -486,7 +493,7 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         char *copy = NULL;
         if (v->s) {
             copy = pl_strdup(v->s);
-            if (!copy) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s: copy", t->prefix, f->name);
+            if (!copy) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
             PL_TRY(keep(t, obj, copy));
         }
         *(const char **)p = copy;
@@ -498,7 +505,7 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         size_t n = old_n + v->n;
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         int32_t *ids = pl_calloc(n ? n : 1, sizeof *ids);
-        if (!ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s: copy", t->prefix, f->name);
+        if (!ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
         if (old_n) memcpy(ids, old, old_n * sizeof *ids);
         if (v->n) memcpy(ids + old_n, v->ids, v->n * sizeof *ids);
         PL_TRY(keep(t, obj, ids));
@@ -513,13 +520,13 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         for (size_t i = 0; i < v->n; i++)
             if (!v->strs[i][0])
-                return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: an empty string is not allowed",
+                return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": an empty string is not allowed",
                                t->prefix, f->name);
         /* one block: the pointer array, then the new strings' bytes */
         size_t bytes = (n ? n : 1) * sizeof(char *);
         for (size_t i = 0; i < v->n; i++) bytes += strlen(v->strs[i]) + 1;
         char **arr = pl_malloc(bytes);
-        if (!arr) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s: copy", t->prefix, f->name);
+        if (!arr) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
         char *text = (char *)(arr + (n ? n : 1));
         for (size_t i = 0; i < old_n; i++) arr[i] = (char *)old[i]; /* kept alive by storage
                                                                         or by the caller */
@@ -584,7 +591,7 @@ static pl_status parse_text(const pl_field_table *t, const pl_field *f, const ch
         return PL_OK;
     case PL_FIELD_STRINGS:
         v->strs = pl_malloc(sizeof *v->strs);
-        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
         v->strs[0] = s;
         v->n = 1;
         v->append = true;
@@ -607,7 +614,7 @@ pl_status pl_fields_set_text(const pl_field_table *t, void *obj, const char *nam
                              const char *text) {
     const pl_field *f;
     PL_TRY(lookup(t, obj, name, &f));
-    if (!text) return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: value is NULL", t->prefix, name);
+    if (!text) return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": value is NULL", t->prefix, name);
     value v = {0};
     return set_value(t, f, obj, &v, parse_text(t, f, text, &v));
 }
@@ -630,7 +637,7 @@ static const char *json_kind(const json_t *j) {
 
 static pl_status bad_json(const pl_field_table *t, const pl_field *f, const json_t *j,
                           const char *want) {
-    return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: must be %s, not %s", t->prefix, f->name,
+    return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": must be %s, not %s", t->prefix, f->name,
                    want, json_kind(j));
 }
 
@@ -678,7 +685,7 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
         if (json_is_null(j)) return (v->s = NULL), PL_OK;
         if (!json_is_string(j)) return bad_json(t, f, j, "a string or null");
         if (!(v->s = json_cstr(j)))
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: the string contains a NUL byte",
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": the string contains a NUL byte",
                            t->prefix, f->name);
         return PL_OK;
     case PL_FIELD_ENUM: {
@@ -696,13 +703,13 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
             return bad_json(t, f, j, "an array of token ids (or one id, or null)");
         size_t n = one ? 1 : json_array_size(j);
         v->ids = pl_calloc(n ? n : 1, sizeof *v->ids);
-        if (!v->ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+        if (!v->ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
         for (size_t i = 0; i < n; i++) {
             const json_t *x = one ? j : json_array_get(j, i);
             if (!json_is_integer(x) || json_integer_value(x) < 0 ||
                 json_integer_value(x) > INT32_MAX)
                 return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                               "%s.%s[%zu]: must be a token id (an integer in [0, 2^31)), not %s",
+                               FIELD "[%zu]: must be a token id (an integer in [0, 2^31)), not %s",
                                t->prefix, f->name, i, json_kind(x));
             v->ids[i] = (int32_t)json_integer_value(x);
         }
@@ -716,15 +723,15 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
             return bad_json(t, f, j, "a string or an array of strings (or null)");
         size_t n = one ? 1 : json_array_size(j);
         v->strs = pl_calloc(n ? n : 1, sizeof *v->strs);
-        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
         for (size_t i = 0; i < n; i++) {
             const json_t *x = one ? j : json_array_get(j, i);
             if (!json_is_string(x))
-                return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s[%zu]: must be a string, not %s",
+                return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD "[%zu]: must be a string, not %s",
                                t->prefix, f->name, i, json_kind(x));
             if (!(v->strs[i] = json_cstr(x)))
                 return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                               "%s.%s[%zu]: the string contains a NUL byte", t->prefix,
+                               FIELD "[%zu]: the string contains a NUL byte", t->prefix,
                                f->name, i);
         }
         v->n = n;
@@ -751,7 +758,7 @@ pl_status pl_fields_set_json(const pl_field_table *t, void *obj, const char *nam
                              const char *json) {
     const pl_field *f;
     PL_TRY(lookup(t, obj, name, &f));
-    if (!json) return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: value is NULL", t->prefix, name);
+    if (!json) return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": value is NULL", t->prefix, name);
     char digits[32];
     if ((f->kind == PL_FIELD_U64 || f->kind == PL_FIELD_OPT_U64 || f->kind == PL_FIELD_SIZE) &&
         unsigned_literal(json, digits, sizeof digits)) {
@@ -761,7 +768,7 @@ pl_status pl_fields_set_json(const pl_field_table *t, void *obj, const char *nam
     json_error_t err;
     json_t *j = json_loads(json, JSON_DECODE_ANY, &err);
     if (!j)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: not JSON (%s at column %d)", t->prefix,
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": not JSON (%s at column %d)", t->prefix,
                        f->name, err.text, err.column);
     value v = {0};
     pl_status s = set_value(t, f, obj, &v, parse_json(t, f, j, &v)); /* strings point into j */

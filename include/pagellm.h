@@ -115,6 +115,20 @@ PL_API const char *pl_status_string(pl_status s);
  * "" when none. Thread-owned, valid until this thread's next pagellm call. */
 PL_API const char *pl_last_error(void);
 
+/* How a message names the fields it is about: as the C structs' members
+ * ("config.max_total_tokens", what pl_last_error says), as the command line's flags
+ * ("--max-total-tokens"; the field's name where it has no flag) or as JSON keys and keyword
+ * arguments ("max_total_tokens"). */
+typedef enum pl_naming {
+    PL_NAMING_C = 0,
+    PL_NAMING_FLAG = 1,
+    PL_NAMING_JSON = 2,
+} pl_naming;
+/* pl_last_error() with the fields it names written the given way: an interface shows its
+ * users the names they type ("--max-total-tokens = 2: must be >= --max-batch-size (4)").
+ * Thread-local, valid until this thread's next call into pagellm. */
+PL_API const char *pl_last_error_as(pl_naming naming);
+
 /* Why a request finished: X(NAME, value, name). */
 #define PL_FINISH_REASON_MAP(X)                                                                \
     X(NONE, 0, "none")             /* not finished */                                          \
@@ -267,8 +281,8 @@ typedef enum pl_overflow_policy {
 
 /* Sampling parameters of one request. Lists and strings are copied at submit. */
 #define PL_SAMPLING_PARAMS_FIELDS(X)                                                           \
-    X(INT, int, max_tokens, 100, PL_RANGE(1, 16777216), "--max-tokens", 'n', "N",              \
-      "output tokens at most")                                                                 \
+    X(INT, int, max_tokens, 100, PL_RANGE(1, 16777216), "--max-tokens", 0, "N",                \
+      "output tokens at most (llama.cpp's -n; -n itself is refused: see --n)")                 \
     X(INT, int, min_tokens, 0, PL_RANGE(0, 16777216), "--min-tokens", 0, "N",                  \
       "EOS and stop ids are ignored before this many output tokens (<= max_tokens)")           \
     X(FLOAT, float, temperature, 1.0f, PL_RANGE(0, 1e6), "--temperature", 0, "T",              \
@@ -295,7 +309,8 @@ typedef enum pl_overflow_policy {
     X(BOOL, bool, ignore_eos, false, PL_RANGE_NONE, "--ignore-eos", 0, NULL,                   \
       "keep generating past EOS (benchmarks)")                                                 \
     X(INT, int, n, 1, PL_RANGE(1, 64), "--n", 0, "N",                                          \
-      "parallel samples of the prompt, sharing its KV blocks")                                 \
+      "parallel samples of the prompt, sharing its KV blocks (vLLM's n; not the output "      \
+      "length, which is --max-tokens)")                                                        \
     X(INT, int, priority, 0, PL_RANGE(-1000000, 1000000), "--priority", 0, "N",                \
       "lower runs first, first come first served within a priority; strict, no aging")         \
     X(INT, int, logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--logprobs", 0, "K",             \
@@ -320,6 +335,22 @@ typedef enum pl_overflow_policy {
       "model has it, else the default")                                                        \
     X(STRING, const char *, chat_template, NULL, PL_RANGE_NONE, NULL, 0, "TEXT",               \
       "Jinja template text used for this call instead of the engine's")
+
+/* Other names of fields: vLLM's engine arguments and SamplingParams where they differ from
+ * pagellm's. The setters by name take them, the command line as flags ("--" and the alias,
+ * with '-' or '_'), the Python package as keyword arguments. A row is A(field, "alias"). */
+#define PL_ENGINE_CONFIG_ALIASES(A)                                                            \
+    A(model_path, "model")                                                                     \
+    A(tokenizer_path, "tokenizer")                                                             \
+    A(weight_dtype, "dtype")                                                                   \
+    A(kv_dtype, "kv_cache_dtype")                                                              \
+    A(max_total_tokens, "max_num_batched_tokens")                                              \
+    A(memory_threshold, "gpu_memory_utilization")                                              \
+    A(max_num_blocks, "num_gpu_blocks_override")                                               \
+    A(long_prefill_threshold, "long_prefill_token_threshold")                                  \
+    A(n_threads, "threads")
+#define PL_SAMPLING_PARAMS_ALIASES(A)                                                          \
+    A(stop_ids, "stop_token_ids")
 
 /* ------------------------------------------------------------------------------------------
  * Engine configuration
@@ -431,12 +462,20 @@ typedef struct pl_field {
 PL_API const pl_field *pl_engine_config_fields(size_t *out_n);
 PL_API const pl_field *pl_sampling_params_fields(size_t *out_n);
 
+/* One row of an alias table (PL_ENGINE_CONFIG_ALIASES). Static storage. */
+typedef struct pl_field_alias {
+    const char *alias; /* "max_num_batched_tokens" */
+    const char *name;  /* the field it names: "max_total_tokens" */
+} pl_field_alias;
+PL_API const pl_field_alias *pl_engine_config_aliases(size_t *out_n);
+PL_API const pl_field_alias *pl_sampling_params_aliases(size_t *out_n);
+
 /* Sets a field by name from text as a command line gives it: a number ("16", "0.9"; SIZE
  * also "512M", "4GiB"), true/false (also 1/0, yes/no, on/off), an enum's name ("f16"), a
  * string (copied). A list field (IDS, STRINGS) gets value appended (IDS: comma-separated
  * ids). OPT_U64: a number, or "" to unset. The value is checked against the field's range
- * only (pl_*_validate checks the rules between fields). Copies live in the struct's storage
- * until _deinit. Errors: PL_ERR_INVALID_ARGUMENT (struct_size, NULL, a malformed or
+ * only (pl_*_validate checks the rules between fields). name may be an alias
+ * (pl_engine_config_aliases). Copies live in the struct's storage until _deinit. Errors: PL_ERR_INVALID_ARGUMENT (struct_size, NULL, a malformed or
  * out-of-range value: "config.block_size: 'x' is not an integer"), PL_ERR_NOT_FOUND (no
  * such field; the message suggests the closest name), PL_ERR_OUT_OF_MEMORY. On failure the
  * struct is unchanged. */

@@ -25,8 +25,8 @@
 #include "commands.h"
 
 static void usage(void) {
-    printf("usage: pagellm chat --model PATH [--tokenizer PATH] [--system TEXT] [--json]\n"
-           "                    [chat flags] [sampling flags] [engine flags]\n\n"
+    printf("usage: pagellm chat (MODEL | --model PATH) [--tokenizer PATH] [--system TEXT]\n"
+           "                    [--json] [chat flags] [sampling flags] [engine flags]\n\n"
            "A conversation with a chat model: each line of input is a user message; the reply\n"
            "streams as it is generated. The conversation is rendered with the model's chat\n"
            "template (or --chat-template) every turn.\n\n"
@@ -130,7 +130,7 @@ static bool run_reply(chat *c, pl_request_id id, char **out_text) {
         pl_step_result r = {0};
         pl_status s = pl_engine_step(c->e, &r);
         if (s != PL_OK) {
-            fprintf(stderr, "\npagellm chat: %s (%s)\n", pl_last_error(), pl_status_name(s));
+            fprintf(stderr, "\npagellm chat: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
             ok = false;
             if (s != PL_ERR_BACKEND) break; /* nothing to report */
         }
@@ -168,7 +168,7 @@ static bool turn(chat *c, const char *line) {
                        : PL_ERR_OUT_OF_MEMORY;
     free(msgs);
     if (s != PL_OK) {
-        fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error(), pl_status_name(s),
+        fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s),
                 s == PL_ERR_TOO_LONG ? "; /reset starts a new conversation" : "");
         json_array_remove(c->messages, json_array_size(c->messages) - 1);
         return false;
@@ -240,7 +240,7 @@ static bool check_template(pl_engine *e, const pl_chat_options *opt) {
     pl_free_text(text);
     if (s == PL_OK || s == PL_ERR_INVALID_ARGUMENT) return true; /* a template may raise on
                                                                     this chat, not on all */
-    fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error(), pl_status_name(s),
+    fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s),
             s == PL_ERR_NOT_FOUND ? "; --chat-template FILE gives one" : "");
     return false;
 }
@@ -255,16 +255,17 @@ static int run_chat(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         if (r == 0) r = cli_chat_flag(opt, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if (!strcmp(a, "--system") && i + 1 < argc) {
+        } else if (cli_is(a, "--system") && i + 1 < argc) {
             c.system = argv[++i];
-        } else if (!strcmp(a, "--json")) {
+        } else if (cli_is(a, "--json")) {
             c.json = true;
+        } else if (i == 0 && a[0] != '-' && !cfg->model_path) {
+            cfg->model_path = a; /* `pagellm chat MODEL` */
         } else {
-            fprintf(stderr, "pagellm chat: unknown or incomplete flag '%s' (see --help)\n", a);
-            return 2;
+            return cli_unknown_flag("chat", a, usage);
         }
     }
     if (!cfg->model_path) {
@@ -277,7 +278,7 @@ static int run_chat(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         return 2;
     }
     if (pl_engine_create(cfg, &c.e) != PL_OK) {
-        fprintf(stderr, "pagellm chat: %s\n", pl_last_error());
+        fprintf(stderr, "pagellm chat: %s\n", pl_last_error_as(PL_NAMING_FLAG));
         return 1;
     }
     int rc = 1;

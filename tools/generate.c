@@ -26,7 +26,7 @@
 #include "commands.h"
 
 static void usage(void) {
-    printf("usage: pagellm generate --model PATH [--tokenizer PATH]\n"
+    printf("usage: pagellm generate (MODEL | --model PATH) [--tokenizer PATH]\n"
            "                        (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json |\n"
            "                         --prompts FILE.jsonl)\n"
            "                        [chat flags] [sampling flags] [engine flags] [--json]\n\n"
@@ -222,7 +222,7 @@ static int run_streaming(pl_engine *e, const char *prompt, pl_request_id id) {
         }
         pl_step_result r;
         if (pl_engine_step(e, &r) != PL_OK) {
-            fprintf(stderr, "\npagellm generate: %s\n", pl_last_error());
+            fprintf(stderr, "\npagellm generate: %s\n", pl_last_error_as(PL_NAMING_FLAG));
             return 1;
         }
         for (size_t i = 0; i < r.n_deltas; i++) fwrite(r.deltas[i].text, 1, r.deltas[i].text_len, stdout);
@@ -276,7 +276,7 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
         pl_request_id id = 0;
         pl_status s = submit(e, p, o->chat, &id);
         if (s != PL_OK) {
-            print_refusal(o, i, s, pl_last_error());
+            print_refusal(o, i, s, pl_last_error_as(PL_NAMING_FLAG));
             n_refused++;
             continue;
         }
@@ -299,7 +299,7 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
         pl_status s = pl_engine_step(e, &r);
         if (s != PL_OK) {
             pl_progress_clear(&o->bar);
-            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error(), pl_status_name(s));
+            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
             rc = 1;
             /* a backend failure finishes the running requests with reason error, reported
              * in r; anything else leaves nothing to report */
@@ -351,22 +351,23 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         if (r == 0) r = cli_chat_flag(chat, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if ((!strcmp(a, "--prompt") || !strcmp(a, "-p")) && i + 1 < argc) {
+        } else if ((cli_is(a, "--prompt") || !strcmp(a, "-p")) && i + 1 < argc) {
             prompt = argv[++i];
-        } else if (!strcmp(a, "--prompt-ids") && i + 1 < argc) {
+        } else if (cli_is(a, "--prompt-ids") && i + 1 < argc) {
             ids_arg = argv[++i];
-        } else if (!strcmp(a, "--prompts") && i + 1 < argc) {
+        } else if (cli_is(a, "--prompts") && i + 1 < argc) {
             file = argv[++i];
-        } else if (!strcmp(a, "--messages") && i + 1 < argc) {
+        } else if (cli_is(a, "--messages") && i + 1 < argc) {
             messages = argv[++i];
-        } else if (!strcmp(a, "--json")) {
+        } else if (cli_is(a, "--json")) {
             json = true;
+        } else if (i == 0 && a[0] != '-' && !cfg->model_path) {
+            cfg->model_path = a; /* `pagellm generate MODEL ...`, as `vllm serve MODEL` */
         } else {
-            fprintf(stderr, "pagellm generate: unknown or incomplete flag '%s' (see --help)\n", a);
-            return 2;
+            return cli_unknown_flag("generate", a, usage);
         }
     }
     if (!cfg->model_path) {
@@ -410,7 +411,7 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
 
     pl_engine *e = NULL;
     if (pl_engine_create(cfg, &e) != PL_OK) {
-        fprintf(stderr, "pagellm generate: %s\n", pl_last_error());
+        fprintf(stderr, "pagellm generate: %s\n", pl_last_error_as(PL_NAMING_FLAG));
         cli_prompts_free(prompts, n_prompts);
         return 1;
     }
@@ -424,7 +425,7 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         if (s == PL_OK) {
             rc = run_streaming(e, prompts[0].text ? prompts[0].text : "", id);
         } else {
-            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error(), pl_status_name(s));
+            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
             rc = 1;
         }
     } else {

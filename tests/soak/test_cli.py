@@ -402,7 +402,7 @@ def main():
         ("min_tokens above max_tokens", "minmax.jsonl",
          '{"prompt_token_ids": [1], "max_tokens": 2, "min_tokens": 5}\n', "minmax.jsonl:1: "),
         ("a sampling field beyond the old list", "lp.jsonl",
-         '{"prompt_token_ids": [1], "logprobs": 99}\n', "lp.jsonl:1: sampling.logprobs"),
+         '{"prompt_token_ids": [1], "logprobs": 99}\n', "lp.jsonl:1: logprobs = 99"),
         ("n out of range", "n.jsonl", '{"prompt_token_ids": [1], "n": 1000}\n', "n"),
     ]
     for name, fname, text, needle in cases:
@@ -428,7 +428,7 @@ def main():
     # a sampling value out of range is the file's fault: refused while reading, with its line
     check("prompts file: sampling value refused", ["generate", "--model", "dummy:tiny",
           "--prompts", jsonl("topp.jsonl", '{"prompt_token_ids": [1], "top_p": 0}\n')],
-          2, ["topp.jsonl:1: sampling.top_p = 0: must be in (0, 1]"])
+          2, ["topp.jsonl:1: top_p = 0: must be in (0, 1]"])
 
     # flags
     flag_cases = [
@@ -467,8 +467,8 @@ def main():
     check("unknown command", ["frobnicate"], 2, ["frobnicate"])
     check("long-prefill-threshold without chunked prefill", ["generate", "--model", "dummy:tiny",
           "--no-chunked-prefill", "--long-prefill-threshold", "10"] + ids, None,
-          ["long_prefill_threshold", "chunked prefill"])
-    check("max-num-seqs alone lowers the batch", ["generate", "-m", "dummy:tiny", "-n", "2",
+          ["--long-prefill-threshold = 10", "chunked prefill", "--enable-chunked-prefill"])
+    check("max-num-seqs alone lowers the batch", ["generate", "-m", "dummy:tiny", "--max-tokens", "2",
           "--max-num-seqs", "4", "--temperature", "0"] + ids, 0, [])
     check("block size not a power of two", ["generate", "--model", "dummy:tiny",
                                             "--block-size", "24"] + ids, None, ["block"])

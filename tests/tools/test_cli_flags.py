@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The command line as a newcomer from vLLM or llama.cpp types it (issue 26): help per
+command, vLLM's flag names and underscore spellings, a positional model, "did you mean",
+-n against --n, errors that name what was typed, and what `generate` prints.
+
+usage: test_cli_flags.py PAGELLM CASE   (exit 0 pass, 1 fail, 77 skip)
+
+Every case runs the built `pagellm` on dummy:tiny (random weights, no files) unless it says
+otherwise; expected values come from the flags, never from the tool's own output.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+PAGELLM = None
+TMP = None
+TINY = ["--model", "dummy:tiny"]
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def run(args, expect_rc=0, stdin=None, timeout=120, env=None):
+    p = subprocess.run([PAGELLM] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=timeout, input=stdin, env=env)
+    check(p.returncode >= 0, f"pagellm {' '.join(map(str, args))} died of signal "
+          f"{-p.returncode}\n{p.stderr}")
+    check("Sanitizer" not in p.stderr and "runtime error:" not in p.stderr,
+          f"sanitizer report:\n{p.stderr}")
+    if expect_rc is not None:
+        check(p.returncode == expect_rc,
+              f"pagellm {' '.join(map(str, args))}: exit {p.returncode}, expected {expect_rc}"
+              f"\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def records(stdout):
+    return [json.loads(l) for l in stdout.splitlines() if l.startswith("{")]
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def case_help_command():
+    """`pagellm help CMD` is `pagellm CMD --help` (it printed the top-level help)."""
+    for cmd in (["generate"], ["chat"], ["serve"], ["bench", "throughput"], ["tokenize"]):
+        want = run(cmd + ["--help"]).stdout
+        got = run(["help"] + cmd).stdout
+        check(got == want, f"help {' '.join(cmd)} differs from {' '.join(cmd)} --help")
+        check(got.startswith(f"usage: pagellm {' '.join(cmd)}"), f"help {cmd}: {got[:80]!r}")
+    top = run(["help"]).stdout
+    check("commands:" in top, "pagellm help lost the top-level help")
+    p = run(["genrate"], expect_rc=2)
+    check("did you mean 'generate'" in p.stderr, f"no suggestion for a command: {p.stderr}")
+
+
+def case_did_you_mean():
+    """An unknown flag gets the closest one the command takes; a known one without its value
+    says so; a flag of another command or nothing near gets no guess."""
+    cases = [
+        (["generate"] + TINY + ["--max-tokns", "3"], "--max-tokens"),
+        (["generate"] + TINY + ["--temprature", "0"], "--temperature"),
+        (["generate"] + TINY + ["--promt", "hi"], "--prompt"),
+        (["chat"] + TINY + ["--sytem", "x"], "--system"),
+        (["serve"] + TINY + ["--prot", "0"], "--port"),
+        (["bench", "throughput", "--num-prompt", "3"], "--num-prompts"),
+        (["bench", "serve", "--request-rat", "3"], "--request-rate"),
+        (["tokenize", "--tokenizr", "x"], "--tokenizer"),
+        (["generate"] + TINY + ["--gpu-memory-utilisation", "0.5"], "--gpu-memory-utilization"),
+    ]
+    for args, want in cases:
+        p = run(args, expect_rc=2)
+        check(f"(did you mean {want}?)" in p.stderr, f"{args}: no '{want}' suggested: {p.stderr}")
+    p = run(["generate"] + TINY + ["--prompt"], expect_rc=2)
+    check("--prompt: missing value" in p.stderr, f"a flag without its value: {p.stderr}")
+    p = run(["generate"] + TINY + ["--zzzzzz", "1"], expect_rc=2)
+    check("unknown flag '--zzzzzz'" in p.stderr and "did you mean" not in p.stderr,
+          f"a guess for nothing near: {p.stderr}")
+
+
+def case_vllm_names():
+    """vLLM's engine argument names and underscore spellings set the same fields as pagellm's
+    flags: the same run gives the same records; a refused value under an alias still names
+    what was typed."""
+    base = ["generate"] + TINY + ["--prompt-ids", "1,2,3", "--json", "--temperature", "0",
+                                  "--max-tokens", "4"]
+    ours = run(base + ["--kv-dtype", "f32", "--max-total-tokens", "64", "--max-num-blocks",
+                       "40", "--no-prefix-caching"])
+    theirs = run(base + ["--kv-cache-dtype", "f32", "--max-num-batched-tokens", "64",
+                         "--num_gpu_blocks_override", "40", "--no-enable-prefix-caching"])
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("timings", "id")}
+                          for r in recs]
+    check(strip(records(ours.stdout)) == strip(records(theirs.stdout)),
+          f"aliases gave other outputs:\n{ours.stdout}\n{theirs.stdout}")
+    under = run(["generate", "--model=dummy:tiny", "--prompt_ids", "1,2,3", "--json",
+                 "--temperature=0", "--max_tokens", "4", "--kv_dtype=f32",
+                 "--max_total_tokens", "64", "--max_num_blocks", "40",
+                 "--enable_prefix_caching=false"])
+    check(strip(records(under.stdout)) == strip(records(ours.stdout)), "underscores differ")
+    # the alias takes effect: a budget below the batch is refused naming the flag typed
+    p = run(["generate"] + TINY + ["--prompt-ids", "1", "--max-num-batched-tokens", "2",
+                                   "--max-batch-size", "4"], expect_rc=1)
+    check("--max-num-batched-tokens" in p.stderr or "--max-total-tokens" in p.stderr,
+          f"the budget error does not name a flag: {p.stderr}")
+    p = run(["generate"] + TINY + ["--prompt-ids", "1", "--gpu-memory-utilization", "2"],
+            expect_rc=2)
+    check("--gpu-memory-utilization" in p.stderr and "(0, 1]" in p.stderr,
+          f"an alias's bad value: {p.stderr}")
+
+
+def case_positional_model():
+    """`pagellm serve MODEL` / `generate MODEL`, as `vllm serve MODEL`."""
+    p = run(["generate", "dummy:tiny", "--prompt-ids", "1,2", "--max-tokens", "3", "--json"])
+    check(len(records(p.stdout)) == 1 and len(records(p.stdout)[0]["output_token_ids"]) == 3,
+          f"generate MODEL: {p.stdout}")
+    missing = os.path.join(TMP, "no-such-model.bin")
+    p = run(["serve", missing, "--port", "0"], expect_rc=1)
+    check(missing in p.stderr, f"serve MODEL did not take MODEL as the model: {p.stderr}")
+    p = run(["generate", "dummy:tiny", "dummy:tiny", "--prompt-ids", "1"], expect_rc=2)
+    check("unexpected argument 'dummy:tiny'" in p.stderr, f"a second positional: {p.stderr}")
+
+
+def case_n_flags():
+    """-n is refused with both meanings spelt out; --n is the number of samples; help says
+    which is which."""
+    p = run(["generate"] + TINY + ["--prompt-ids", "1,2", "-n", "5"], expect_rc=2)
+    check("--max-tokens" in p.stderr and "--n" in p.stderr, f"-n: {p.stderr}")
+    p = run(["generate"] + TINY + ["--prompt-ids", "1,2", "--n", "3", "--max-tokens", "2",
+                                   "--json"])
+    recs = records(p.stdout)
+    check(sorted(r["sample"] for r in recs) == [0, 1, 2] and
+          all(len(r["output_token_ids"]) == 2 for r in recs), f"--n 3: {p.stdout}")
+    h = run(["generate", "--help"]).stdout
+    check(not re.search(r"^\s*-n, ", h, re.M), "help still lists -n")
+    line = next(l for l in h.splitlines() if l.strip().startswith("--n N"))
+    check("samples" in line, f"--n's help: {line}")
+
+
+def case_bench_n():
+    """`bench throughput --n N` (vLLM's): every prompt sampled N times, output tokens counted
+    per sample, prompt tokens and requests per prompt."""
+    out = os.path.join(TMP, "t.json")
+    run(["bench", "throughput", "--model", "dummy:tiny", "--num-prompts", "3", "--input-len",
+         "5", "--output-len", "4", "--n", "2", "--output-json", out])
+    with open(out, encoding="utf-8") as f:
+        js = json.load(f)
+    check(js["num_requests"] == 3, f"num_requests {js['num_requests']} != 3 prompts")
+    check(js["total_num_prompt_tokens"] == 3 * 5, f"prompt tokens {js['total_num_prompt_tokens']}")
+    check(js["total_num_output_tokens"] == 3 * 2 * 4,
+          f"output tokens {js['total_num_output_tokens']} != 3 prompts x 2 samples x 4")
+    check(js["workload"]["n"] == 2, "the JSON does not say n")
+
+
+CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
+
+
+def main():
+    global PAGELLM, TMP
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        print(f"usage: {sys.argv[0]} PAGELLM CASE ({', '.join(CASES)})", file=sys.stderr)
+        return 2
+    PAGELLM = os.path.abspath(sys.argv[1])
+    case = sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="pagellm-cli-") as d:
+        TMP = d
+        try:
+            CASES[case]()
+        except Skip as e:
+            print(f"SKIP {case}: {e}")
+            return 77
+        except Failure as e:
+            print(f"FAIL {case}: {e}")
+            return 1
+    print(f"PASS {case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,8 +4,8 @@
 # - pkg-config --cflags gives the include directory and nothing else (pagellm.h includes only
 #   libc headers: no dependency's include directory belongs there);
 # - a program built with `pkg-config --cflags --libs pagellm` runs on the shared library;
-# - the same program linked against the static archive with `pkg-config --static --libs`
-#   runs, without libpagellm.so and without any CUDA library;
+# - the same program linked with `pkg-config --cflags --libs pagellm-static` (the README's
+#   command) runs, without libpagellm.so and without any CUDA library;
 # - the installed pagellm runs, and its man page is installed;
 # - the installed Python package imports and generates, loading the installed library through
 #   the path meson install recorded (no PAGELLM_LIBRARY), and `pip install ./python` gives a
@@ -30,7 +30,7 @@ libdir="$(dirname "$(find "$root" -name 'libpagellm.so' | head -n 1)")"
 cflags="$(pkg-config --cflags pagellm)"
 [ "$(echo $cflags)" = "-I$incdir" ] ||
   { echo "pkg-config --cflags pagellm gives '$cflags', expected '-I$incdir' alone"; exit 1; }
-static_libs="$(pkg-config --static --libs pagellm)"
+static_libs="$(pkg-config --libs pagellm-static)"
 case "$static_libs" in
 *cublas* | *cudart* | *cuda*) echo "static link flags name CUDA: $static_libs"; exit 1 ;;
 esac
@@ -50,9 +50,9 @@ case "$(LD_LIBRARY_PATH="$libdir" ldd "$tmp/example")" in
 *) echo "not linked to libpagellm.so"; exit 1 ;;
 esac
 
-# static: the archive in place of -lpagellm, the private flags for what it needs
+# static: exactly as the README says
 cc -std=c11 -Wall -Werror $san "$src/tests/unit/install_example.c" -o "$tmp/example_static" \
-  $cflags ${static_libs/-lpagellm/-l:libpagellm.a}
+  $(pkg-config --cflags --libs pagellm-static)
 "$tmp/example_static"
 case "$(ldd "$tmp/example_static")" in
 *libpagellm.so*) echo "the static program loads libpagellm.so"; exit 1 ;;

@@ -41,7 +41,8 @@ def pytest_runtest_logreport(report):
         _counts[report.outcome] += 1
     if report.skipped:
         why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skips.append(f"[SKIP] {report.nodeid}: {why[9:] if why.startswith('Skipped: ') else why}")
+        why = why[len("Skipped: "):] if why.startswith("Skipped: ") else why
+        _skips.append(f"[SKIP] {report.nodeid}: {why}")
 
 
 def pytest_sessionfinish(session, exitstatus):

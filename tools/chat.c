@@ -7,9 +7,11 @@
  * the history; the reply streams to stdout as it is generated and joins the history as the
  * assistant's message (its text as printed, the end-of-turn token not included).
  *
- * On a terminal a "> " prompt is shown; on a pipe nothing but the replies is printed (one
- * per line in text mode, one JSON record per reply with --json), which is how scripts and
- * tests drive it. Ctrl-C stops the reply being generated (it is kept, cut, in the history)
+ * Messages come from tools/line_input.c: on a terminal with line editing and history
+ * (libedit), a line ending in a backslash going on to the next (--multiline-input: every line
+ * until an empty one). On a terminal a "> " prompt is shown; on a pipe nothing but the
+ * replies is printed (one per line in text mode, one JSON record per reply with --json),
+ * which is how scripts and tests drive it. Ctrl-C stops the reply being generated (it is kept, cut, in the history)
  * and the chat goes on; at the prompt it only clears the line. /exit, /quit or end of input
  * (Ctrl-D) leave; /reset forgets the conversation but the system message.
  */
@@ -23,6 +25,7 @@
 
 #include "cli/cli.h"
 #include "commands.h"
+#include "line_input.h"
 
 static void usage(void) {
     printf("usage: pagellm chat (MODEL | --model PATH) [--tokenizer PATH] [--system TEXT]\n"
@@ -31,6 +34,10 @@ static void usage(void) {
            "streams as it is generated. The conversation is rendered with the model's chat\n"
            "template (or --chat-template) every turn.\n\n"
            "  --system TEXT   a system message first in the conversation\n"
+           "  --multiline-input\n"
+           "                  a message goes on until an empty line (pasted text stays one\n"
+           "                  message); without it a line is a message, and a line ending in\n"
+           "                  \\ goes on to the next\n"
            "  --json          one JSON object per reply instead of its streamed text: turn,\n"
            "                  prompt_token_ids, output_token_ids, text, finish_reason, usage\n\n"
            "In the chat: /exit or /quit (or Ctrl-D) leaves, /reset starts a new conversation\n"
@@ -75,7 +82,7 @@ typedef struct chat {
     const pl_sampling_params *sp;
     const char *system;
     json_t *messages; /* the history, in OpenAI's shape */
-    bool json, interactive;
+    bool json, interactive, multiline;
     int turn;
 } chat;
 
@@ -185,50 +192,54 @@ static bool turn(chat *c, const char *line) {
     return ok;
 }
 
-/* Reads lines until /exit or the end of input. Returns the exit status. */
+/* Reads messages until /exit or the end of input. Returns the exit status. */
 static int converse(chat *c) {
     if (c->interactive)
         fprintf(stderr, "pagellm chat: /exit or Ctrl-D leaves, /reset starts over, Ctrl-C stops "
-                        "a reply\n");
-    char *line = NULL;
-    size_t cap = 0;
+                        "a reply; a line ending in \\ goes on%s\n",
+                c->multiline ? ", an empty line sends" : "");
+    line_input *in = line_input_open("pagellm", c->interactive, c->multiline);
+    if (!in) {
+        fprintf(stderr, "pagellm chat: out of memory\n");
+        return 1;
+    }
     int rc = 0;
     for (;;) {
-        if (c->interactive) {
-            fputs("> ", stdout);
-            fflush(stdout);
-        }
-        errno = 0;
+        const char *msg;
+        size_t n;
         catch_sigint(false);
-        ssize_t n = getline(&line, &cap, stdin);
+        line_result got = line_input_read(in, &msg, &n);
         catch_sigint(true);
-        if (n < 0) {
-            if (errno == EINTR && g_interrupted) { /* Ctrl-C at the prompt: a fresh line */
-                g_interrupted = 0;
-                clearerr(stdin);
-                if (c->interactive) fputs("\n", stdout);
-                continue;
-            }
+        if (got == LINE_INTERRUPTED) { /* Ctrl-C at the prompt: a fresh line */
+            g_interrupted = 0;
+            if (c->interactive) fputs("\n", stdout);
+            continue;
+        }
+        if (got == LINE_ERROR) {
+            fprintf(stderr, "pagellm chat: reading the input: %s\n", strerror(errno));
+            rc = 1;
+            break;
+        }
+        if (got == LINE_END) {
             if (c->interactive) fputs("\n", stdout);
             break;
         }
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-        if (line[strspn(line, " \t")] == '\0') continue; /* a blank line is no message */
-        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (!strcmp(line, "/reset")) {
+        if (!strcmp(msg, "/exit") || !strcmp(msg, "/quit")) break;
+        if (!strcmp(msg, "/reset")) {
             reset(c);
             if (c->interactive) fprintf(stderr, "pagellm chat: a new conversation\n");
             continue;
         }
-        if (strlen(line) != (size_t)n) {
+        if (strlen(msg) != n) {
             fprintf(stderr, "pagellm chat: a line with a NUL byte is not a message\n");
             rc = 1;
             continue;
         }
+        line_input_remember(in, msg);
         g_interrupted = 0;
-        if (!turn(c, line)) rc = 1;
+        if (!turn(c, msg)) rc = 1;
     }
-    free(line);
+    line_input_close(in);
     return rc;
 }
 
@@ -262,6 +273,8 @@ static int run_chat(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
             c.system = argv[++i];
         } else if (cli_is(a, "--json")) {
             c.json = true;
+        } else if (cli_is(a, "--multiline-input")) {
+            c.multiline = true;
         } else if (i == 0 && a[0] != '-' && !cfg->model_path) {
             cfg->model_path = a; /* `pagellm chat MODEL` */
         } else {

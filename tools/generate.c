@@ -86,6 +86,7 @@ typedef struct output {
     bool stdout_tty;       /* the bar is erased before each record */
     const cli_prompt *prompts;
     const pl_chat_options *chat; /* the flags' chat options */
+    pl_engine *e;
     pl_progress bar;
 } output;
 
@@ -95,6 +96,17 @@ static bool has_tokenizer(const pl_engine *e) {
     if (pl_engine_tokenize(e, "a", &ids, &n) != PL_OK) return false;
     pl_free_ids(ids);
     return true;
+}
+
+/* What text mode prints before a prompt's output: a text prompt as given, token ids as they
+ * decode (as a text prompt would show), a chat nothing. malloc'd; NULL: nothing. */
+static char *echo_text(const pl_engine *e, const cli_prompt *p) {
+    if (p->text) return strdup(p->text);
+    char *text = NULL, *copy = NULL;
+    if (p->ids && pl_engine_detokenize(e, p->ids, p->n_ids, &text, NULL) == PL_OK)
+        copy = strdup(text);
+    pl_free_text(text);
+    return copy;
 }
 
 /* jansson refuses a string that is not UTF-8 (NULL): say so rather than drop the member. */
@@ -173,7 +185,9 @@ static void print_completion(output *o, size_t input, const pl_completion *c) {
     } else {
         print_header(o, input, c->index, reason);
         if (o->has_tokenizer) {
-            if (o->prompts[input].text) fputs(o->prompts[input].text, stdout);
+            char *echo = echo_text(o->e, &o->prompts[input]);
+            if (echo) fputs(echo, stdout);
+            free(echo);
             printf("%s\n", c->text ? c->text : "");
         } else { /* no text to show: the ids are the output */
             print_ids("prompt ids", c->prompt_ids, c->n_prompt_ids);
@@ -338,6 +352,15 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
     return rc || n_refused || n_failed ? 1 : 0;
 }
 
+/* A prompt flag given twice would silently keep the last: one prompt per run is meant, and
+ * several go in a prompts file. */
+static bool once(const char *flag, const char *already) {
+    if (!already) return true;
+    fprintf(stderr, "pagellm generate: %s given twice: one prompt per run (several: --prompts "
+                    "FILE.jsonl, one per line)\n", flag);
+    return false;
+}
+
 /* cfg, sp and chat: defaulted by the caller, who deinits them (the flags' lists live
  * there). */
 static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_params *sp,
@@ -355,12 +378,16 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
             usage();
             return 0;
         } else if ((cli_is(a, "--prompt") || !strcmp(a, "-p")) && i + 1 < argc) {
+            if (!once(a, prompt)) return 2;
             prompt = argv[++i];
         } else if (cli_is(a, "--prompt-ids") && i + 1 < argc) {
+            if (!once(a, ids_arg)) return 2;
             ids_arg = argv[++i];
         } else if (cli_is(a, "--prompts") && i + 1 < argc) {
+            if (!once(a, file)) return 2;
             file = argv[++i];
         } else if (cli_is(a, "--messages") && i + 1 < argc) {
+            if (!once(a, messages)) return 2;
             messages = argv[++i];
         } else if (cli_is(a, "--json")) {
             json = true;
@@ -418,18 +445,21 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
     g_interrupted = 0;
     catch_sigint();
     int rc;
-    if (!json && n_prompts == 1 && (prompts[0].text || prompts[0].messages) &&
+    bool tok = has_tokenizer(e);
+    if (!json && n_prompts == 1 && (prompts[0].text || prompts[0].messages || tok) &&
         prompts[0].params.n == 1) {
         pl_request_id id = 0;
         pl_status s = submit(e, &prompts[0], chat, &id);
         if (s == PL_OK) {
-            rc = run_streaming(e, prompts[0].text ? prompts[0].text : "", id);
+            char *echo = echo_text(e, &prompts[0]);
+            rc = run_streaming(e, echo ? echo : "", id);
+            free(echo);
         } else {
             fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
             rc = 1;
         }
     } else {
-        output o = {.json = json, .has_tokenizer = has_tokenizer(e),
+        output o = {.json = json, .has_tokenizer = tok, .e = e,
                     .stdout_tty = isatty(STDOUT_FILENO), .prompts = prompts, .chat = chat};
         rc = run_batch(e, prompts, n_prompts, &o);
     }

@@ -164,6 +164,39 @@ def case_bench_n():
     check(js["workload"]["n"] == 2, "the JSON does not say n")
 
 
+def case_prompt_twice():
+    """A prompt flag given twice is refused (it kept the last, silently)."""
+    for flag, a, b in (("--prompt", "a", "b"), ("--prompt-ids", "1", "2"),
+                       ("--messages", "x.json", "y.json"), ("--prompts", "x", "y")):
+        p = run(["generate"] + TINY + [flag, a, flag, b], expect_rc=2)
+        check(f"{flag} given twice" in p.stderr and "--prompts" in p.stderr,
+              f"{flag} twice: {p.stderr}")
+
+
+TOK512 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                      "tok512_hf")
+
+
+def case_ids_echo():
+    """Text mode shows a token-id prompt as its text, as it shows a text prompt: streamed
+    alone, and in a batch's records."""
+    tok = ["--tokenizer", TOK512, "--max-tokens", "6", "--temperature", "0"]
+    text = "Once upon a time"
+    ids = json.loads(run(["tokenize", "--tokenizer", TOK512, "--text", text,
+                          "--json"]).stdout)["ids"]
+    by_text = run(["generate"] + TINY + tok + ["--prompt", text]).stdout
+    by_ids = run(["generate"] + TINY + tok + ["--prompt-ids", ",".join(map(str, ids))]).stdout
+    check(by_text.startswith(text) and by_ids == by_text,
+          f"ids prompt shown as {by_ids!r}, text prompt as {by_text!r}")
+    f = os.path.join(TMP, "p.jsonl")
+    with open(f, "w") as fh:
+        fh.write(json.dumps({"prompt_token_ids": ids}) + "\n" + json.dumps({"prompt": text}))
+    out = run(["generate"] + TINY + tok + ["--prompts", f]).stdout
+    bodies = [l for l in out.splitlines() if not l.startswith("--- prompt")]
+    check(len(bodies) == 2 and bodies[0] == bodies[1] == by_text.rstrip("\n"),
+          f"batch records: {out!r}")
+
+
 CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
 
 

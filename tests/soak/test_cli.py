@@ -244,7 +244,7 @@ def check_refused_line(tmp):
     report("text mode without a tokenizer prints ids, numbered as in JSON", problems, args, err)
 
     # the same file on standard input
-    rc, out2, err = run(args + ["--json", "--prompts", "-"], stdin=MIXED)
+    rc, out2, err = run(args[:-2] + ["--json", "--prompts", "-"], stdin=MIXED)
     problems = [] if rc == 1 else [f"exit {rc}, want 1"]
     recs2 = json_records(out2, problems)
     strip = lambda r: {k: (v.get("output_token_ids"), v.get("error")) for k, v in r.items()}

@@ -163,7 +163,8 @@ class Pending:
                                         _stop_reason(handle, c, self.params))
         self.outputs[c.index] = out
         if c.index == 0 or self.first is None:
-            self.first = _Sample0(c, handle.decode_token)
+            self.first = _Sample0(c, handle.decode_token,
+                                  self.params.prompt_logprobs is not None)
         self.last_total = max(self.last_total, c.total_s)
         self.done += 1
         if self.done < len(self.outputs):
@@ -186,9 +187,9 @@ class _Sample0:
 
     __slots__ = ("prompt_ids", "prompt_logprobs", "num_cached", "queue_s", "ttft_s")
 
-    def __init__(self, c: _lib.Completion, decode):
+    def __init__(self, c: _lib.Completion, decode, asked: bool):
         self.prompt_ids = c.prompt_ids[:c.n_prompt_ids] if c.n_prompt_ids else []
-        self.prompt_logprobs = outputs.prompt_logprobs(c, decode)
+        self.prompt_logprobs = outputs.prompt_logprobs(c, decode, asked)
         self.num_cached = c.n_cached_prompt_ids
         self.queue_s = c.queue_s
         self.ttft_s = c.ttft_s

@@ -5,7 +5,9 @@
  *
  * Messages name fields between marks (util/status.h: "config.max_total_tokens" between
  * PL_MARK); here each marked name is looked up in its table (by field name or alias) and
- * written the asked way, so no caller rewrites message text.
+ * written the asked way, so no caller rewrites message text. JSON keys and keyword
+ * arguments are vLLM's names where the field has one (its first alias: what the Python
+ * package's and the server's users type).
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,8 +19,10 @@
 
 static _Thread_local char tl_named[CAP];
 
+/* The field ref names (table "config", name a field or an alias); *out_alias: its first
+ * alias, vLLM's name (NULL when it has none). */
 static const pl_field *find(const char *table, size_t table_len, const char *name,
-                            size_t name_len) {
+                            size_t name_len, const char **out_alias) {
     const pl_field *fields;
     const pl_field_alias *aliases = NULL;
     size_t n, n_aliases = 0;
@@ -38,9 +42,14 @@ static const pl_field *find(const char *table, size_t table_len, const char *nam
             name = aliases[i].name;
             name_len = strlen(name);
         }
-    for (size_t i = 0; i < n; i++)
-        if (strlen(fields[i].name) == name_len && !memcmp(fields[i].name, name, name_len))
-            return &fields[i];
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(fields[i].name) != name_len || memcmp(fields[i].name, name, name_len))
+            continue;
+        *out_alias = NULL;
+        for (size_t k = 0; k < n_aliases && !*out_alias; k++)
+            if (!strcmp(aliases[k].name, fields[i].name)) *out_alias = aliases[k].alias;
+        return &fields[i];
+    }
     return NULL;
 }
 
@@ -53,15 +62,16 @@ static void put(size_t *o, const char *text, size_t len) {
 
 /* One marked name, ref[0..len) ("config.block_size"), the asked way. */
 static void name_field(size_t *o, const char *ref, size_t len, bool bare, pl_naming naming) {
-    const char *dot = memchr(ref, '.', len);
+    const char *dot = memchr(ref, '.', len), *alias = NULL;
     const pl_field *f = dot ? find(ref, (size_t)(dot - ref), dot + 1,
-                                   len - (size_t)(dot - ref) - 1) : NULL;
+                                   len - (size_t)(dot - ref) - 1, &alias) : NULL;
     if (!f || naming == PL_NAMING_C) { /* as pl_last_error writes it */
         if (bare && dot) put(o, dot + 1, len - (size_t)(dot - ref) - 1);
         else put(o, ref, len);
         return;
     }
-    const char *name = naming == PL_NAMING_FLAG && f->flag ? f->flag : f->name;
+    const char *name = naming == PL_NAMING_FLAG && f->flag ? f->flag
+                       : naming == PL_NAMING_JSON && alias ? alias : f->name;
     put(o, name, strlen(name));
 }
 

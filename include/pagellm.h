@@ -118,7 +118,8 @@ PL_API const char *pl_last_error(void);
 /* How a message names the fields it is about: as the C structs' members
  * ("config.max_total_tokens", what pl_last_error says), as the command line's flags
  * ("--max-total-tokens"; the field's name where it has no flag) or as JSON keys and keyword
- * arguments ("max_total_tokens"). */
+ * arguments: vLLM's name where the field has one, its first alias ("max_num_batched_tokens",
+ * "stop_token_ids"), else its own ("block_size"). */
 typedef enum pl_naming {
     PL_NAMING_C = 0,
     PL_NAMING_FLAG = 1,

@@ -14,29 +14,16 @@ from typing import Any, Dict, List, Optional
 from . import _fields, _lib, outputs
 from .sampling_params import SamplingParams
 
-# Engine arguments under vLLM's names -> pagellm's config fields (pagellm.h
-# PL_ENGINE_CONFIG_FIELDS). Every other config field is taken under its own name.
-VLLM_ENGINE_NAMES = {
-    "model": "model_path",
-    "tokenizer": "tokenizer_path",
-    "dtype": "weight_dtype",
-    "kv_cache_dtype": "kv_dtype",
-    "max_num_batched_tokens": "max_total_tokens",
-    "gpu_memory_utilization": "memory_threshold",
-    "num_gpu_blocks_override": "max_num_blocks",
-    "long_prefill_token_threshold": "long_prefill_threshold",
-    "threads": "n_threads",
-}
-
-
 def engine_config(args: Dict[str, Any], who: str) -> _fields.CStruct:
-    """A pl_engine_config from keyword arguments (None: the library's default). An unknown
-    name is a TypeError naming it; a bad value the library's ValueError."""
+    """A pl_engine_config from keyword arguments (None: the library's default): vLLM's names
+    (the library's aliases: kv_cache_dtype, gpu_memory_utilization, ...) or pagellm's config
+    field names. An unknown name is a TypeError naming it; a bad value the library's
+    ValueError."""
     cfg = _fields.CStruct("engine_config")
     try:
         t = cfg.table
         for k, v in args.items():
-            name = VLLM_ENGINE_NAMES.get(k, k)
+            name = k
             if name not in t:
                 hint = ""
                 try:

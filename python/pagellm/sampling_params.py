@@ -5,15 +5,14 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _fields, _lib
 
-# vLLM's name -> pagellm's field (pagellm.h PL_SAMPLING_PARAMS_FIELDS). priority is an
-# argument of LLM.generate / LLMEngine.add_request, as in vLLM.
-_C_NAMES = {
-    "n": "n", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-    "repetition_penalty": "repetition_penalty", "temperature": "temperature", "top_p": "top_p",
-    "top_k": "top_k", "min_p": "min_p", "seed": "seed", "stop": "stop",
-    "stop_token_ids": "stop_ids", "ignore_eos": "ignore_eos", "max_tokens": "max_tokens",
-    "min_tokens": "min_tokens", "logprobs": "logprobs", "prompt_logprobs": "prompt_logprobs",
-}
+# vLLM's names: the library's fields, or their aliases (stop_token_ids for stop_ids:
+# pagellm.h PL_SAMPLING_PARAMS_ALIASES). priority is an argument of LLM.generate /
+# LLMEngine.add_request, as in vLLM.
+_C_NAMES = (
+    "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p",
+    "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens",
+    "min_tokens", "logprobs", "prompt_logprobs",
+)
 _MAX_TOKENS_NONE = 16777216  # max_tokens=None: checked against the field's maximum
 
 
@@ -43,7 +42,7 @@ class SamplingParams:
         **kwargs: any other field of pagellm's sampling table by its name.
 
     Invalid values raise ValueError with the library's message, e.g.
-    "sampling.top_p = 0: must be in (0, 1]". Priority is not a field here: it is an
+    "top_p = 0: must be in (0, 1]". Priority is not a field here: it is an
     argument of LLM.generate and LLMEngine.add_request, as in vLLM.
     """
 
@@ -73,14 +72,14 @@ class SamplingParams:
         self.logprobs = logprobs
         self.prompt_logprobs = prompt_logprobs
         t = _fields.table("sampling_params")
-        mapped = set(_C_NAMES.values()) | {"priority"}
+        mapped = {t.field_name(k) for k in _C_NAMES} | {"priority"}
         self.extra: Dict[str, Any] = {}
         for k, v in kwargs.items():
             if k == "priority":
                 raise TypeError("SamplingParams() got an unexpected keyword argument "
                                 "'priority' (give it to LLM.generate or "
                                 "LLMEngine.add_request, as in vLLM)")
-            if k not in t or k in mapped:
+            if k not in t or t.field_name(k) in mapped:
                 hint = ""
                 if k not in t:  # the library's message suggests the closest name
                     try:
@@ -97,7 +96,8 @@ class SamplingParams:
         max_tokens replaces a None max_tokens."""
         s = _fields.CStruct("sampling_params")
         try:
-            for py, c in _C_NAMES.items():
+            for py in _C_NAMES:
+                c = py
                 v = getattr(self, py)
                 if py == "max_tokens" and v is None:
                     v = max_tokens if max_tokens is not None else _MAX_TOKENS_NONE

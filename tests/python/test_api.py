@@ -33,16 +33,16 @@ def test_sampling_params_take_vllms_names_and_defaults():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(top_p=0), "sampling.top_p = 0: must be in (0, 1]"),
-    (dict(temperature=-1), "sampling.temperature = -1: must be in [0, 1000000]"),
-    (dict(n=0), "sampling.n = 0: must be in [1, 64]"),
-    (dict(max_tokens=0), "sampling.max_tokens = 0: must be in [1, 16777216]"),
-    (dict(min_tokens=20, max_tokens=10), "sampling.min_tokens = 20: must be in [0, max_tokens]"),
-    (dict(logprobs=21), "sampling.logprobs = 21: must be in [-1, 20]"),
-    (dict(stop=[""]), "sampling.stop"),
-    (dict(stop_token_ids=[-1]), "sampling.stop_ids"),
-    (dict(presence_penalty=3), "sampling.presence_penalty = 3"),
-    (dict(temperature="hot"), "sampling.temperature"),
+    (dict(top_p=0), "top_p = 0: must be in (0, 1]"),
+    (dict(temperature=-1), "temperature = -1: must be in [0, 1000000]"),
+    (dict(n=0), "n = 0: must be in [1, 64]"),
+    (dict(max_tokens=0), "max_tokens = 0: must be in [1, 16777216]"),
+    (dict(min_tokens=20, max_tokens=10), "min_tokens = 20: must be in [0, max_tokens]"),
+    (dict(logprobs=21), "logprobs = 21: must be in [-1, 20]"),
+    (dict(stop=[""]), "stop"),
+    (dict(stop_token_ids=[-1]), "stop_token_ids[0]"),
+    (dict(presence_penalty=3), "presence_penalty = 3"),
+    (dict(temperature="hot"), "temperature: "),
 ])
 def test_bad_sampling_values_raise_valueerror_with_the_librarys_message(kwargs, message):
     with pytest.raises(ValueError) as e:
@@ -64,11 +64,11 @@ def test_unknown_names_are_typeerrors_naming_them():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(block_size=24), "config.block_size = 24: must be a power of two"),
-    (dict(gpu_memory_utilization=0), "config.memory_threshold = 0: must be in (0, 1]"),
-    (dict(dtype="float8"), "config.weight_dtype"),
-    (dict(backend="tpu"), "config.backend"),
-    (dict(max_num_seqs=-1), "config.max_num_seqs = -1"),
+    (dict(block_size=24), "block_size = 24: must be a power of two"),
+    (dict(gpu_memory_utilization=0), "gpu_memory_utilization = 0: must be in (0, 1]"),
+    (dict(dtype="float8"), "dtype: "),
+    (dict(backend="tpu"), "backend: "),
+    (dict(max_num_seqs=-1), "max_num_seqs = -1"),
 ])
 def test_bad_engine_values_raise_valueerror_with_the_librarys_message(kwargs, message):
     with pytest.raises(ValueError) as e:

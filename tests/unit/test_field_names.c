@@ -75,6 +75,8 @@ Test(naming, a_range_error_names_the_field_each_way) {
                  PL_ERR_INVALID_ARGUMENT);
     cr_assert(!strncmp(pl_last_error_as(PL_NAMING_FLAG), "--stop-id[0]", 12), "%s",
               pl_last_error_as(PL_NAMING_FLAG));
+    cr_assert(!strncmp(pl_last_error_as(PL_NAMING_JSON), "stop_token_ids[0]", 17), "%s",
+              pl_last_error_as(PL_NAMING_JSON));
     pl_sampling_params_deinit(&p);
 }
 
@@ -89,7 +91,7 @@ Test(naming, a_rule_between_fields_names_both) {
                                       "(4), or a full batch of decodes cannot run");
     cr_assert_str_eq(pl_last_error_as(PL_NAMING_FLAG), "--max-total-tokens = 2: must be >= "
                      "--max-batch-size (4), or a full batch of decodes cannot run");
-    cr_assert_str_eq(pl_last_error_as(PL_NAMING_JSON), "max_total_tokens = 2: must be >= "
+    cr_assert_str_eq(pl_last_error_as(PL_NAMING_JSON), "max_num_batched_tokens = 2: must be >= "
                      "max_batch_size (4), or a full batch of decodes cannot run");
     c.max_total_tokens = 4096;
     c.model_path = NULL;

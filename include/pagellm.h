@@ -229,7 +229,7 @@ typedef enum pl_overflow_policy {
       "weight storage: auto keeps the file's type; another type converts at load")             \
     X(ENUM, pl_dtype, kv_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--kv-dtype", 0, "TYPE",         \
       "KV cache elements: auto is f16 (half the bytes attention reads); f32 makes greedy "     \
-      "output independent of batching")                                                        \
+      "output independent of batching. By backend: cpu f32, f16; ref and cuda also bf16")     \
     X(U64, uint64_t, dummy_seed, 1234, PL_RANGE_NONE, "--weight-seed", 0,                      \
       "N", "seed of the weights of dummy: models")                                             \
     X(ENUM, pl_backend_kind, backend, PL_BACKEND_CPU, PL_RANGE_NONE, "--backend", 0, "NAME",   \

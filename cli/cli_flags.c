@@ -293,7 +293,8 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
             snprintf(choices, sizeof choices, " (%s)", names);
         }
         bool unset = f->kind == PL_FIELD_STRING || f->kind == PL_FIELD_IDS ||
-                     f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_OPT_U64;
+                     f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_OPT_U64 ||
+                     f->kind == PL_FIELD_BIAS;
         if (!unset) {
             char v[96];
             pl_field_to_json(f, defaults, v, sizeof v);

@@ -147,6 +147,13 @@ static size_t choice_len(const char *c) {
     return bar ? (size_t)(bar - c) : strlen(c);
 }
 
+static bool is_list(const pl_field *f) {
+    return f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_BIAS;
+}
+
+/* A BIAS entry's bias, as OpenAI bounds logit_bias. */
+#define BIAS_MAX 100.0
+
 /* "in (0, 1]", "one of auto, f32, f16, bf16" */
 static void describe_range(const pl_field *f, char *buf, size_t cap) {
     if (f->kind == PL_FIELD_ENUM) {
@@ -159,7 +166,7 @@ static void describe_range(const pl_field *f, char *buf, size_t cap) {
     char lo[32], hi[32];
     fmt_num(lo, sizeof lo, f->range.min);
     fmt_num(hi, sizeof hi, f->range.max);
-    bool list = f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS;
+    bool list = is_list(f);
     snprintf(buf, cap, "%sin %c%s, %s%c", list ? "a count " : "", f->range.min_open ? '(' : '[',
              lo, hi, f->range.max_open ? ')' : ']');
 }
@@ -176,7 +183,7 @@ pl_status pl_fields_fail_range(const pl_field_table *t, const pl_field *f, doubl
     char range[160], val[32];
     describe_range(f, range, sizeof range);
     fmt_num(val, sizeof val, v);
-    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS)
+    if (is_list(f))
         return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": %s entries: must be %s", t->prefix,
                        f->name, val, range);
     return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " = %s: must be %s", t->prefix, f->name, val,
@@ -223,6 +230,25 @@ static pl_status check_field(const pl_field_table *t, const pl_field *f, const v
             if (!ss[i] || !ss[i][0])
                 return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD "[%zu] is NULL or empty",
                                t->prefix, f->name, i);
+        return PL_OK;
+    }
+    case PL_FIELD_BIAS: {
+        size_t n = *(const size_t *)cat(obj, f->aux_offset);
+        const pl_logit_bias *b = *(const pl_logit_bias *const *)p;
+        if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
+        if (n && !b)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " is NULL with n_%s = %zu", t->prefix,
+                           f->name, f->name, n);
+        for (size_t i = 0; i < n; i++) {
+            if (b[i].token < 0)
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD "[%zu].token = %d: must be a token id (>= 0)", t->prefix,
+                               f->name, i, (int)b[i].token);
+            if (!(fabsf(b[i].bias) <= BIAS_MAX))
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD "[%zu].bias = %g: must be in [-100, 100]", t->prefix,
+                               f->name, i, (double)b[i].bias);
+        }
         return PL_OK;
     }
     default: return PL_OK; /* BOOL, STRING, OPT_U64 (any value) */
@@ -291,10 +317,10 @@ static size_t member_end(const pl_field *f) {
         [PL_FIELD_DOUBLE] = sizeof(double), [PL_FIELD_FLOAT] = sizeof(float),
         [PL_FIELD_STRING] = sizeof(char *), [PL_FIELD_ENUM] = sizeof(int),
         [PL_FIELD_IDS] = sizeof(void *),    [PL_FIELD_STRINGS] = sizeof(void *),
-        [PL_FIELD_OPT_U64] = sizeof(uint64_t),
+        [PL_FIELD_OPT_U64] = sizeof(uint64_t), [PL_FIELD_BIAS] = sizeof(void *),
     };
     size_t end = f->offset + sizes[f->kind];
-    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS)
+    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_BIAS)
         end = f->aux_offset + sizeof(size_t);
     if (f->kind == PL_FIELD_OPT_U64) end = f->aux_offset + sizeof(bool);
     return end;
@@ -440,6 +466,37 @@ static bool parse_ids(const char *s, int32_t **out, size_t *out_n) {
     return true;
 }
 
+/* "ID:BIAS[,ID:BIAS...]" (ids as parse_ids takes them, biases finite numbers). */
+static bool parse_bias(const char *s, pl_logit_bias **out, size_t *out_n) {
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    pl_logit_bias *b = pl_calloc(cap, sizeof *b);
+    if (!b) return false;
+    size_t n = 0;
+    for (const char *p = s;;) {
+        char id[24], num[64];
+        size_t k = 0, m = 0;
+        while (*p && *p != ':' && *p != ',' && k < sizeof id - 1) id[k++] = *p++;
+        id[k] = '\0';
+        if (*p == ':') p++;
+        while (*p && *p != ',' && m < sizeof num - 1) num[m++] = *p++;
+        num[m] = '\0';
+        uint64_t tok;
+        double bias;
+        if ((*p && *p != ',') || !parse_u64(id, &tok, NULL) || tok > INT32_MAX ||
+            !parse_double(num, &bias)) {
+            pl_free(b);
+            return false;
+        }
+        b[n++] = (pl_logit_bias){(int32_t)tok, (float)bias};
+        if (!*p) break;
+        p++;
+    }
+    *out = b;
+    *out_n = n;
+    return true;
+}
+
 /* A parsed value, ready to store. */
 typedef struct value {
     bool b;
@@ -450,12 +507,21 @@ typedef struct value {
     bool unset;             /* OPT_U64: absent */
     int32_t *ids;           /* IDS: pl_malloc'd (n) */
     const char **strs;      /* STRINGS: (n) borrowed texts */
+    pl_logit_bias *bias;    /* BIAS: pl_malloc'd (n) */
     size_t n;
     bool append;            /* lists: add to the current list instead of replacing it */
 } value;
 
 static pl_status check_value(const pl_field_table *t, const pl_field *f, const value *v) {
     switch (f->kind) {
+    case PL_FIELD_BIAS:
+        for (size_t i = 0; i < v->n; i++)
+            if (!(fabs((double)v->bias[i].bias) <= BIAS_MAX))
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD ": the bias of token %d is %g: must be in [-100, 100]",
+                               t->prefix, f->name, (int)v->bias[i].token,
+                               (double)v->bias[i].bias);
+        return PL_OK;
     case PL_FIELD_INT:
         if (v->i < INT32_MIN || v->i > INT32_MAX || !in_range(&f->range, (double)v->i))
             return pl_fields_fail_range(t, f, (double)v->i);
@@ -510,6 +576,20 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         if (v->n) memcpy(ids + old_n, v->ids, v->n * sizeof *ids);
         PL_TRY(keep(t, obj, ids));
         *(const int32_t **)p = n ? ids : NULL;
+        *(size_t *)at(obj, f->aux_offset) = n;
+        break;
+    }
+    case PL_FIELD_BIAS: {
+        size_t old_n = v->append ? *(size_t *)at(obj, f->aux_offset) : 0;
+        const pl_logit_bias *old = *(const pl_logit_bias **)p;
+        size_t n = old_n + v->n;
+        if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
+        pl_logit_bias *b = pl_calloc(n ? n : 1, sizeof *b);
+        if (!b) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
+        if (old_n) memcpy(b, old, old_n * sizeof *b);
+        if (v->n) memcpy(b + old_n, v->bias, v->n * sizeof *b);
+        PL_TRY(keep(t, obj, b));
+        *(const pl_logit_bias **)p = n ? b : NULL;
         *(size_t *)at(obj, f->aux_offset) = n;
         break;
     }
@@ -596,6 +676,11 @@ static pl_status parse_text(const pl_field_table *t, const pl_field *f, const ch
         v->n = 1;
         v->append = true;
         return PL_OK;
+    case PL_FIELD_BIAS:
+        if (!parse_bias(s, &v->bias, &v->n))
+            return bad_text(t, f, s, "ID:BIAS, or a comma-separated list of them (50256:-100)");
+        v->append = true;
+        return PL_OK;
     }
     return PL_OK;
 }
@@ -607,6 +692,7 @@ static pl_status set_value(const pl_field_table *t, const pl_field *f, void *obj
     if (s == PL_OK) s = store(t, f, obj, v);
     pl_free(v->ids);
     pl_free((void *)v->strs);
+    pl_free(v->bias);
     return s;
 }
 
@@ -714,6 +800,29 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
             v->ids[i] = (int32_t)json_integer_value(x);
         }
         v->n = n;
+        return PL_OK;
+    }
+    case PL_FIELD_BIAS: {
+        if (json_is_null(j)) return PL_OK;
+        if (!json_is_object(j))
+            return bad_json(t, f, j, "an object of token id to bias ({\"50256\": -100}) or null");
+        size_t n = json_object_size(j);
+        v->bias = pl_calloc(n ? n : 1, sizeof *v->bias);
+        if (!v->bias) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
+        const char *key;
+        json_t *x;
+        json_object_foreach((json_t *)j, key, x) {
+            uint64_t tok;
+            if (!parse_u64(key, &tok, NULL) || tok > INT32_MAX)
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD ": key \"%.32s\" is not a token id (an integer in [0, "
+                               "2^31))", t->prefix, f->name, key);
+            if (!json_is_number(x) || !isfinite(json_number_value(x)))
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD "[\"%s\"]: must be a number, not %s", t->prefix, f->name,
+                               key, json_kind(x));
+            v->bias[v->n++] = (pl_logit_bias){(int32_t)tok, (float)json_number_value(x)};
+        }
         return PL_OK;
     }
     case PL_FIELD_STRINGS: {
@@ -883,6 +992,17 @@ size_t pl_field_to_json(const pl_field *f, const void *obj, char *buf, size_t ca
         put(&o, "[");
         for (size_t i = 0; ids && i < n; i++) put(&o, "%s%d", i ? "," : "", (int)ids[i]);
         put(&o, "]");
+        break;
+    }
+    case PL_FIELD_BIAS: {
+        size_t n = *(const size_t *)cat(obj, f->aux_offset);
+        const pl_logit_bias *b = *(const pl_logit_bias *const *)p;
+        put(&o, "{");
+        for (size_t i = 0; b && i < n; i++) {
+            put(&o, "%s\"%d\":", i ? "," : "", (int)b[i].token);
+            put_real(&o, b[i].bias, true);
+        }
+        put(&o, "}");
         break;
     }
     case PL_FIELD_STRINGS: {

@@ -87,6 +87,7 @@ void pl_fields_fill_out(void *dst, size_t dst_size, const void *src, size_t src_
 #define PL_FIELD_AUX_IDS(S, name) offsetof(S, n_##name)
 #define PL_FIELD_AUX_STRINGS(S, name) offsetof(S, n_##name)
 #define PL_FIELD_AUX_OPT_U64(S, name) offsetof(S, has_##name)
+#define PL_FIELD_AUX_BIAS(S, name) offsetof(S, n_##name)
 
 #define PL_FIELD_CHOICES_BOOL(ctype) NULL
 #define PL_FIELD_CHOICES_INT(ctype) NULL
@@ -99,6 +100,7 @@ void pl_fields_fill_out(void *dst, size_t dst_size, const void *src, size_t src_
 #define PL_FIELD_CHOICES_IDS(ctype) NULL
 #define PL_FIELD_CHOICES_STRINGS(ctype) NULL
 #define PL_FIELD_CHOICES_OPT_U64(ctype) NULL
+#define PL_FIELD_CHOICES_BIAS(ctype) NULL
 
 #define PL_FIELD_ROW_(S, kind_, ctype_, name_, def_, range_, flag_, short_, value_, help_)   \
     {.name = #name_, .kind = PL_FIELD_##kind_, .offset = offsetof(S, name_),                  \
@@ -120,6 +122,7 @@ void pl_fields_fill_out(void *dst, size_t dst_size, const void *src, size_t src_
 #define PL_FIELD_SET_IDS(o, name, def) (o)->name = (def), (o)->n_##name = 0;
 #define PL_FIELD_SET_STRINGS(o, name, def) (o)->name = (def), (o)->n_##name = 0;
 #define PL_FIELD_SET_OPT_U64(o, name, def) (o)->name = (def), (o)->has_##name = false;
+#define PL_FIELD_SET_BIAS(o, name, def) (o)->name = (def), (o)->n_##name = 0;
 #define PL_FIELD_DEFAULT_(o, kind, ctype, name, def, ...) PL_FIELD_SET_##kind(o, name, def)
 
 #endif

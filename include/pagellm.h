@@ -188,7 +188,9 @@ typedef enum pl_overflow_policy {
  * KIND     BOOL, INT, U64, SIZE (bytes; text may say 512M, 4GiB), DOUBLE, FLOAT, STRING,
  *          ENUM (text and JSON use the names in quotes in the enum's comments), IDS (a list
  *          of token ids: pointer + n_<name>), STRINGS (a list of strings: pointer +
- *          n_<name>), OPT_U64 (a number that may be absent: has_<name> says).
+ *          n_<name>), OPT_U64 (a number that may be absent: has_<name> says), BIAS (token
+ *          ids with a number each, pl_logit_bias: pointer + n_<name>; text "ID:BIAS,...",
+ *          JSON an object {"ID": BIAS} as OpenAI's logit_bias).
  * range    PL_RANGE(lo, hi) is [lo, hi]; PL_RANGE_OC is (lo, hi], PL_RANGE_CO is [lo, hi);
  *          PL_RANGE_NONE for names, strings and booleans. For lists, the number of elements.
  * flag     the command line's long flag ("--block-size"); for BOOL it sets true, and
@@ -206,6 +208,13 @@ typedef enum pl_overflow_policy {
 #define PL_FIELD_DECL_IDS(ctype, name) const int32_t *name; size_t n_##name;
 #define PL_FIELD_DECL_STRINGS(ctype, name) const char *const *name; size_t n_##name;
 #define PL_FIELD_DECL_OPT_U64(ctype, name) uint64_t name; bool has_##name;
+#define PL_FIELD_DECL_BIAS(ctype, name) const pl_logit_bias *name; size_t n_##name;
+
+/* One entry of a BIAS field: bias is added to token's logit. */
+typedef struct pl_logit_bias {
+    int32_t token;
+    float bias;
+} pl_logit_bias;
 #define PL_FIELD_DECL_(kind, ctype, name, ...) PL_FIELD_DECL_##kind(ctype, name)
 
 /* Engine configuration. The model is required; everything else has a default. Strings are
@@ -319,7 +328,16 @@ typedef enum pl_overflow_policy {
       "own); -1 = none. From the model's raw distribution, before penalties and temperature")  \
     X(INT, int, prompt_logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--prompt-logprobs", 0, "K", \
       "the same for every prompt token after the first; -1 = none. Such a request does not "   \
-      "read the prefix cache (cached tokens would have no logits)")
+      "read the prefix cache (cached tokens would have no logits)")                            \
+    X(BOOL, bool, skip_special_tokens, true, PL_RANGE_NONE, "--skip-special-tokens", 0, NULL,  \
+      "special tokens the model outputs (<|im_start|>, BOS) add no text; off: their text is "   \
+      "kept")                                                                                   \
+    X(BOOL, bool, include_stop_str_in_output, false, PL_RANGE_NONE,                            \
+      "--include-stop-str-in-output", 0, NULL,                                                 \
+      "keep the stop string that ended the output at the end of its text")                     \
+    X(BIAS, pl_logit_bias, logit_bias, NULL, PL_RANGE(0, 1024), "--logit-bias", 0, "ID:BIAS", \
+      "added to a token's logit before sampling, in [-100, 100] (OpenAI's logit_bias: -100 "    \
+      "bans the token); comma-separated, repeatable")
 
 /* How a chat is turned into a prompt (pl_engine_apply_chat_template and the chat submits).
  * JSON values are JSON text, parsed per call. */
@@ -426,7 +444,7 @@ PL_API pl_status pl_sampling_params_validate(const pl_sampling_params *p);
 typedef enum pl_field_kind {
     PL_FIELD_BOOL, PL_FIELD_INT, PL_FIELD_U64, PL_FIELD_SIZE, PL_FIELD_DOUBLE,
     PL_FIELD_FLOAT, PL_FIELD_STRING, PL_FIELD_ENUM, PL_FIELD_IDS, PL_FIELD_STRINGS,
-    PL_FIELD_OPT_U64,
+    PL_FIELD_OPT_U64, PL_FIELD_BIAS,
 } pl_field_kind;
 
 /* Allowed values: [min, max], an open bound excluded ("(0, 1]"); none for names, strings,

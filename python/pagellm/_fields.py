@@ -14,7 +14,7 @@ from . import _lib
 
 # pl_field_kind (pagellm.h), for the kinds the binding treats apart
 KIND_NAMES = ["BOOL", "INT", "U64", "SIZE", "DOUBLE", "FLOAT", "STRING", "ENUM", "IDS",
-              "STRINGS", "OPT_U64"]
+              "STRINGS", "OPT_U64", "BIAS"]
 
 
 class FieldInfo:

@@ -11,7 +11,8 @@ from . import _fields, _lib
 _C_NAMES = (
     "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p",
     "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens",
-    "min_tokens", "logprobs", "prompt_logprobs",
+    "min_tokens", "logprobs", "prompt_logprobs", "skip_special_tokens",
+    "include_stop_str_in_output", "logit_bias",
 )
 _MAX_TOKENS_NONE = 16777216  # max_tokens=None: checked against the field's maximum
 
@@ -39,6 +40,10 @@ class SamplingParams:
         logprobs: per output token, the log-probabilities of the sampled token and of the
             `logprobs` most likely ones (0..20); None: none.
         prompt_logprobs: the same for every prompt token after the first.
+        skip_special_tokens: special tokens in the output add no text (vLLM's default).
+        include_stop_str_in_output: keep the stop string that ended the output in its text.
+        logit_bias: {token id: bias} added to the logits before sampling, each in
+            [-100, 100] (OpenAI's logit_bias).
         **kwargs: any other field of pagellm's sampling table by its name.
 
     Invalid values raise ValueError with the library's message, e.g.
@@ -54,7 +59,8 @@ class SamplingParams:
                  stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
                  max_tokens: Optional[int] = 16, min_tokens: int = 0,
                  logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None,
-                 **kwargs: Any):
+                 skip_special_tokens: bool = True, include_stop_str_in_output: bool = False,
+                 logit_bias: Optional[Dict[int, float]] = None, **kwargs: Any):
         self.n = n
         self.presence_penalty = presence_penalty
         self.frequency_penalty = frequency_penalty
@@ -71,6 +77,10 @@ class SamplingParams:
         self.min_tokens = min_tokens
         self.logprobs = logprobs
         self.prompt_logprobs = prompt_logprobs
+        self.skip_special_tokens = skip_special_tokens
+        self.include_stop_str_in_output = include_stop_str_in_output
+        self.logit_bias: Optional[Dict[int, float]] = (
+            {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None)
         t = _fields.table("sampling_params")
         mapped = {t.field_name(k) for k in _C_NAMES} | {"priority"}
         self.extra: Dict[str, Any] = {}
@@ -105,6 +115,8 @@ class SamplingParams:
                     v = -1
                 elif py in ("stop", "stop_token_ids"):
                     v = list(v) if v else None
+                elif py == "logit_bias":
+                    v = {str(k): b for k, b in v.items()} if v else None
                 s.set(c, v)
             for k, v in self.extra.items():
                 s.set(k, v)

@@ -116,3 +116,62 @@ Test(naming, a_field_without_a_flag_and_unmarked_text_pass_through) {
     cr_assert_null(strpbrk(pl_last_error(), "\x1e\x1f"));
     cr_assert_str_eq(pl_last_error(), "config.block_size: 'x' is not an integer");
 }
+
+Test(bias, logit_bias_from_text_and_json) {
+    pl_sampling_params p;
+    pl_sampling_params_default(&p);
+    cr_assert_eq(p.n_logit_bias, 0);
+    cr_assert(p.skip_special_tokens && !p.include_stop_str_in_output);
+    /* text: comma-separated ID:BIAS, appended (a repeated flag) */
+    cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "5:-100,7:2.5"), PL_OK);
+    cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "9:1"), PL_OK);
+    cr_assert_eq(p.n_logit_bias, 3);
+    cr_assert_eq(p.logit_bias[0].token, 5);
+    cr_assert_float_eq(p.logit_bias[0].bias, -100.0f, 0);
+    cr_assert_eq(p.logit_bias[2].token, 9);
+    size_t n;
+    const pl_field *f = pl_sampling_params_fields(&n);
+    const pl_field *lb = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(f[i].name, "logit_bias")) lb = &f[i];
+    cr_assert(lb && lb->kind == PL_FIELD_BIAS);
+    char buf[128];
+    pl_field_to_json(lb, &p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "{\"5\":-100,\"7\":2.5,\"9\":1}");
+    /* JSON: OpenAI's object, replacing; what to_json wrote reads back */
+    cr_assert_eq(pl_sampling_params_set_json(&p, "logit_bias", "{\"42\": 3}"), PL_OK);
+    cr_assert_eq(p.n_logit_bias, 1);
+    cr_assert_eq(p.logit_bias[0].token, 42);
+    cr_assert_eq(pl_sampling_params_set_json(&p, "logit_bias", "{\"5\":-100,\"7\":2.5}"), PL_OK);
+    pl_field_to_json(lb, &p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "{\"5\":-100,\"7\":2.5}");
+    cr_assert_eq(pl_sampling_params_set_json(&p, "logit_bias", "null"), PL_OK);
+    cr_assert_eq(p.n_logit_bias, 0);
+    cr_assert_eq(pl_sampling_params_validate(&p), PL_OK);
+    /* refusals name the field; nothing changes */
+    cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "5:101"), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error_as(PL_NAMING_FLAG), "--logit-bias"), "%s",
+              pl_last_error_as(PL_NAMING_FLAG));
+    cr_assert(strstr(pl_last_error(), "[-100, 100]"), "%s", pl_last_error());
+    cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "x:1"), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "5"), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_sampling_params_set_json(&p, "logit_bias", "{\"-1\": 1}"),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_sampling_params_set_json(&p, "logit_bias", "{\"1\": \"a\"}"),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_sampling_params_set_json(&p, "logit_bias", "[1, 2]"),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error_as(PL_NAMING_JSON), "logit_bias: must be an object"), "%s",
+              pl_last_error_as(PL_NAMING_JSON));
+    cr_assert_eq(p.n_logit_bias, 0);
+    /* a caller's own array is checked as submit does */
+    pl_logit_bias bad[] = {{3, 1.0f}, {4, 1000.0f}};
+    p.logit_bias = bad;
+    p.n_logit_bias = 2;
+    cr_assert_eq(pl_sampling_params_validate(&p), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "sampling.logit_bias[1].bias = 1000"), "%s",
+              pl_last_error());
+    p.logit_bias = NULL;
+    p.n_logit_bias = 0;
+    pl_sampling_params_deinit(&p);
+}

@@ -22,6 +22,9 @@ static int32_t sample_one(pl_engine *e, pl_sample *s, float *logits) {
         for (int i = 0; i < e->n_eos && !p->ignore_eos; i++) logits[e->eos_ids[i]] = -INFINITY;
         for (size_t i = 0; i < p->n_stop_ids; i++) logits[p->stop_ids[i]] = -INFINITY;
     }
+    /* before penalties and temperature, as vLLM applies it (ids checked at submit) */
+    for (size_t i = 0; i < p->n_logit_bias; i++)
+        logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
     return pl_sampler_sample(&e->sampler, logits, p, q->tokens, q->n_prompt, n_out, &s->rng);
 }
 

@@ -68,6 +68,11 @@ static pl_status check(const pl_sampling_params *p, int vocab) {
                        PL_REF_BARE("sampling.max_tokens") "] (" PL_REF_BARE("sampling.max_tokens")
                        " = %d)",
                        p->min_tokens, p->max_tokens);
+    for (size_t i = 0; vocab > 0 && i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token >= vocab)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                           PL_REF("sampling.logit_bias") ": token %d is outside the vocabulary "
+                           "[0, %d)", (int)p->logit_bias[i].token, vocab);
     for (size_t i = 0; vocab > 0 && i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= vocab)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,

@@ -193,6 +193,10 @@ def _stop_reason(handle: Handle, c: _lib.Completion, params: SamplingParams):
         return last
     if not params.stop:
         return None
+    if params.include_stop_str_in_output:  # the text ends with the one that stopped it
+        text = ctypes.string_at(c.text).decode("utf-8", "replace") if c.text else ""
+        ends = [s for s in params.stop if text.endswith(s)]
+        return max(ends, key=len) if ends else None
     prompt = c.prompt_ids[:c.n_prompt_ids]
     output = c.output_ids[:c.n_output_ids]
     before = handle.decode_ids(prompt)

@@ -169,3 +169,28 @@ def test_metrics_count_what_ran(tiny):
     assert after.output_tokens - before.output_tokens == 10
     assert after.prompt_tokens - before.prompt_tokens == 5
     assert after.kv_blocks_total == 64
+
+
+def test_sampling_params_skip_special_stop_string_and_logit_bias():
+    """vLLM's skip_special_tokens, include_stop_str_in_output and logit_bias reach the
+    library: a +100 bias forces a token, BOS's text shows only when special tokens are kept,
+    and the stop string stays in the text when asked."""
+    import os
+    tok = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                       "tok512_hf")
+    with LLM("dummy:tiny", tokenizer=tok, threads=1, max_num_blocks=64) as llm:
+        def gen(**kw):
+            return llm.generate(["Once upon a time"], SamplingParams(temperature=0, **kw),
+                                use_tqdm=False)[0].outputs[0]
+        forced = gen(max_tokens=3, logit_bias={1: 100})
+        assert forced.token_ids == [1, 1, 1] and forced.text == ""
+        assert gen(max_tokens=3, logit_bias={1: 100}, skip_special_tokens=False).text == \
+            "<s><s><s>"
+        whole = gen(max_tokens=8).text
+        stop = whole[3:5]
+        at = whole.find(stop)
+        assert gen(max_tokens=8, stop=[stop]).text == whole[:at]
+        kept = gen(max_tokens=8, stop=[stop], include_stop_str_in_output=True)
+        assert kept.text == whole[:at + len(stop)] and kept.stop_reason == stop
+    with pytest.raises(ValueError, match=r"logit_bias.*\[-100, 100\]"):
+        SamplingParams(logit_bias={5: 500})

@@ -197,6 +197,54 @@ def case_ids_echo():
           f"batch records: {out!r}")
 
 
+def case_sampling_fields():
+    """skip_special_tokens, include_stop_str_in_output and logit_bias (vLLM's SamplingParams)
+    as flags and as prompts-file keys, each doing what it says."""
+    base = ["generate"] + TINY + ["--tokenizer", TOK512, "--temperature", "0", "--json"]
+    text = "Once upon a time"
+
+    def one(extra, prompt=("--prompt", text)):
+        recs = records(run(base + list(prompt) + extra).stdout)
+        check(len(recs) == 1, f"{extra}: {recs}")
+        return recs[0]
+
+    free = one(["--max-tokens", "8"])
+    # logit_bias: +100 makes a token the greedy choice every step, -100 bans it
+    forced = one(["--max-tokens", "4", "--logit-bias", "300:100"])
+    check(forced["output_token_ids"] == [300] * 4, f"+100: {forced['output_token_ids']}")
+    first = free["output_token_ids"][0]
+    banned = one(["--max-tokens", "8", "--logit-bias", f"{first}:-100,300:-100"])
+    check(first not in banned["output_token_ids"] and 300 not in banned["output_token_ids"],
+          f"-100 did not ban {first}: {banned['output_token_ids']}")
+    p = run(base + ["--prompt", text, "--logit-bias", "5000:1"], expect_rc=1)
+    check("--logit-bias" in p.stderr and "vocabulary" in p.stderr, f"id past vocab: {p.stderr}")
+    p = run(base + ["--prompt", text, "--logit-bias", "5:200"], expect_rc=2)
+    check("--logit-bias" in p.stderr and "[-100, 100]" in p.stderr, f"bias 200: {p.stderr}")
+    # skip_special_tokens: BOS (id 1) forced into the output gives text only when kept
+    skipped = one(["--max-tokens", "3", "--logit-bias", "1:100"])
+    kept = one(["--max-tokens", "3", "--logit-bias", "1:100", "--no-skip-special-tokens"])
+    check(skipped["output_token_ids"] == kept["output_token_ids"] == [1, 1, 1],
+          f"forced BOS: {skipped['output_token_ids']}")
+    check(skipped["text"] == "" and kept["text"] == "<s><s><s>",
+          f"special tokens: skipped {skipped['text']!r}, kept {kept['text']!r}")
+    # include_stop_str_in_output: the stop string stays at the end of the text
+    whole = free["text"]
+    stop = whole[3:5]
+    cut = one(["--max-tokens", "8", "--stop", stop])
+    kept = one(["--max-tokens", "8", "--stop", stop, "--include-stop-str-in-output"])
+    at = whole.find(stop)
+    check(cut["text"] == whole[:at] and kept["text"] == whole[:at + len(stop)],
+          f"stop {stop!r} in {whole!r}: cut {cut['text']!r}, kept {kept['text']!r}")
+    check(cut["finish_reason"] == kept["finish_reason"] == "stop", "finish reasons")
+    # the same through a prompts file's keys (OpenAI's logit_bias object)
+    f = os.path.join(TMP, "s.jsonl")
+    with open(f, "w") as fh:
+        fh.write(json.dumps({"prompt": text, "max_tokens": 3, "logit_bias": {"1": 100},
+                             "skip_special_tokens": False}) + "\n")
+    recs = records(run(base + ["--prompts", f]).stdout)
+    check(recs[0]["text"] == "<s><s><s>", f"prompts file: {recs}")
+
+
 CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
 
 

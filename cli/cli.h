@@ -64,6 +64,12 @@ int cli_chat_flag(pl_chat_options *o, int argc, char **argv, int *i);
 /* On stdout, one entry per flag: short and long form, value, help, choices and default. */
 void cli_print_engine_flags(void);
 void cli_print_sampling_flags(void);
+/* The sampling flags with a command's own defaults (generate and chat default --max-tokens
+ * to 0: what the context leaves). */
+void cli_print_sampling_flags_from(const pl_sampling_params *defaults);
+/* Sets the defaults generate and chat use: pl_sampling_params_default with max_tokens 0, so
+ * that a reply without --max-tokens runs to its end or to what the context leaves. */
+void cli_sampling_defaults(pl_sampling_params *p);
 void cli_print_chat_flags(void);
 
 /* ---- files read whole. On failure each returns false with "PATH: problem" in err. ---- */

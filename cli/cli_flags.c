@@ -324,9 +324,19 @@ void cli_print_engine_flags(void) {
     print_fields("engine flags [default] ('_' or '-' alike)", f, n, al, n_aliases, &d);
 }
 
+void cli_sampling_defaults(pl_sampling_params *p) {
+    pl_sampling_params_default(p);
+    p->max_tokens = 0;
+}
+
 void cli_print_sampling_flags(void) {
     pl_sampling_params d;
     pl_sampling_params_default(&d);
+    cli_print_sampling_flags_from(&d);
+}
+
+void cli_print_sampling_flags_from(const pl_sampling_params *defaults) {
+    const pl_sampling_params d = *defaults;
     size_t n;
     const pl_field *f = pl_sampling_params_fields(&n);
     size_t n_aliases;

@@ -62,7 +62,7 @@ pl_status pl_sampling_params_set_json(pl_sampling_params *p, const char *name,
 
 static pl_status check(const pl_sampling_params *p, int vocab) {
     PL_TRY(pl_fields_check_ranges(&pl_sampling_params_table, p));
-    if (p->min_tokens > p->max_tokens)
+    if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        PL_REF("sampling.min_tokens") " = %d: must be in [0, "
                        PL_REF_BARE("sampling.max_tokens") "] (" PL_REF_BARE("sampling.max_tokens")

@@ -291,8 +291,9 @@ typedef struct pl_logit_bias {
 
 /* Sampling parameters of one request. Lists and strings are copied at submit. */
 #define PL_SAMPLING_PARAMS_FIELDS(X)                                                           \
-    X(INT, int, max_tokens, 100, PL_RANGE(1, 16777216), "--max-tokens", 0, "N",                \
-      "output tokens at most (llama.cpp's -n; -n itself is refused: see --n)")                 \
+    X(INT, int, max_tokens, 100, PL_RANGE(0, 16777216), "--max-tokens", 0, "N",                \
+      "output tokens at most; 0 = as many as max_model_len (and the KV pool) leave after the " \
+      "prompt (llama.cpp's -n; -n itself is refused: see --n)")                                \
     X(INT, int, min_tokens, 0, PL_RANGE(0, 16777216), "--min-tokens", 0, "N",                  \
       "EOS and stop ids are ignored before this many output tokens (<= max_tokens)")           \
     X(FLOAT, float, temperature, 1.0f, PL_RANGE(0, 1e6), "--temperature", 0, "T",              \

@@ -350,6 +350,10 @@ static bool finish(parse_state *ps, pl_srv_error *err) {
     json_t *mt = ps->max_completion_tokens ? ps->max_completion_tokens : ps->max_tokens;
     const char *mt_key = ps->max_completion_tokens ? "max_completion_tokens" : "max_tokens";
     if (mt && !json_is_null(mt)) {
+        /* the library's 0 means "what the context leaves"; OpenAI's API has null for that */
+        if (json_is_integer(mt) && json_integer_value(mt) == 0)
+            return pl_srv_fail(err, 400, mt_key, "%s: 0: must be >= 1 (null: as many as the "
+                               "context leaves)", mt_key);
         if (!set_sampling(&r->sp, "max_tokens", mt_key, mt, err)) return false;
         r->has_max_tokens = true;
     } else {

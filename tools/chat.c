@@ -45,7 +45,9 @@ static void usage(void) {
            "Without a terminal, no prompt is shown and each reply ends with a newline. The\n"
            "exit status is 1 when a turn failed (its message is on stderr).\n\n");
     cli_print_chat_flags();
-    cli_print_sampling_flags();
+    pl_sampling_params d;
+    cli_sampling_defaults(&d);
+    cli_print_sampling_flags_from(&d);
     cli_print_engine_flags();
 }
 
@@ -83,6 +85,7 @@ typedef struct chat {
     const char *system;
     json_t *messages; /* the history, in OpenAI's shape */
     bool json, interactive, multiline;
+    bool capped_said; /* told that replies are cut at what the context leaves */
     int turn;
 } chat;
 
@@ -173,6 +176,21 @@ static bool turn(chat *c, const char *line) {
     pl_request_id id = 0;
     pl_status s = msgs ? pl_engine_submit_chat_json(c->e, msgs, c->opt, c->sp, &id)
                        : PL_ERR_OUT_OF_MEMORY;
+    if (s == PL_ERR_TOO_LONG && c->sp->max_tokens > 0) {
+        /* the history leaves less than --max-tokens: the reply gets what is left (said once)
+         * rather than every turn failing until /reset */
+        pl_sampling_params capped = *c->sp;
+        capped.max_tokens = 0;
+        s = pl_engine_submit_chat_json(c->e, msgs, c->opt, &capped, &id);
+        if (s == PL_OK && !c->capped_said) {
+            pl_model_info info;
+            pl_engine_model_info(c->e, &info);
+            fprintf(stderr, "pagellm chat: the conversation leaves less than --max-tokens %d of "
+                    "the context (%d tokens): replies are cut at what is left; /reset starts "
+                    "over\n", c->sp->max_tokens, info.max_model_len);
+            c->capped_said = true;
+        }
+    }
     free(msgs);
     if (s != PL_OK) {
         fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s),
@@ -313,7 +331,7 @@ int cmd_chat(int argc, char **argv) {
     pl_engine_config cfg;
     pl_engine_config_default(&cfg);
     pl_sampling_params sp;
-    pl_sampling_params_default(&sp);
+    cli_sampling_defaults(&sp);
     pl_chat_options opt;
     pl_chat_options_default(&opt);
     int rc = run_chat(argc, argv, &cfg, &sp, &opt);

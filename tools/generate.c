@@ -51,7 +51,9 @@ static void usage(void) {
            "prompt prints its error and the rest run (exit 1); Ctrl-C aborts what runs, prints\n"
            "it and exits 130. Without a tokenizer, text mode prints token ids.\n\n");
     cli_print_chat_flags();
-    cli_print_sampling_flags();
+    pl_sampling_params d;
+    cli_sampling_defaults(&d);
+    cli_print_sampling_flags_from(&d);
     cli_print_engine_flags();
 }
 
@@ -275,6 +277,15 @@ static int cmp_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The most output tokens p may get, for the progress bar: max_tokens, or for 0 what the
+ * context may leave (max_model_len, an upper bound). */
+static uint64_t max_output(const output *o, const cli_prompt *p) {
+    if (p->params.max_tokens > 0) return (uint64_t)p->params.max_tokens;
+    pl_model_info info;
+    pl_engine_model_info(o->e, &info);
+    return (uint64_t)info.max_model_len;
+}
+
 /* Submits every prompt, then steps until all have finished, printing each record as it
  * comes. Returns the exit status. */
 static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, output *o) {
@@ -290,13 +301,14 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
         pl_request_id id = 0;
         pl_status s = submit(e, p, o->chat, &id);
         if (s != PL_OK) {
-            print_refusal(o, i, s, pl_last_error_as(PL_NAMING_FLAG));
+            /* a prompts file's line set its fields by their JSON keys, the flags by flags */
+            print_refusal(o, i, s, pl_last_error_as(p->line ? PL_NAMING_JSON : PL_NAMING_FLAG));
             n_refused++;
             continue;
         }
         ids[n_ids++] = (id_entry){.id = id, .input = i};
         n_samples += (size_t)p->params.n;
-        budget += (uint64_t)p->params.max_tokens * (uint64_t)p->params.n;
+        budget += max_output(o, p) * (uint64_t)p->params.n;
     }
     qsort(ids, n_ids, sizeof *ids, cmp_id);
     pl_progress_start(&o->bar, budget > 0, "output tokens", budget); /* none: all refused */
@@ -325,8 +337,8 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
             id_entry key = {.id = c->id}, *hit = bsearch(&key, ids, n_ids, sizeof *ids, cmp_id);
             if (!hit) continue; /* not ours: cannot happen, nothing to print it under */
             const cli_prompt *p = &prompts[hit->input];
-            uint64_t unused = (uint64_t)p->params.max_tokens > c->n_output_ids
-                                  ? (uint64_t)p->params.max_tokens - c->n_output_ids : 0;
+            uint64_t unused = max_output(o, p) > c->n_output_ids
+                                  ? max_output(o, p) - c->n_output_ids : 0;
             o->bar.total = o->bar.total > unused ? o->bar.total - unused : 0; /* given back */
             if (c->finish_reason == PL_FINISH_ERROR) n_failed++;
             if (c->finish_reason == PL_FINISH_ABORT) n_aborted++;
@@ -473,7 +485,7 @@ int cmd_generate(int argc, char **argv) {
     pl_engine_config cfg;
     pl_engine_config_default(&cfg);
     pl_sampling_params sp;
-    pl_sampling_params_default(&sp);
+    cli_sampling_defaults(&sp);
     pl_chat_options chat;
     pl_chat_options_default(&chat);
     int rc = generate(argc, argv, &cfg, &sp, &chat);

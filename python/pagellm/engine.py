@@ -136,10 +136,7 @@ class LLMEngine:
                 if request_id in self._by_id:
                     raise ValueError(f"request id {request_id!r} is already in use")
         with self._handle as e:
-            override = None
-            if params.max_tokens is None:
-                override = max(1, self.model_info.max_model_len - len(prompt_ids(e)))
-            with params.to_c(max_tokens=override) as cs:
+            with params.to_c() as cs:
                 if priority:
                     cs.set("priority", priority)
                 out_id = c_uint64()

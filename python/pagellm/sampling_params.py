@@ -14,7 +14,6 @@ _C_NAMES = (
     "min_tokens", "logprobs", "prompt_logprobs", "skip_special_tokens",
     "include_stop_str_in_output", "logit_bias",
 )
-_MAX_TOKENS_NONE = 16777216  # max_tokens=None: checked against the field's maximum
 
 
 class SamplingParams:
@@ -73,6 +72,11 @@ class SamplingParams:
         self.stop: List[str] = [stop] if isinstance(stop, str) else list(stop or [])
         self.stop_token_ids: List[int] = list(stop_token_ids or [])
         self.ignore_eos = ignore_eos
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens < 1:
+            # the library's 0 ("what the context leaves") is None here, as in vLLM
+            raise _lib.InvalidArgumentError(
+                f"max_tokens = {max_tokens}: must be >= 1 (None: as many as max_model_len "
+                f"leaves)", -1, "PL_ERR_INVALID_ARGUMENT")
         self.max_tokens = max_tokens
         self.min_tokens = min_tokens
         self.logprobs = logprobs
@@ -101,16 +105,16 @@ class SamplingParams:
             self.extra[k] = v
         self.to_c().close()  # checks every value as submit would
 
-    def to_c(self, max_tokens: Optional[int] = None) -> _fields.CStruct:
-        """This as a pl_sampling_params (close() it after the submit that copies it).
-        max_tokens replaces a None max_tokens."""
+    def to_c(self) -> _fields.CStruct:
+        """This as a pl_sampling_params (close() it after the submit that copies it). A None
+        max_tokens is the library's 0: as many as max_model_len leaves after the prompt."""
         s = _fields.CStruct("sampling_params")
         try:
             for py in _C_NAMES:
                 c = py
                 v = getattr(self, py)
                 if py == "max_tokens" and v is None:
-                    v = max_tokens if max_tokens is not None else _MAX_TOKENS_NONE
+                    v = 0
                 elif py in ("logprobs", "prompt_logprobs") and v is None:
                     v = -1
                 elif py in ("stop", "stop_token_ids"):

@@ -478,7 +478,8 @@ def main():
     check("prompt id outside the vocabulary", ["generate", "--model", "dummy:tiny",
                                                "--prompt-ids", "1,512"], 1, ["vocabulary"])
     check("request longer than max_model_len", ["generate", "--model", "dummy:tiny",
-                                                "--max-tokens", "1000"] + ids, 1, ["max_model_len"])
+                                                "--max-tokens", "1000"] + ids, 1,
+          ["--max-tokens (1000) exceeds --max-model-len"])
 
     # the memory limit: weights that do not fit are refused with both numbers (64K = 65536)
     check("memory limit below the weights", ["generate", "--model", "dummy:tiny",

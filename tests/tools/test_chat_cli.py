@@ -21,6 +21,7 @@ family_NAME      llama3, mistral, qwen2, qwen3 as downloaded (random weights, th
                  dataset reader counts the same prompt ids)
 chat_commands    blank lines, /reset (the same reply as the first turn again), /exit
 chat_interrupt   SIGINT stops the reply being streamed; the chat goes on
+chat_context     a history near the context's end: replies cut at what is left, said once
 chat_terminal    on a pseudo-terminal: line editing (arrow keys), history (up arrow), Ctrl-C
                  while typing, a line ending in a backslash; --multiline-input over a pipe
 Exit 0 pass, 1 fail, 77 skip.
@@ -503,6 +504,34 @@ class Pty:
         return os.waitstatus_to_exitcode(status)
 
 
+def case_chat_context():
+    """Once the history leaves less than --max-tokens of the context the reply is cut at what
+    is left, said once, instead of every turn failing; without --max-tokens a reply may use
+    all that is left."""
+    d, info = write_family("mistral", [{"role": "user", "content": USER_1}])
+    flags = ["--model", d, "--temperature", "0", "--kv-dtype", "f32", "--ignore-eos",
+             "--max-model-len", "96", "--json"]
+    out, err = run(["chat"] + flags + ["--max-tokens", "24"], stdin=f"{USER_1}\n" * 4,
+                   expect_rc=None)
+    recs = [json.loads(l) for l in out.splitlines()]
+    check(len(recs) >= 2, f"replies stopped before the context was full: {out}\n{err}")
+    for r in recs:
+        n = len(r["prompt_token_ids"]) + len(r["output_token_ids"])
+        check(n <= 96, f"turn {r['turn']}: {n} tokens in a 96-token context")
+    check(len(recs[0]["output_token_ids"]) == 24, "the first reply was cut")
+    cut = [r for r in recs if len(r["output_token_ids"]) < 24]
+    check(cut and len(cut[0]["prompt_token_ids"]) + len(cut[0]["output_token_ids"]) == 96,
+          f"no reply was cut at the context's end: {[len(r['output_token_ids']) for r in recs]}")
+    check(err.count("replies are cut at what is left") == 1, f"said {err.count('cut')}x:\n{err}")
+    check("leaves no room for output in --max-model-len (96" in err or len(recs) == 4,
+          f"a prompt filling the context: {err}")
+    # no --max-tokens: the first reply fills what the context leaves (EOS is ignored)
+    out, _ = run(["chat"] + flags, stdin=f"{USER_1}\n")
+    r = json.loads(out.splitlines()[0])
+    check(len(r["prompt_token_ids"]) + len(r["output_token_ids"]) == 96,
+          f"without --max-tokens the reply got {len(r['output_token_ids'])} tokens")
+
+
 def case_chat_terminal():
     """Line editing, history, Ctrl-C while typing and continued lines on a terminal (libedit);
     --multiline-input over a pipe."""
@@ -550,7 +579,7 @@ def main():
     cases = {"tokenize_oracle": case_tokenize_oracle, "detokenize": case_detokenize,
              "messages": case_messages, "errors": case_errors,
              "chat_commands": case_chat_commands, "chat_interrupt": case_chat_interrupt,
-             "chat_terminal": case_chat_terminal}
+             "chat_terminal": case_chat_terminal, "chat_context": case_chat_context}
     for fam in ("llama3", "mistral", "qwen2", "qwen3"):
         cases["family_" + fam] = lambda fam=fam: case_family(fam)
     if case not in cases:

@@ -245,6 +245,21 @@ def case_sampling_fields():
     check(recs[0]["text"] == "<s><s><s>", f"prompts file: {recs}")
 
 
+def case_context_default():
+    """Without --max-tokens generate runs to what the context leaves (it stopped at 100, and
+    a longer context was refused); a --max-tokens past it is refused naming the flags."""
+    base = ["generate"] + TINY + ["--prompt-ids", "1,2,3", "--temperature", "0", "--json",
+                                  "--ignore-eos"]
+    r = records(run(base + ["--max-model-len", "150"]).stdout)[0]
+    check(len(r["output_token_ids"]) == 147 and r["finish_reason"] == "length",
+          f"without --max-tokens: {len(r['output_token_ids'])} tokens, {r['finish_reason']}")
+    p = run(base + ["--max-model-len", "40", "--max-tokens", "100"], expect_rc=1)
+    check("--max-tokens (100) exceeds --max-model-len (40)" in p.stderr, p.stderr)
+    p = run(["generate"] + TINY + ["--prompt-ids", ",".join(["5"] * 40), "--max-model-len",
+                                   "40"], expect_rc=1)
+    check("leaves no room for output in --max-model-len (40" in p.stderr, p.stderr)
+
+
 CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
 
 

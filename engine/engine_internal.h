@@ -222,13 +222,6 @@ pl_status pl_engine_config_check_model_len(const pl_engine_config *c, int max_mo
 pl_status pl_sampling_params_take(const pl_sampling_params *p, int vocab,
                                   pl_sampling_params *out);
 
-/* engine/engine.c: the live list (submit order) of the requests the stepping thread holds */
-void pl_engine_live_append(pl_engine *e, pl_request *r);
-void pl_engine_live_remove(pl_engine *e, pl_request *r);
-void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason);
-/* Frees the requests reported by the previous step. */
-void pl_engine_free_graveyard(pl_engine *e);
-
 /* engine/intake.c */
 pl_status pl_intake_init(pl_intake *in);
 void pl_intake_deinit(pl_intake *in);
@@ -279,10 +272,17 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d);
 void pl_output_finish(pl_engine *e, pl_sample *s, pl_finish_reason reason);
 pl_status pl_output_collect(pl_engine *e);
 void pl_output_fill_completion(const pl_sample *s, pl_completion *c);
+/* Finishes every sample of r with reason. */
+void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason);
 
 /* engine/request.c */
 pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
                             const pl_sampling_params *p, pl_request **out);
 void pl_request_free(pl_request *r);
+/* Frees a list of requests linked by next (the live list) or, with graveyard, by
+ * inbox_next. */
+void pl_request_free_all(pl_request *r, bool graveyard);
+/* Frees the requests reported by the previous step. */
+void pl_engine_free_graveyard(pl_engine *e);
 
 #endif

@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 /* The two members every table's struct starts with. */
 typedef struct head {
@@ -902,20 +903,10 @@ static void put(out *o, const char *fmt, ...) {
     if (n > 0) o->len += (size_t)n;
 }
 
-/* Bytes of the valid UTF-8 character at p (no overlongs, surrogates or code points past
- * U+10FFFF); 0 when it is not one. */
+/* Bytes of the valid UTF-8 character at p; 0 when it is not one (the NUL stops the step). */
 static int utf8_len(const unsigned char *p) {
-    unsigned c = p[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
-    for (int k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
-        cp = (cp << 6) | (p[k] & 0x3Fu);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
+    int k = pl_utf8_step(p, SIZE_MAX);
+    return k > 0 ? k : 0;
 }
 
 /* A JSON string; bytes that are not UTF-8 (a path may hold any) become U+FFFD. */

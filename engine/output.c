@@ -12,18 +12,14 @@
 #include "util/alloc.h"
 #include "util/log.h"
 #include "util/timer.h"
+#include "util/utf8.h"
 
 static pl_status text_append(pl_sample *s, const char *p, size_t n) {
     if (n == 0) return PL_OK;
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t cap = s->text_cap ? s->text_cap : 64;
-        while (cap < s->text_len + n + 1) cap *= 2;
-        char *g = pl_reallocarray(s->text, cap, 1);
-        if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "output text of request %llu",
-                               (unsigned long long)s->req->id);
-        s->text = g;
-        s->text_cap = cap;
-    }
+    if (s->text_len + n + 1 > s->text_cap &&
+        pl_grow_array((void **)&s->text, &s->text_cap, s->text_len + n + 1, 1, "text") != PL_OK)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "output text of request %llu",
+                       (unsigned long long)s->req->id);
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = '\0';
@@ -37,7 +33,7 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok,
     if (!s->finished && s->req->max_stop_len > 1) {
         size_t hold = s->req->max_stop_len - 1;
         safe = safe > hold ? safe - hold : 0;
-        while (safe > s->streamed && ((unsigned char)s->text[safe] & 0xC0) == 0x80) safe--;
+        while (safe > s->streamed && pl_utf8_is_cont((unsigned char)s->text[safe])) safe--;
     }
     if (safe < s->streamed) safe = s->streamed;
     void *p = b->deltas;
@@ -227,4 +223,8 @@ pl_status pl_output_collect(pl_engine *e) {
         }
     }
     return PL_OK;
+}
+
+void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason) {
+    for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], reason);
 }

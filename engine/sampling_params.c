@@ -24,7 +24,7 @@ static const pl_field_alias aliases[] = {PL_SAMPLING_PARAMS_ALIASES(PL_FIELD_ALI
 /* Every sizeof pl_sampling_params has had in a release (see engine/fields.h). */
 static const size_t sizes[] = {sizeof(pl_sampling_params)};
 
-const pl_field_table pl_sampling_params_table = {
+static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],
     .struct_size = sizeof(pl_sampling_params), .known_sizes = sizes,
     .n_known = sizeof sizes / sizeof sizes[0], .defaults = defaults,

@@ -10,20 +10,48 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "engine/fields.h"
 #include "util/alloc.h"
+#include "util/dtype.h"
 #include "util/log.h"
 #include "util/timer.h"
 
 /* ---- create / destroy ---------------------------------------------------------------- */
 
-static pl_status create_backend(const pl_engine_config *c, pl_backend **out) {
+static pl_status backend_of(const pl_engine_config *c, pl_dtype kv, pl_backend **out) {
     pl_backend_options opt = {.n_threads = c->n_threads, .device = c->cuda_device,
-                              .kv_dtype = c->kv_dtype};
+                              .kv_dtype = kv};
     switch (c->backend) {
     case PL_BACKEND_REF: return pl_backend_ref_create(&opt, out);
     case PL_BACKEND_CUDA: return pl_backend_cuda_create(&opt, out);
     default: return pl_backend_cpu_create(&opt, out);
     }
+}
+
+/* A KV dtype the backend refuses is the config's fault: the message names the field and
+ * what this backend takes, asked of the backend itself (each type tried), so no table here
+ * can disagree with kernels/. */
+static pl_status create_backend(const pl_engine_config *c, pl_backend **out) {
+    pl_status s = backend_of(c, c->kv_dtype, out);
+    if (s != PL_ERR_UNSUPPORTED || c->kv_dtype == PL_DTYPE_AUTO) return s;
+    char why[512];
+    snprintf(why, sizeof why, "%s", pl_last_error());
+    const pl_dtype all[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    char takes[64] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        pl_backend *be = NULL;
+        if (backend_of(c, all[i], &be) != PL_OK) continue;
+        pl_backend_destroy(be);
+        used += (size_t)snprintf(takes + used, sizeof takes - used, "%s%s", used ? ", " : "",
+                                 pl_dtype_name(all[i]));
+    }
+    if (!used) return pl_fail(s, "%s", why); /* the backend itself is missing */
+    return pl_fail(s, PL_REF("config.kv_dtype") " = %s: backend %s stores KV entries as %s",
+                   pl_dtype_name(c->kv_dtype),
+                   c->backend == PL_BACKEND_REF ? "ref" : c->backend == PL_BACKEND_CUDA ? "cuda"
+                                                                                         : "cpu",
+                   takes);
 }
 
 /* The memory the engine may use: memory_limit_bytes, else what the backend reports (all of
@@ -78,7 +106,8 @@ static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_b
     if (weights_b > (uint64_t)avail) /* a device's copy: host copies were checked at load */
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "%s: weights take %llu bytes on backend %s, more than the %zu bytes of "
-                       "memory available (memory_limit_bytes, else free device memory)",
+                       "memory available (" PL_REF_BARE("config.memory_limit_bytes") ", else free "
+                       "device memory)",
                        e->model->name, (unsigned long long)weights_b, e->be->ops->name, avail);
     if (c->max_num_blocks > 0) {
         /* An explicit pool is taken as asked, but under an explicit limit it must fit beside
@@ -90,9 +119,9 @@ static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_b
             need = UINT64_MAX;
         if (c->memory_limit_bytes && need > (uint64_t)c->memory_limit_bytes)
             return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                           "memory_limit_bytes = %zu: %llu bytes of weights + %llu bytes of KV "
-                           "cache (max_num_blocks = %d blocks of %zu bytes) + %zu bytes of "
-                           "workspace do not fit",
+                           PL_REF_BARE("config.memory_limit_bytes") " = %zu: %llu bytes of "
+                           "weights + %llu bytes of KV cache (" PL_REF_BARE("config.max_num_blocks")
+                           " = %d blocks of %zu bytes) + %zu bytes of workspace do not fit",
                            c->memory_limit_bytes, (unsigned long long)weights_b,
                            (unsigned long long)pool_b, c->max_num_blocks, block_bytes, work_b);
         *out_blocks = c->max_num_blocks;
@@ -210,7 +239,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     e->max_model_len = c->max_model_len ? c->max_model_len : mc->max_seq_len;
     if (e->max_model_len > mc->max_seq_len)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.max_model_len = %d: the model %s supports at most %d",
+                       PL_REF("config.max_model_len") " = %d: the model %s supports at most %d",
                        c->max_model_len, e->model->name, mc->max_seq_len);
     PL_TRY(pl_engine_config_check_model_len(c, e->max_model_len, c->max_model_len == 0));
     e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;

@@ -109,7 +109,9 @@ static pl_status submit_ids(pl_engine *e, const int32_t *ids, size_t n_ids,
     }
     PL_TRY(pl_sched_check_admissible(e->sched, n_ids, (size_t)p.max_tokens));
     if (p.n > e->cfg.max_num_seqs)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling.n = %d: more than max_num_seqs (%d)",
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       PL_REF("sampling.n") " = %d: more than " PL_REF_BARE("config.max_num_seqs")
+                       " (%d)",
                        p.n, e->cfg.max_num_seqs);
     pl_request *r;
     PL_TRY(pl_request_create(e, ids, n_ids, &p, &r));
@@ -143,7 +145,8 @@ pl_status pl_intake_submit_text(pl_engine *e, const char *prompt, size_t len, un
                                 const pl_sampling_params *params, pl_request_id *out_id) {
     if (!e->tok)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "submit: no tokenizer is loaded (tokenizer_path is NULL and none was "
+                       "submit: no tokenizer is loaded (" PL_REF_BARE("config.tokenizer_path")
+                       " is unset and none was "
                        "found beside the model); submit token ids instead");
     if (len == 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "submit: prompt is empty");
     PL_TRY(check_utf8(prompt, len));

@@ -474,7 +474,7 @@ def main():
                                             "--block-size", "24"] + ids, None, ["block"])
     check("max-model-len beyond the model", ["generate", "--model", "dummy:tiny",
                                              "--max-model-len", "100000"] + ids, None,
-          ["max_model_len"])
+          ["--max-model-len = 100000"])
     check("prompt id outside the vocabulary", ["generate", "--model", "dummy:tiny",
                                                "--prompt-ids", "1,512"], 1, ["vocabulary"])
     check("request longer than max_model_len", ["generate", "--model", "dummy:tiny",
@@ -487,7 +487,7 @@ def main():
           weights_over_limit(65536))
     check("explicit KV pool beyond the memory limit", ["generate", "--model", "dummy:tiny",
           "--memory-limit", "16MiB", "--max-num-blocks", "100000"] + ids, 1,
-          ["memory_limit_bytes = 16777216", "max_num_blocks = 100000", "weights", "workspace"])
+          ["--memory-limit = 16777216", "--max-num-blocks = 100000", "weights", "workspace"])
     check("memory limit the model fits", ["generate", "--model", "dummy:tiny", "--memory-limit",
                                           "256M", "--max-tokens", "3", "--temperature", "0",
                                           "--json"] + ids, 0, [])

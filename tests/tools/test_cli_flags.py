@@ -260,6 +260,35 @@ def case_context_default():
     check("leaves no room for output in --max-model-len (40" in p.stderr, p.stderr)
 
 
+def case_errors_name_flags():
+    """What the engine refuses is named as the flag typed, not the library's field."""
+    ids = ["--prompt-ids", "1,2"]
+    cases = [
+        (["--kv-dtype", "bf16"], 1, "--kv-dtype = bf16: backend cpu stores KV entries as f32, f16"),
+        (["--max-model-len", "100000"], 1, "--max-model-len = 100000: the model dummy:tiny"),
+        (["--max-num-seqs", "4", "--max-batch-size", "8"], 1,
+         "--max-num-seqs = 4: must be >= --max-batch-size (8)"),
+        (["--no-chunked-prefill", "--max-total-tokens", "64"], 1,
+         "--max-total-tokens = 64: with chunked prefill off it must be >= --max-model-len"),
+        (["--n", "8", "--max-num-seqs", "4"], 1, "--n = 8: more than --max-num-seqs (4)"),
+        (["--memory-limit", "16MiB", "--max-num-blocks", "100000"], 1,
+         "--memory-limit = 16777216"),
+        (["--top-p", "0"], 2, "--top-p = 0: must be in (0, 1]"),
+    ]
+    for extra, rc, want in cases:
+        p = run(["generate"] + TINY + ids + extra, expect_rc=rc)
+        check(want in p.stderr, f"{extra}: {p.stderr!r} lacks {want!r}")
+        check("config." not in p.stderr and "sampling." not in p.stderr,
+              f"{extra}: a library field name: {p.stderr}")
+    p = run(["generate"] + TINY + ["--prompt", "hi"], expect_rc=1)
+    check("--tokenizer is unset" in p.stderr, f"no tokenizer: {p.stderr}")
+    check(run(["generate"] + TINY + ids + ["--kv-dtype", "bf16", "--backend", "ref",
+                                           "--max-tokens", "2"]).returncode == 0, "ref bf16")
+    h = run(["generate", "--help"]).stdout
+    check("By backend: cpu f32, f16; ref and cuda also bf16" in " ".join(h.split()),
+          "--kv-dtype's help does not list what each backend takes")
+
+
 CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
 
 

@@ -72,6 +72,14 @@ void cli_print_sampling_flags_from(const pl_sampling_params *defaults);
 void cli_sampling_defaults(pl_sampling_params *p);
 void cli_print_chat_flags(void);
 
+/* ---- the model ----------------------------------------------------------------------- */
+
+/* One line about the engine's model: file, format, architecture, parameters, weight types,
+ * context, KV bytes per token and pool, tokenizer, chat templates. */
+void cli_model_summary(const pl_engine *e, char *buf, size_t cap);
+/* The facts `pagellm info` prints, one per line. */
+void cli_print_model_info(FILE *f, const pl_engine *e);
+
 /* ---- files read whole. On failure each returns false with "PATH: problem" in err. ---- */
 
 /* The whole file ("-": standard input, named <stdin>) into *out (NUL-terminated; free());

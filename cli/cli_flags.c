@@ -321,7 +321,7 @@ void cli_print_engine_flags(void) {
     const pl_field *f = pl_engine_config_fields(&n);
     size_t n_aliases;
     const pl_field_alias *al = pl_engine_config_aliases(&n_aliases);
-    print_fields("engine flags [default] ('_' or '-' alike)", f, n, al, n_aliases, &d);
+    print_fields("engine flags [default]", f, n, al, n_aliases, &d);
 }
 
 void cli_sampling_defaults(pl_sampling_params *p) {

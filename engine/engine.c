@@ -179,6 +179,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_sampler_deinit(&e->sampler);
     pl_chat_state_free(&e->chat);
     pl_tok_free(e->tok);
+    pl_free(e->tokenizer_path);
     pl_model_free(e->model);
     free_step_buffers(&e->sb);
     pl_free(e);
@@ -200,6 +201,8 @@ static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
     const char *path = tokenizer_path ? tokenizer_path : e->model->tokenizer_path;
     if (!path) return PL_OK; /* token ids only */
     PL_TRY(pl_tok_load(path, &e->tok));
+    if (!(e->tokenizer_path = pl_strdup(path)))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s: its path", path);
     int tv = pl_tok_vocab_size(e->tok);
     if (tv > e->vocab)
         return pl_fail(PL_ERR_FORMAT,

@@ -188,6 +188,7 @@ struct pl_engine {
                                          the tokenizer's EOS when the model names none) */
     int n_eos;
     char weight_type[48];             /* pl_model_info.weight_type (pl_engine_name_weights) */
+    char *tokenizer_path;             /* where e->tok came from (pl_model_info); pl_malloc'd */
     pl_dtype weight_dtype;            /* pl_model_info.weight_dtype */
 
     atomic_uint_fast64_t next_id;

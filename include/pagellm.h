@@ -767,6 +767,18 @@ typedef struct pl_model_info {
      * each holds, most first, joined by '+': "f16", "q8_0", "q4_k+q6_k" (a Q4_K_M file),
      * "q4_0+f16" (rows that fell back). Engine-owned, valid until pl_engine_destroy. */
     const char *weight_type;
+    const char *format;         /* the model file's: "gguf", "safetensors", "llama2.c",
+                                   "dummy"; static */
+    /* The tokenizer: the file it was loaded from (a GGUF model's own vocabulary: the model
+     * file), engine-owned, and its kind, "sentencepiece" or "bpe", static; both NULL
+     * without a tokenizer (token ids only). */
+    const char *tokenizer_path;
+    const char *tokenizer_kind;
+    int n_chat_templates;       /* the templates chats can use (the tokenizer's named ones, or
+                                   config.chat_template's one); 0: the model cannot chat */
+    bool chat_template_override; /* config.chat_template replaced the tokenizer's */
+    bool tied_embeddings;       /* the output projection is the embedding */
+    double rope_theta, norm_eps;
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */

@@ -114,8 +114,20 @@ pl_status pl_model_load(const char *path, const pl_model_load_options *opt, pl_m
     return pl_model_load_within(path, opt, 0, out);
 }
 
+static pl_status load_any(const char *path, const pl_model_load_options *opt, uint64_t limit,
+                          pl_model **out, const char **format);
+
 pl_status pl_model_load_within(const char *path, const pl_model_load_options *opt,
                                uint64_t limit, pl_model **out) {
+    const char *format = NULL;
+    pl_status s = load_any(path, opt, limit, out, &format);
+    if (s == PL_OK && *out) (*out)->format = format;
+    return s;
+}
+
+/* Picks the loader; *format: which one. */
+static pl_status load_any(const char *path, const pl_model_load_options *opt, uint64_t limit,
+                          pl_model **out, const char **format) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: out is NULL");
     *out = NULL;
     if (!path || !path[0])
@@ -125,7 +137,11 @@ pl_status pl_model_load_within(const char *path, const pl_model_load_options *op
     if (opt->dtype < PL_DTYPE_AUTO || opt->dtype > PL_DTYPE_BF16)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: dtype = %d is not a pl_dtype",
                        (int)opt->dtype);
-    if (strncmp(path, "dummy:", 6) == 0) return pl_model_load_dummy(path + 6, opt, limit, out);
+    if (strncmp(path, "dummy:", 6) == 0) {
+        *format = "dummy";
+        return pl_model_load_dummy(path + 6, opt, limit, out);
+    }
+    *format = "safetensors";
 
     struct stat st;
     if (stat(path, &st) != 0) return pl_fail(PL_ERR_IO, "%s: %s", path, strerror(errno));
@@ -140,8 +156,11 @@ pl_status pl_model_load_within(const char *path, const pl_model_load_options *op
     if (!f) return pl_fail(PL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
-    if (got == 4 && memcmp(magic, "GGUF", 4) == 0)
+    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+        *format = "gguf";
         return pl_model_load_gguf(path, opt, limit, out);
+    }
+    *format = "llama2.c";
     pl_status s = pl_model_load_llama2c(path, opt, limit, out);
     if (s == PL_ERR_FORMAT) return not_a_model(path);
     return s;

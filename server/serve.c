@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "server/server.h"
 #include "server/srv.h"
 
@@ -146,7 +147,7 @@ static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *c
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_mutex_init(&s->dead_mu, NULL);
     if (pl_engine_create(cfg, &s->e) != PL_OK) {
-        pl_srv_log("ERROR", "%s", pl_last_error());
+        pl_srv_log("ERROR", "%s", pl_last_error_as(PL_NAMING_FLAG)); /* serve's flags did it */
         return false;
     }
     pl_engine_model_info(s->e, &s->info);
@@ -189,9 +190,11 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
         goto out;
     }
     if (!pl_srv_http_start(s)) goto out;
-    pl_srv_log("INFO", "model %s: %d KV blocks of %d tokens, max_model_len %d, %s tokenizer%s",
-               s->model_name, s->info.kv_blocks, s->info.block_size, s->info.max_model_len,
-               s->tok ? "a" : "no", s->opt.api_key ? ", API key required" : "");
+    char summary[1024];
+    cli_model_summary(s->e, summary, sizeof summary);
+    pl_srv_log("INFO", "model %s: %s; %d KV blocks of %d tokens%s", s->model_name, summary,
+               s->info.kv_blocks, s->info.block_size,
+               s->opt.api_key ? "; API key required" : "");
     pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
                s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
     int sig = 0;

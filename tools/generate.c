@@ -454,6 +454,9 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         cli_prompts_free(prompts, n_prompts);
         return 1;
     }
+    char summary[1024];
+    cli_model_summary(e, summary, sizeof summary);
+    fprintf(stderr, "pagellm generate: %s\n", summary);
     g_interrupted = 0;
     catch_sigint();
     int rc;

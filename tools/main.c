@@ -13,7 +13,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "pagellm %s - paged-KV LLM inference\n\n"
-            "usage: pagellm COMMAND [flags]   (pagellm COMMAND --help for its flags)\n\n"
+            "usage: pagellm COMMAND [flags]   (pagellm help COMMAND for its flags; a flag may be\n"
+            "                                  spelt with '_' for '-', as --max_num_seqs)\n\n"
             "commands:\n"
             "  generate    generate text for one prompt, a chat or a JSONL file of prompts\n"
             "  chat        talk with a chat model in the terminal; the reply streams\n"
@@ -22,6 +23,8 @@ static void usage(FILE *f) {
             "  bench       benchmarks: throughput, latency, sweep, roofline, serve, soak\n"
             "  profile     run a workload with profiling on: trace, time per phase and op\n"
             "  quantize    write a model as a GGUF file in another weight type\n"
+            "  info        what a model holds: architecture, shapes, parameters, tensor types,\n"
+            "              tokenizer, chat template, context, KV bytes per token\n"
 
             "  serve       an OpenAI-compatible HTTP server (completions, chat, streaming)\n"
             "  version     print the version (also --version)\n"
@@ -55,7 +58,7 @@ static const struct {
 } COMMANDS[] = {
     {"generate", cmd_generate},     {"chat", cmd_chat},         {"tokenize", cmd_tokenize},
     {"detokenize", cmd_detokenize}, {"bench", pl_bench_main},   {"profile", pl_bench_profile_main},
-    {"quantize", cmd_quantize},     {"serve", pl_serve_main},
+    {"quantize", cmd_quantize},     {"serve", pl_serve_main},   {"info", cmd_info},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -230,8 +230,10 @@ def model_info(handle: Handle) -> outputs.ModelInfo:
             if f == "struct_size":
                 continue
             v = getattr(info, f)
-            if f in ("name", "architecture", "weight_type"):
+            if f in ("name", "architecture", "weight_type", "format"):
                 v = v.decode("utf-8", "replace") if v is not None else ""
+            elif f in ("tokenizer_path", "tokenizer_kind"):
+                v = v.decode("utf-8", "replace") if v is not None else None
             elif f in ("weight_dtype", "kv_dtype"):
                 v = names[v] if 0 <= v < len(names) else str(v)
             values[f] = v

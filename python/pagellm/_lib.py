@@ -157,7 +157,11 @@ class ModelInfoC(Structure):
                 ("hidden_dim", c_int), ("kv_bytes_per_token", c_size_t),
                 ("block_size", c_int), ("kv_blocks", c_int), ("kv_tokens", c_uint64),
                 ("max_batch_size", c_int), ("max_num_seqs", c_int),
-                ("max_concurrency", c_double), ("weight_type", c_char_p)]
+                ("max_concurrency", c_double), ("weight_type", c_char_p),
+                ("format", c_char_p), ("tokenizer_path", c_char_p),
+                ("tokenizer_kind", c_char_p), ("n_chat_templates", c_int),
+                ("chat_template_override", c_bool), ("tied_embeddings", c_bool),
+                ("rope_theta", c_double), ("norm_eps", c_double)]
 
 
 # Which ctypes struct mirrors which C struct (for the layout test).

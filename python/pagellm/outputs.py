@@ -149,6 +149,14 @@ class ModelInfo:
     max_num_seqs: int
     max_concurrency: float
     weight_type: str
+    format: str = ""                      # "gguf", "safetensors", "llama2.c", "dummy"
+    tokenizer_path: Optional[str] = None  # None: no tokenizer
+    tokenizer_kind: Optional[str] = None  # "sentencepiece" or "bpe"
+    n_chat_templates: int = 0
+    chat_template_override: bool = False
+    tied_embeddings: bool = False
+    rope_theta: float = 0.0
+    norm_eps: float = 0.0
 
 
 # ---- from C -------------------------------------------------------------------------------

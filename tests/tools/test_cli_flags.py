@@ -289,6 +289,43 @@ def case_errors_name_flags():
           "--kv-dtype's help does not list what each backend takes")
 
 
+MODELS = os.environ.get("PAGELLM_TEST_MODELS")
+
+
+def case_info():
+    """`pagellm info`: stories260K's facts computed here from its published shape; a summary
+    line at generate's start; a file that is no model refused by name."""
+    if not MODELS:
+        raise Skip("PAGELLM_TEST_MODELS is not set: no stories260K")
+    model = os.path.join(MODELS, "stories260K.bin")
+    tok = os.path.join(MODELS, "tok512.model")
+    js = json.loads(run(["info", model, "--tokenizer", tok, "--json"]).stdout)
+    d, hidden, layers, heads, kv_heads, vocab = 64, 172, 5, 8, 4, 512
+    kv_dim = d // heads * kv_heads
+    per_layer = 2 * d + 2 * d * d + 2 * d * kv_dim + 3 * d * hidden
+    want = {"format": "llama2.c", "architecture": "llama", "n_layers": layers, "dim": d,
+            "hidden_dim": hidden, "n_heads": heads, "n_kv_heads": kv_heads, "vocab_size": vocab,
+            "context_length": 512, "tied_embeddings": True, "weight_type": "f32",
+            "n_params": layers * per_layer + vocab * d + d, "kv_dtype": "f16",
+            "kv_bytes_per_token": 2 * layers * kv_dim * 2, "tokenizer_kind": "sentencepiece",
+            "tokenizer_path": tok, "n_chat_templates": 0, "bos_id": 1, "eos_id": 2}
+    for k, v in want.items():
+        check(js[k] == v, f"info {k}: {js[k]!r}, want {v!r}")
+    text = run(["info", model, "--tokenizer", tok, "--kv-dtype", "f32",
+                "--chat-template", "{{ messages[0].content }}"]).stdout
+    for line in ("format          llama2.c", "parameters      260.0K (260032)",
+                 "KV cache        f32: 1.28 KB per token", "tokenizer       tok512.model "
+                 "(sentencepiece)", "chat template   1 (--chat-template)"):
+        check(line in text, f"info lacks {line!r}:\n{text}")
+    p = run(["generate", model, "--tokenizer", tok, "--prompt", "Once", "--max-tokens", "2"])
+    first = p.stderr.splitlines()[0]
+    check(first.startswith("pagellm generate: " + model + " (llama2.c llama): 260.0K params (f32)")
+          and "tokenizer sentencepiece" in first, f"generate's summary line: {first}")
+    p = run(["info", tok], expect_rc=1)
+    check("not a GGUF, safetensors or llama2.c file" in p.stderr and "--tokenizer" in p.stderr,
+          f"info on a tokenizer: {p.stderr}")
+
+
 CASES = {name[5:]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
 
 

@@ -737,7 +737,8 @@ static void result_path(const opts *o, bool chat, const char *model, char *out, 
     }
     char rate[32], conc[40] = "", when[32];
     if (isinf(o->request_rate)) snprintf(rate, sizeof rate, "inf");
-    else if (o->request_rate == floor(o->request_rate)) snprintf(rate, sizeof rate, "%.1f", o->request_rate);
+    else if (o->request_rate == floor(o->request_rate))
+        snprintf(rate, sizeof rate, "%.1f", o->request_rate);
     else snprintf(rate, sizeof rate, "%g", o->request_rate);
     if (o->max_concurrency) snprintf(conc, sizeof conc, "-concurrency%lld", o->max_concurrency);
     time_t now = time(NULL);

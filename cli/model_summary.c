@@ -65,8 +65,9 @@ void cli_print_model_info(FILE *f, const pl_engine *e) {
     fprintf(f, "tensor types    %s (matrices; norms f32)\n", m.weight_type);
     fprintf(f, "shape           %d layers, dim %d, hidden %d, %d heads (%d KV heads), head dim "
                "%d\n", m.n_layers, m.dim, m.hidden_dim, m.n_heads, m.n_kv_heads, m.head_dim);
-    fprintf(f, "embeddings      %s\n", m.tied_embeddings ? "tied (the output projection is the "
-                                                            "embedding)" : "separate output projection");
+    fprintf(f, "embeddings      %s\n",
+            m.tied_embeddings ? "tied (the output projection is the embedding)"
+                              : "separate output projection");
     fprintf(f, "vocabulary      %d (BOS %d, EOS %d", m.vocab_size, m.bos_id, m.eos_id);
     if (m.eot_id >= 0) fprintf(f, ", end of turn %d", m.eot_id);
     fprintf(f, ")\n");

@@ -492,13 +492,14 @@ PL_API const pl_field_alias *pl_sampling_params_aliases(size_t *out_n);
 
 /* Sets a field by name from text as a command line gives it: a number ("16", "0.9"; SIZE
  * also "512M", "4GiB"), true/false (also 1/0, yes/no, on/off), an enum's name ("f16"), a
- * string (copied). A list field (IDS, STRINGS) gets value appended (IDS: comma-separated
- * ids). OPT_U64: a number, or "" to unset. The value is checked against the field's range
- * only (pl_*_validate checks the rules between fields). name may be an alias
- * (pl_engine_config_aliases). Copies live in the struct's storage until _deinit. Errors: PL_ERR_INVALID_ARGUMENT (struct_size, NULL, a malformed or
- * out-of-range value: "config.block_size: 'x' is not an integer"), PL_ERR_NOT_FOUND (no
- * such field; the message suggests the closest name), PL_ERR_OUT_OF_MEMORY. On failure the
- * struct is unchanged. */
+ * string (copied). A list field (IDS, STRINGS, BIAS) gets value appended (IDS:
+ * comma-separated ids; BIAS: "ID:BIAS,..."). OPT_U64: a number, or "" to unset. The value
+ * is checked against the field's range only (pl_*_validate checks the rules between
+ * fields). name may be an alias (pl_engine_config_aliases). Copies live in the struct's
+ * storage until _deinit.
+ * Errors: PL_ERR_INVALID_ARGUMENT (struct_size, NULL, a malformed or out-of-range value:
+ * "config.block_size: 'x' is not an integer"), PL_ERR_NOT_FOUND (no such field; the message
+ * suggests the closest name), PL_ERR_OUT_OF_MEMORY. On failure the struct is unchanged. */
 PL_API pl_status pl_engine_config_set(pl_engine_config *cfg, const char *name,
                                       const char *value);
 PL_API pl_status pl_sampling_params_set(pl_sampling_params *p, const char *name,

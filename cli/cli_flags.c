@@ -176,6 +176,46 @@ static int field_flag(const pl_field *fields, size_t n, const pl_field_alias *al
             if (s != PL_OK) return refused(f, a);
             return 1;
         }
+        if (f->kind == PL_FIELD_STRING && f->value_name && !strcmp(f->value_name, "GBNF")) {
+            char *text, err[1024];
+            if (!cli_grammar_arg(f->flag, value, &text, err, sizeof err)) {
+                fprintf(stderr, "pagellm: %s\n", err);
+                return -1;
+            }
+            pl_status s = set(obj, f->name, text); /* copied into the struct's storage */
+            free(text);
+            if (s != PL_OK) return refused(f, a);
+            return 1;
+        }
+        if (f->kind == PL_FIELD_STRINGS && f->value_name && !strcmp(f->value_name, "A,B")) {
+            /* a comma-separated list, each item appended; "\\," is a comma inside an item */
+            size_t len = strlen(value);
+            char *item = malloc(len + 1);
+            if (!item) {
+                fprintf(stderr, "pagellm: %s: out of memory\n", f->flag);
+                return -1;
+            }
+            size_t k = 0;
+            for (size_t j = 0; j <= len; j++) {
+                if (value[j] == '\\' && value[j + 1] == ',') {
+                    item[k++] = ',';
+                    j++;
+                    continue;
+                }
+                if (value[j] != ',' && value[j] != '\0') {
+                    item[k++] = value[j];
+                    continue;
+                }
+                item[k] = '\0';
+                k = 0;
+                if (set(obj, f->name, item) != PL_OK) {
+                    free(item);
+                    return refused(f, a);
+                }
+            }
+            free(item);
+            return 1;
+        }
         if (f->kind == PL_FIELD_STRING) {
             /* argv outlives every engine the command makes: point at it, copy nothing */
             *(const char **)((char *)obj + f->offset) = value;
@@ -274,7 +314,9 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
         if (!f->flag) continue;
         char head[96], neg[64] = "";
         if (f->kind == PL_FIELD_BOOL) negation(f, neg, sizeof neg);
-        const char *value_name = is_json_field(f) ? "JSON|FILE" : f->value_name;
+        const char *value_name = is_json_field(f) ? "JSON|FILE"
+                                 : f->value_name && !strcmp(f->value_name, "GBNF") ? "GBNF|FILE"
+                                 : f->value_name;
         int col = snprintf(head, sizeof head, "  %c%c%s%s%s%s%s%s", f->short_flag ? '-' : ' ',
                            f->short_flag ? f->short_flag : ' ', f->short_flag ? ", " : "  ",
                            f->flag, value_name ? " " : "", value_name ? value_name : "",
@@ -307,9 +349,13 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
         }
         char also[160];
         aliases_text(f, aliases, n_aliases, also, sizeof also);
+        bool gbnf = f->value_name && !strcmp(f->value_name, "GBNF");
+        bool list = f->value_name && !strcmp(f->value_name, "A,B");
         snprintf(text, sizeof text, "%s%s%s%s%s", f->help,
-                 is_json_field(f) ? " (the JSON text, or a file holding it)" : "", choices, dflt,
-                 also);
+                 is_json_field(f) ? " (the JSON text, or a file holding it)"
+                 : gbnf ? " (the grammar text, or a file holding it)"
+                 : list ? " (comma-separated; \\, for a comma; repeatable)" : "",
+                 choices, dflt, also);
         cli_wrap(text, indent, indent);
     }
 }

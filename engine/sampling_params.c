@@ -2,6 +2,7 @@
  * engine/sampling_params.c - per-request sampling parameters: their table
  * (PL_SAMPLING_PARAMS_FIELDS in pagellm.h) instantiated and the rules between fields.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -21,8 +22,11 @@ static void defaults(void *obj) {
 
 static const pl_field_alias aliases[] = {PL_SAMPLING_PARAMS_ALIASES(PL_FIELD_ALIAS_)};
 
-/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h). */
-static const size_t sizes[] = {sizeof(pl_sampling_params)};
+/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h): before the
+ * constraint fields (json_schema ...), before skip_special_tokens, and now. */
+static const size_t sizes[] = {offsetof(pl_sampling_params, json_schema),
+                               offsetof(pl_sampling_params, skip_special_tokens),
+                               sizeof(pl_sampling_params)};
 
 static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],
@@ -73,6 +77,14 @@ static pl_status check(const pl_sampling_params *p, int vocab) {
             return pl_fail(PL_ERR_INVALID_ARGUMENT,
                            PL_REF("sampling.logit_bias") ": token %d is outside the vocabulary "
                            "[0, %d)", (int)p->logit_bias[i].token, vocab);
+    int n_constraints = (p->json_schema != NULL) + (p->grammar != NULL) + (p->regex != NULL) +
+                        (p->n_choice > 0);
+    if (n_constraints > 1)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "sampling: " PL_REF_BARE("sampling.json_schema") ", "
+                       PL_REF_BARE("sampling.grammar") ", " PL_REF_BARE("sampling.regex") " and "
+                       PL_REF_BARE("sampling.choice") " exclude each other (%d are set)",
+                       n_constraints);
     for (size_t i = 0; vocab > 0 && i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= vocab)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,

@@ -582,14 +582,24 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         break;
     }
     case PL_FIELD_BIAS: {
+        /* one entry per token, as in OpenAI's object: a token given again takes the later
+         * bias */
         size_t old_n = v->append ? *(size_t *)at(obj, f->aux_offset) : 0;
         const pl_logit_bias *old = *(const pl_logit_bias **)p;
-        size_t n = old_n + v->n;
-        if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
-        pl_logit_bias *b = pl_calloc(n ? n : 1, sizeof *b);
+        pl_logit_bias *b = pl_calloc(old_n + v->n ? old_n + v->n : 1, sizeof *b);
         if (!b) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
         if (old_n) memcpy(b, old, old_n * sizeof *b);
-        if (v->n) memcpy(b + old_n, v->bias, v->n * sizeof *b);
+        size_t n = old_n;
+        for (size_t i = 0; i < v->n; i++) {
+            size_t k = 0;
+            while (k < n && b[k].token != v->bias[i].token) k++;
+            b[k] = v->bias[i];
+            if (k == n) n++;
+        }
+        if (!in_range(&f->range, (double)n)) {
+            pl_free(b);
+            return pl_fields_fail_range(t, f, (double)n);
+        }
         PL_TRY(keep(t, obj, b));
         *(const pl_logit_bias **)p = n ? b : NULL;
         *(size_t *)at(obj, f->aux_offset) = n;

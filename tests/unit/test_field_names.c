@@ -124,8 +124,8 @@ Test(bias, logit_bias_from_text_and_json) {
     cr_assert(p.skip_special_tokens && !p.include_stop_str_in_output);
     /* text: comma-separated ID:BIAS, appended (a repeated flag) */
     cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "5:-100,7:2.5"), PL_OK);
-    cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "9:1"), PL_OK);
-    cr_assert_eq(p.n_logit_bias, 3);
+    cr_assert_eq(pl_sampling_params_set(&p, "logit_bias", "9:1,7:2.5"), PL_OK);
+    cr_assert_eq(p.n_logit_bias, 3, "a token given again replaces its entry");
     cr_assert_eq(p.logit_bias[0].token, 5);
     cr_assert_float_eq(p.logit_bias[0].bias, -100.0f, 0);
     cr_assert_eq(p.logit_bias[2].token, 9);

@@ -25,8 +25,8 @@ static void usage(FILE *f) {
             "  quantize    write a model as a GGUF file in another weight type\n"
             "  info        what a model holds: architecture, shapes, parameters, tensor types,\n"
             "              tokenizer, chat template, context, KV bytes per token\n"
-
             "  serve       an OpenAI-compatible HTTP server (completions, chat, streaming)\n"
+            "  doctor      checks of this machine: comm (tensor-parallel all-reduce speed)\n"
             "  version     print the version (also --version)\n"
             "  help        this text (also --help, -h); help COMMAND: that command's flags\n",
             pl_version());
@@ -59,6 +59,7 @@ static const struct {
     {"generate", cmd_generate},     {"chat", cmd_chat},         {"tokenize", cmd_tokenize},
     {"detokenize", cmd_detokenize}, {"bench", pl_bench_main},   {"profile", pl_bench_profile_main},
     {"quantize", cmd_quantize},     {"serve", pl_serve_main},   {"info", cmd_info},
+    {"doctor", cmd_doctor},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
@@ -67,6 +68,7 @@ static int dispatch(int argc, char **argv) {
     const char *cmd = argv[0];
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("pagellm %s\n", pl_version());
+        printf("tensor parallelism: %s\n", pl_distributed_backends());
         return 0;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

@@ -230,7 +230,7 @@ def model_info(handle: Handle) -> outputs.ModelInfo:
             if f == "struct_size":
                 continue
             v = getattr(info, f)
-            if f in ("name", "architecture", "weight_type", "format"):
+            if f in ("name", "architecture", "weight_type", "distributed", "format"):
                 v = v.decode("utf-8", "replace") if v is not None else ""
             elif f in ("tokenizer_path", "tokenizer_kind"):
                 v = v.decode("utf-8", "replace") if v is not None else None

@@ -149,6 +149,8 @@ class ModelInfo:
     max_num_seqs: int
     max_concurrency: float
     weight_type: str
+    tensor_parallel_size: int  # ranks the model is split over (1: none)
+    distributed: str           # how they talk ("threads: 2 ranks, ..."); "" with one rank
     format: str = ""                      # "gguf", "safetensors", "llama2.c", "dummy"
     tokenizer_path: Optional[str] = None  # None: no tokenizer
     tokenizer_kind: Optional[str] = None  # "sentencepiece" or "bpe"

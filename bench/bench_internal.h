@@ -107,9 +107,12 @@ typedef struct pl_bench_request {
 
 typedef struct pl_bench_run {
     double elapsed_s;          /* first submit -> last request finished (wall clock) */
-    pl_bench_request *reqs;    /* (n_reqs) in finish order, owned */
+    pl_bench_request *reqs;    /* (n_reqs) in finish order, owned: one per sample (sp->n per
+                                  prompt) */
     size_t n_reqs;
-    uint64_t prompt_tokens;    /* of requests not dropped (abort, overloaded) */
+    size_t n_prompts;          /* prompts submitted (n_reqs / sp->n when all finished) */
+    uint64_t prompt_tokens;    /* of requests not dropped (abort, overloaded); once per prompt
+                                  whatever its number of samples (they share its KV blocks) */
     uint64_t output_tokens;
     uint64_t steps;            /* engine steps taken by this run */
     size_t n_errors;           /* finished with reason error */
@@ -124,7 +127,7 @@ typedef struct pl_bench_run {
  * finishes the bar. Returns an exit status: 1 when the engine fails or a request is refused. */
 int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sampling_params *sp,
                           pl_progress *progress, pl_bench_run *out);
-/* Output tokens the workload asks for at most (the sum of its max_tokens). */
+/* Output tokens the workload asks for at most (the sum of its max_tokens), per sample. */
 uint64_t pl_bench_workload_output_tokens(const pl_bench_workload *w);
 void pl_bench_run_free(pl_bench_run *r);
 /* The sampling parameters the benchmarks use (vLLM's: temperature 1, top_p 1). */
@@ -164,8 +167,6 @@ json_t *pl_bench_build_json(void);
 /* "release -O3" etc.; warns on stderr when the build is not optimised. */
 const char *pl_bench_build_describe(bool warn);
 int pl_bench_online_cpus(void);
-/* Prints "pagellm CMD: unknown or incomplete flag 'X' (see --help)" and returns 2. */
-int pl_bench_unknown_flag(const char *cmd, const char *flag);
 /* Creates the engine, printing the error (exit status 1) on failure. */
 int pl_bench_engine_create(const char *cmd, const pl_engine_config *cfg, pl_engine **out);
 /* "Model: NAME (15.2M matmul params, 60.7 MB of matmul weights; 2 threads, build ...)". */

@@ -162,35 +162,35 @@ int pl_bench_latency_main(int argc, char **argv) {
         if (r < 0) return 2;
         if (r > 0) continue;
         long long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if (!strcmp(a, "--batch-size")) {
+        } else if (cli_is(a, "--batch-size")) {
             if (!cli_int(a, v, 1, 1 << 20, &n)) return 2;
             wo.num_prompts = n, i++;
-        } else if (!strcmp(a, "--input-len")) {
+        } else if (cli_is(a, "--input-len")) {
             if (!cli_int(a, v, 1, 1 << 24, &n)) return 2;
             wo.input_len = n, i++;
-        } else if (!strcmp(a, "--output-len")) {
+        } else if (cli_is(a, "--output-len")) {
             if (!cli_int(a, v, 1, 1 << 24, &n)) return 2;
             wo.output_len = n, i++;
-        } else if (!strcmp(a, "--num-iters-warmup")) {
+        } else if (cli_is(a, "--num-iters-warmup")) {
             if (!cli_int(a, v, 0, 1000000, &n)) return 2;
             warmup = n, i++;
-        } else if (!strcmp(a, "--num-iters")) {
+        } else if (cli_is(a, "--num-iters")) {
             if (!cli_int(a, v, 1, 1000000, &n)) return 2;
             iters = n, i++;
-        } else if (!strcmp(a, "--seed")) {
+        } else if (cli_is(a, "--seed")) {
             if (!cli_int(a, v, 0, INT64_MAX, &n)) return 2;
             wo.seed = (uint64_t)n, i++;
-        } else if (!strcmp(a, "--output-json") && v) {
+        } else if (cli_is(a, "--output-json") && v) {
             json_path = v, i++;
-        } else if (!strcmp(a, "--bandwidth")) {
+        } else if (cli_is(a, "--bandwidth")) {
             bandwidth = true;
-        } else if (!strcmp(a, "--no-progress") || !strcmp(a, "--disable-tqdm")) {
+        } else if (cli_is(a, "--no-progress") || cli_is(a, "--disable-tqdm")) {
             progress = false;
         } else {
-            return pl_bench_unknown_flag("bench latency", a);
+            return cli_unknown_flag("bench latency", a, usage);
         }
     }
     int batch = (int)wo.num_prompts;

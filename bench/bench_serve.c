@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "bench/bench_internal.h"
@@ -52,6 +53,8 @@ static const struct {
 
 typedef struct opts {
     const char *base_url, *host, *endpoint, *model, *tokenizer, *api_key, *json_path;
+    const char *result_dir, *result_filename; /* --save-result's place (vLLM's flags) */
+    bool save_result;
     long long port, vocab_size, max_concurrency;
     double request_rate, burstiness;
     pl_bench_workload_opts wo;
@@ -99,8 +102,17 @@ static void usage(const pl_bench_workload_opts *d) {
            "  --percentile-metrics LIST  sections to print: ttft,tpot,itl,e2el (default all)\n"
            "  --metric-percentiles LIST  percentiles of each, e.g. 50,90,99 (default 99)\n"
            "  --output-json FILE         the figures and per-request arrays as JSON\n"
+           "  --save-result              the same JSON into --result-dir DIR (default .) as\n"
+           "                             --result-filename NAME (default vLLM's:\n"
+           "                             BACKEND-RATEqps[-concurrencyN]-MODEL-DATE-TIME.json)\n"
            "  --no-progress              no progress bar (drawn only on a terminal anyway);\n"
            "                             --disable-tqdm\n");
+}
+
+static void help(void) {
+    pl_bench_workload_opts d;
+    pl_bench_workload_opts_default(&d);
+    usage(&d);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -209,44 +221,49 @@ static int serve_flag(opts *o, int argc, char **argv, int *i) {
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     const char **str = NULL;
     long long n;
-    if (!strcmp(a, "--base-url")) str = &o->base_url;
-    else if (!strcmp(a, "--host")) str = &o->host;
-    else if (!strcmp(a, "--endpoint")) str = &o->endpoint;
-    else if (!strcmp(a, "--model") || !strcmp(a, "--served-model-name")) str = &o->model;
-    else if (!strcmp(a, "--tokenizer")) str = &o->tokenizer;
-    else if (!strcmp(a, "--api-key")) str = &o->api_key;
-    else if (!strcmp(a, "--output-json")) str = &o->json_path;
+    if (cli_is(a, "--base-url")) str = &o->base_url;
+    else if (cli_is(a, "--host")) str = &o->host;
+    else if (cli_is(a, "--endpoint")) str = &o->endpoint;
+    else if (cli_is(a, "--model") || cli_is(a, "--served-model-name")) str = &o->model;
+    else if (cli_is(a, "--tokenizer")) str = &o->tokenizer;
+    else if (cli_is(a, "--api-key")) str = &o->api_key;
+    else if (cli_is(a, "--output-json")) str = &o->json_path;
+    else if (cli_is(a, "--result-dir")) str = &o->result_dir;
+    else if (cli_is(a, "--result-filename")) str = &o->result_filename;
     if (str) {
         if (!v || !v[0]) {
             fprintf(stderr, "pagellm: %s: missing value\n", a);
             return -1;
         }
         *str = v;
-    } else if (!strcmp(a, "--port")) {
+    } else if (cli_is(a, "--port")) {
         if (!cli_int(a, v, 1, 65535, &n)) return -1;
         o->port = n;
-    } else if (!strcmp(a, "--vocab-size")) {
+    } else if (cli_is(a, "--vocab-size")) {
         if (!cli_int(a, v, 4, 1 << 30, &n)) return -1;
         o->vocab_size = n;
-    } else if (!strcmp(a, "--max-concurrency")) {
+    } else if (cli_is(a, "--max-concurrency")) {
         if (!cli_int(a, v, 1, 1 << 20, &n)) return -1;
         o->max_concurrency = n;
-    } else if (!strcmp(a, "--request-rate")) {
+    } else if (cli_is(a, "--request-rate")) {
         if (!rate_value(a, v, &o->request_rate)) return -1;
-    } else if (!strcmp(a, "--burstiness")) {
+    } else if (cli_is(a, "--burstiness")) {
         if (!rate_value(a, v, &o->burstiness)) return -1;
-    } else if (!strcmp(a, "--goodput")) {
+    } else if (cli_is(a, "--goodput")) {
         return goodput_flag(o, argc, argv, i);
-    } else if (!strcmp(a, "--percentile-metrics")) {
+    } else if (cli_is(a, "--percentile-metrics")) {
         if (percentile_metrics_flag(o, v) < 0) return -1;
-    } else if (!strcmp(a, "--metric-percentiles")) {
+    } else if (cli_is(a, "--metric-percentiles")) {
         if (metric_percentiles_flag(o, v) < 0) return -1;
-    } else if (!strcmp(a, "--no-progress") || !strcmp(a, "--disable-tqdm")) {
+    } else if (cli_is(a, "--no-progress") || cli_is(a, "--disable-tqdm")) {
         o->progress = false;
+        return 1;
+    } else if (cli_is(a, "--save-result")) {
+        o->save_result = true;
         return 1;
     } else {
         for (size_t k = 0; k < N_SAMPLING; k++) {
-            if (strcmp(a, SAMPLING[k].flag)) continue;
+            if (!cli_is(a, SAMPLING[k].flag)) continue;
             double x;
             if (SAMPLING[k].integer) {
                 if (!cli_int(a, v, (long long)SAMPLING[k].lo, (long long)SAMPLING[k].hi, &n))
@@ -365,7 +382,7 @@ static int request_body(const opts *o, bool chat, const char *model, const pl_to
         }
         if (pl_tokenizer_decode(tok, p->ids, p->n_ids, PL_DECODE_SKIP_SPECIAL, &decoded,
                                 NULL) != PL_OK) {
-            fprintf(stderr, "pagellm " CMD ": prompt %zu: %s\n", index + 1, pl_last_error());
+            fprintf(stderr, "pagellm " CMD ": prompt %zu: %s\n", index + 1, pl_last_error_as(PL_NAMING_FLAG));
             json_decref(b);
             return 2;
         }
@@ -752,6 +769,30 @@ static int prepare(const opts *o, bool chat, const char *model, run_state *s) {
     return 0;
 }
 
+/* Where --save-result writes: --result-dir / (--result-filename, or vLLM's name
+ * "{backend}-{rate}qps[-concurrency{N}]-{model}-{%Y%m%d-%H%M%S}.json", the rate as Python
+ * prints a float and the model's last path component). */
+static void result_path(const opts *o, bool chat, const char *model, char *out, size_t cap) {
+    const char *dir = o->result_dir && o->result_dir[0] ? o->result_dir : ".";
+    if (o->result_filename) {
+        snprintf(out, cap, "%s/%s", dir, o->result_filename);
+        return;
+    }
+    char rate[32], conc[40] = "", when[32];
+    if (isinf(o->request_rate)) snprintf(rate, sizeof rate, "inf");
+    else if (o->request_rate == floor(o->request_rate))
+        snprintf(rate, sizeof rate, "%.1f", o->request_rate);
+    else snprintf(rate, sizeof rate, "%g", o->request_rate);
+    if (o->max_concurrency) snprintf(conc, sizeof conc, "-concurrency%lld", o->max_concurrency);
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y%m%d-%H%M%S", &tm);
+    const char *slash = strrchr(model, '/');
+    snprintf(out, cap, "%s/%s-%sqps%s-%s-%s.json", dir, chat ? "openai-chat" : "openai", rate,
+             conc, slash ? slash + 1 : model, when);
+}
+
 static void report_failures(const pl_bench_serve_result *r, size_t n) {
     size_t failed = 0, first = n;
     for (size_t i = 0; i < n; i++) {
@@ -768,7 +809,7 @@ int pl_bench_serve_main(int argc, char **argv) {
     opts_default(&o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             pl_bench_workload_opts d;
             pl_bench_workload_opts_default(&d);
             usage(&d);
@@ -777,7 +818,7 @@ int pl_bench_serve_main(int argc, char **argv) {
         int r = serve_flag(&o, argc, argv, &i);
         if (r == 0) r = pl_bench_workload_flag(&o.wo, argc, argv, &i);
         if (r < 0) return 2;
-        if (r == 0) return pl_bench_unknown_flag(CMD, a);
+        if (r == 0) return cli_unknown_flag(CMD, a, help);
     }
     if (o.endpoint[0] != '/' ||
         (!ends_with(o.endpoint, "/completions") && !ends_with(o.endpoint, "/chat/completions"))) {
@@ -803,7 +844,7 @@ int pl_bench_serve_main(int argc, char **argv) {
     run_state s = {0};
     json_t *root = NULL;
     if (o.tokenizer && pl_tokenizer_load(o.tokenizer, &s.tok) != PL_OK) {
-        fprintf(stderr, "pagellm " CMD ": --tokenizer: %s\n", pl_last_error());
+        fprintf(stderr, "pagellm " CMD ": --tokenizer: %s\n", pl_last_error_as(PL_NAMING_FLAG));
         rc = 2;
         goto done;
     }
@@ -852,9 +893,15 @@ int pl_bench_serve_main(int argc, char **argv) {
                                              o.percentiles, o.n_percentiles, &o.goodput, &m)))
         goto done;
     print_result(&o, &m);
-    if (o.json_path) {
+    if (o.json_path || o.save_result)
         root = result_json(&o, chat, base, sm.name, &s.w, s.prompt_len, s.results, &m, desc);
-        if (!pl_bench_write_json(o.json_path, root)) rc = 1;
+    if (o.json_path && !pl_bench_write_json(o.json_path, root)) rc = 1;
+    if (o.save_result) {
+        char path[4096];
+        result_path(&o, chat, sm.name, path, sizeof path);
+        if (o.result_dir) mkdir(o.result_dir, 0777); /* as vLLM makes it; EEXIST is fine */
+        if (!pl_bench_write_json(path, root)) rc = 1;
+        else fprintf(stderr, "pagellm " CMD ": results saved to %s\n", path);
     }
     if (!rc && m.completed == 0) {
         fprintf(stderr, "pagellm " CMD ": no request succeeded\n");

@@ -427,19 +427,19 @@ static int parse(sweep_opts *o, int argc, char **argv) {
         if (r < 0) return 2;
         if (r > 0) continue;
         long long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return -1;
-        } else if (!strcmp(a, "--max-batch-size-limit")) {
+        } else if (cli_is(a, "--max-batch-size-limit")) {
             if (!cli_int(a, v, 1, 1 << 16, &n)) return 2;
             o->limit = n, i++;
-        } else if (!strcmp(a, "--input-lens")) {
+        } else if (cli_is(a, "--input-lens")) {
             if (!parse_list(a, v, o->input_lens, &o->n_input_lens)) return 2;
             i++;
-        } else if (!strcmp(a, "--output-lens")) {
+        } else if (cli_is(a, "--output-lens")) {
             if (!parse_list(a, v, o->output_lens, &o->n_output_lens)) return 2;
             i++;
-        } else if (!strcmp(a, "--sweep")) {
+        } else if (cli_is(a, "--sweep")) {
             if (!v || (strcmp(v, "batch") && strcmp(v, "lengths") && strcmp(v, "all"))) {
                 fprintf(stderr, "pagellm: --sweep: '%s' is not one of batch, lengths, all\n",
                         v ? v : "");
@@ -448,23 +448,23 @@ static int parse(sweep_opts *o, int argc, char **argv) {
             o->do_batch = strcmp(v, "lengths") != 0;
             o->do_lengths = strcmp(v, "batch") != 0;
             i++;
-        } else if (!strcmp(a, "--reps")) {
+        } else if (cli_is(a, "--reps")) {
             if (!cli_int(a, v, 1, 1000, &n)) return 2;
             o->reps = n, i++;
-        } else if (!strcmp(a, "--output-csv") && v) {
+        } else if (cli_is(a, "--output-csv") && v) {
             o->csv_path = v, i++;
-        } else if (!strcmp(a, "--plot") && v) {
+        } else if (cli_is(a, "--plot") && v) {
             o->plot_prefix = v, i++;
-        } else if (!strcmp(a, "--gnuplot-script") && v) {
+        } else if (cli_is(a, "--gnuplot-script") && v) {
             o->script = v, i++;
-        } else if (!strcmp(a, "--profile") && v) {
+        } else if (cli_is(a, "--profile") && v) {
             o->profile_prefix = v, i++;
-        } else if (!strcmp(a, "--output-json") && v) {
+        } else if (cli_is(a, "--output-json") && v) {
             o->json_path = v, i++;
-        } else if (!strcmp(a, "--no-progress")) {
+        } else if (cli_is(a, "--no-progress")) {
             o->progress = false;
         } else {
-            return pl_bench_unknown_flag("bench sweep", a);
+            return cli_unknown_flag("bench sweep", a, usage);
         }
     }
     if (o->wo.dataset) {

@@ -29,6 +29,8 @@ static void usage(const pl_bench_workload_opts *d) {
            "Offline batch benchmark: submits every prompt at once and runs until all finish.\n"
            "Default: --model " DEFAULT_MODEL " (random weights, no files).\n\n");
     pl_bench_print_workload_flags(d);
+    printf("  --n N                      samples per prompt (vLLM's --n), sharing its KV\n"
+           "                             blocks; output tokens count every sample's [1]\n");
     printf("output flags:\n"
            "  --output-json FILE    results as JSON\n"
            "  --profile FILE        profile the run: Chrome trace to FILE and a summary table\n"
@@ -39,11 +41,18 @@ static void usage(const pl_bench_workload_opts *d) {
     cli_print_engine_flags();
 }
 
+static void help(void) {
+    pl_bench_workload_opts d;
+    pl_bench_workload_opts_default(&d);
+    usage(&d);
+}
+
 /* Prints the result lines and returns the JSON of the same numbers. */
-static json_t *report(const pl_bench_run *run, const pl_metrics *m) {
+static json_t *report(const pl_bench_run *run, const pl_metrics *m, int n_samples) {
     double el = run->elapsed_s > 0 ? run->elapsed_s : 1e-9;
     uint64_t total = run->prompt_tokens + run->output_tokens;
-    size_t n_done = run->n_reqs - run->n_dropped;
+    /* a request is a prompt, whatever its number of samples (vLLM counts so too) */
+    size_t n_done = (run->n_reqs - run->n_dropped) / (size_t)n_samples;
     double req_s = (double)n_done / el, tok_s = (double)total / el;
     double out_s = (double)run->output_tokens / el;
     printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", req_s, tok_s,
@@ -103,6 +112,7 @@ int pl_bench_throughput_main(int argc, char **argv) {
     pl_bench_roofline_opts_default(&prof.roof_opts);
     const char *json_path = NULL;
     bool progress = true;
+    long long n_samples = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_engine_flag(&cfg, argc, argv, &i);
@@ -110,17 +120,19 @@ int pl_bench_throughput_main(int argc, char **argv) {
         if (r == 0) r = pl_bench_profiling_flag(&prof, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             pl_bench_workload_opts d;
             pl_bench_workload_opts_default(&d);
             usage(&d);
             return 0;
-        } else if (!strcmp(a, "--output-json") && i + 1 < argc) {
+        } else if (cli_is(a, "--output-json") && i + 1 < argc) {
             json_path = argv[++i];
-        } else if (!strcmp(a, "--no-progress") || !strcmp(a, "--disable-tqdm")) {
+        } else if (cli_is(a, "--n") && i + 1 < argc) {
+            if (!cli_int(a, argv[++i], 1, 64, &n_samples)) return 2;
+        } else if (cli_is(a, "--no-progress") || cli_is(a, "--disable-tqdm")) {
             progress = false;
         } else {
-            return pl_bench_unknown_flag("bench throughput", a);
+            return cli_unknown_flag("bench throughput", a, help);
         }
     }
     const char *build = pl_bench_build_describe(true);
@@ -142,12 +154,14 @@ int pl_bench_throughput_main(int argc, char **argv) {
 
     pl_sampling_params sp;
     pl_bench_sampling_default(&sp, wo.ignore_eos);
+    sp.n = (int)n_samples;
     pl_bench_run run = {0};
     pl_profile profile;
     json_t *root = NULL;
     if (prof.trace_path && (rc = pl_bench_profiling_start(e, prof.trace_path))) goto done;
     pl_progress bar;
-    pl_progress_start(&bar, progress, "output tokens", pl_bench_workload_output_tokens(&w));
+    pl_progress_start(&bar, progress, "output tokens",
+                      pl_bench_workload_output_tokens(&w) * (uint64_t)n_samples);
     rc = pl_bench_run_workload(e, &w, &sp, &bar, &run);
     pl_progress_finish(&bar);
     if (prof.trace_path) {
@@ -158,7 +172,7 @@ int pl_bench_throughput_main(int argc, char **argv) {
 
     pl_metrics m;
     pl_engine_metrics(e, &m);
-    root = report(&run, &m);
+    root = report(&run, &m, (int)n_samples);
     if (prof.trace_path) {
         printf("\n");
         if (prof.have_roof) pl_bench_roofline_print(stdout, &prof.roof);
@@ -181,6 +195,7 @@ int pl_bench_throughput_main(int argc, char **argv) {
         json_object_set_new(wj, "dataset", wo.dataset ? json_string(wo.dataset) : json_null());
         json_object_set_new(wj, "seed", json_integer((json_int_t)wo.seed));
         json_object_set_new(wj, "ignore_eos", json_boolean(wo.ignore_eos));
+        json_object_set_new(wj, "n", json_integer(n_samples));
         json_object_set_new(root, "workload", wj);
         json_object_set_new(root, "build", pl_bench_build_json());
         if (!pl_bench_write_json(json_path, root)) rc = 1;

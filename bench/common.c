@@ -101,17 +101,12 @@ bool pl_bench_write_json(const char *path, json_t *root) {
     return true;
 }
 
-int pl_bench_unknown_flag(const char *cmd, const char *flag) {
-    fprintf(stderr, "pagellm %s: unknown or incomplete flag '%s' (see --help)\n", cmd, flag);
-    return 2;
-}
-
 int pl_bench_engine_create(const char *cmd, const pl_engine_config *cfg, pl_engine **out) {
     int role = cli_rank_role(cmd, cfg); /* a tensor-parallel worker does not return */
     if (role) return role;
     pl_status s = pl_engine_create(cfg, out);
     if (s == PL_OK) return 0;
-    fprintf(stderr, "pagellm %s: %s (%s)\n", cmd, pl_last_error(), pl_status_name(s));
+    fprintf(stderr, "pagellm %s: %s (%s)\n", cmd, pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
     /* A bad config value is the user's flag: a usage error. */
     return s == PL_ERR_INVALID_ARGUMENT ? 2 : 1;
 }
@@ -244,7 +239,7 @@ static int submit_one(pl_engine *e, const pl_bench_prompt *p, const pl_sampling_
     *queue_full = s == PL_ERR_QUEUE_FULL;
     if (s == PL_OK || *queue_full) return 0;
     fprintf(stderr, "pagellm: request %zu (%zu prompt tokens, %d output tokens) refused: %s (%s)\n",
-            index + 1, p->n_ids, p->output_len, pl_last_error(), pl_status_name(s));
+            index + 1, p->n_ids, p->output_len, pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
     return 1;
 }
 
@@ -267,7 +262,8 @@ static size_t find_request(const pl_request_id *ids, size_t n, pl_request_id id,
 int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sampling_params *sp,
                           pl_progress *pr, pl_bench_run *out) {
     memset(out, 0, sizeof *out);
-    out->reqs = calloc(w->n ? w->n : 1, sizeof *out->reqs);
+    size_t per = sp->n > 1 ? (size_t)sp->n : 1, want = w->n * per; /* completions to come */
+    out->reqs = calloc(want ? want : 1, sizeof *out->reqs);
     pl_request_id *ids = calloc(w->n ? w->n : 1, sizeof *ids);
     if (!out->reqs || !ids) {
         free(ids);
@@ -280,7 +276,7 @@ int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sam
     double t0 = pl_bench_now_s();
     size_t next = 0, hint = 0;
     int rc = 0;
-    while (out->n_reqs < w->n) {
+    while (out->n_reqs < want) {
         /* A bounded waiting queue refuses what does not fit: submit the rest as it drains. */
         bool full = false;
         while (next < w->n && !full) {
@@ -291,13 +287,13 @@ int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sam
         pl_status s = pl_engine_step(e, &r);
         if (s != PL_OK) {
             if (pr) pl_progress_clear(pr);
-            fprintf(stderr, "pagellm: engine step failed: %s (%s)\n", pl_last_error(),
+            fprintf(stderr, "pagellm: engine step failed: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG),
                     pl_status_name(s));
             rc = 1;
             goto done;
         }
         if (pr) pr->done += r.n_deltas;
-        for (size_t k = 0; k < r.n_finished && out->n_reqs < w->n; k++) {
+        for (size_t k = 0; k < r.n_finished && out->n_reqs < want; k++) {
             const pl_completion *c = &r.finished[k];
             pl_bench_request *q = &out->reqs[out->n_reqs++];
             *q = (pl_bench_request){.n_prompt = c->n_prompt_ids, .n_output = c->n_output_ids,
@@ -308,7 +304,7 @@ int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sam
             /* A dropped request's prompt was never (fully) computed: it is not throughput. */
             if (c->finish_reason == PL_FINISH_ABORT || c->finish_reason == PL_FINISH_OVERLOADED)
                 out->n_dropped++;
-            else
+            else if (c->index == 0)
                 out->prompt_tokens += c->n_prompt_ids;
             /* the bar's total counted max_tokens: give back what an early stop left unused */
             size_t i = find_request(ids, next, c->id, &hint);
@@ -318,26 +314,28 @@ int pl_bench_run_workload(pl_engine *e, const pl_bench_workload *w, const pl_sam
                 pr->total = pr->total > unused ? pr->total - unused : 0;
             }
         }
-        if (next == w->n && out->n_reqs < w->n && !pl_engine_has_pending_work(e)) {
+        if (next == w->n && out->n_reqs < want && !pl_engine_has_pending_work(e)) {
             if (pr) pl_progress_clear(pr);
-            fprintf(stderr, "pagellm: the engine went idle with %zu of %zu requests unreported\n",
-                    w->n - out->n_reqs, w->n);
+            fprintf(stderr, "pagellm: the engine went idle with %zu of %zu samples unreported\n",
+                    want - out->n_reqs, want);
             rc = 1;
             goto done;
         }
         if (pr) {
-            snprintf(pr->note, sizeof pr->note, "%zu/%zu requests", out->n_reqs, w->n);
+            snprintf(pr->note, sizeof pr->note, "%zu/%zu %s", out->n_reqs, want,
+                     per > 1 ? "samples" : "requests");
             pl_progress_update(pr);
         }
     }
     out->elapsed_s = pl_bench_now_s() - t0;
+    out->n_prompts = w->n;
     pl_metrics m1;
     pl_engine_metrics(e, &m1);
     out->steps = m1.steps - m0.steps;
     if (out->n_errors) {
         if (pr) pl_progress_clear(pr);
         fprintf(stderr, "pagellm: %zu request(s) finished with a backend error: %s\n",
-                out->n_errors, pl_last_error());
+                out->n_errors, pl_last_error_as(PL_NAMING_FLAG));
         rc = 1;
     }
 done:

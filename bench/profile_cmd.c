@@ -44,6 +44,12 @@ static void usage(const pl_bench_workload_opts *d) {
     cli_print_engine_flags();
 }
 
+static void help(void) {
+    pl_bench_workload_opts d;
+    pl_bench_workload_opts_default(&d);
+    usage(&d);
+}
+
 static void set_defaults(pl_bench_workload_opts *wo) {
     pl_bench_workload_opts_default(wo);
     wo->num_prompts = 16;
@@ -137,27 +143,27 @@ int pl_bench_profile_main(int argc, char **argv) {
         if (r == 0) r = pl_bench_profiling_flag(&prof, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             pl_bench_workload_opts d;
             set_defaults(&d);
             usage(&d);
             return 0;
-        } else if (!strcmp(a, "--trace")) {
+        } else if (cli_is(a, "--trace")) {
             if (!v || !v[0]) {
                 fprintf(stderr, "pagellm: --trace: missing value\n");
                 return 2;
             }
             prof.trace_path = v, i++;
-        } else if (!strcmp(a, "--reps")) {
+        } else if (cli_is(a, "--reps")) {
             long long n;
             if (!cli_int(a, v, 1, 1000, &n)) return 2;
             reps = n, i++;
-        } else if (!strcmp(a, "--no-overhead")) {
+        } else if (cli_is(a, "--no-overhead")) {
             overhead = false;
-        } else if (!strcmp(a, "--output-json") && v) {
+        } else if (cli_is(a, "--output-json") && v) {
             json_path = v, i++;
         } else {
-            return pl_bench_unknown_flag("profile", a);
+            return cli_unknown_flag("profile", a, help);
         }
     }
     const char *build = pl_bench_build_describe(true);

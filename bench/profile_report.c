@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bench/bench_internal.h"
+#include "cli/cli.h"
 
 void pl_bench_profile_add(pl_profile *acc, const pl_profile *p) {
     for (int k = 0; k < p->n_phases && k < PL_PROFILE_MAX; k++) {
@@ -158,7 +159,7 @@ json_t *pl_bench_profile_json(const pl_profile *p, const pl_bench_roofline *roof
 
 int pl_bench_profiling_flag(pl_bench_profiling *p, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    if (!strcmp(a, "--profile")) {
+    if (cli_is(a, "--profile")) {
         if (*i + 1 >= argc || !argv[*i + 1][0]) {
             fprintf(stderr, "pagellm: --profile: missing value (the trace file to write)\n");
             return -1;
@@ -166,7 +167,7 @@ int pl_bench_profiling_flag(pl_bench_profiling *p, int argc, char **argv, int *i
         p->trace_path = argv[++*i];
         return 1;
     }
-    if (!strcmp(a, "--no-roofline")) {
+    if (cli_is(a, "--no-roofline")) {
         p->no_roofline = true;
         return 1;
     }
@@ -187,7 +188,7 @@ int pl_bench_profiling_start(pl_engine *e, const char *trace_path) {
     pl_engine_reset_profile(e);
     pl_status s = pl_engine_set_profiling(e, true, trace_path);
     if (s != PL_OK) {
-        fprintf(stderr, "pagellm: --profile: %s (%s)\n", pl_last_error(), pl_status_name(s));
+        fprintf(stderr, "pagellm: --profile: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
         return s == PL_ERR_IO ? 2 : 1;
     }
     return 0;
@@ -197,7 +198,7 @@ int pl_bench_profiling_stop(pl_engine *e, pl_profile *out) {
     pl_engine_get_profile(e, out);
     pl_status s = pl_engine_set_profiling(e, false, NULL);
     if (s != PL_OK) {
-        fprintf(stderr, "pagellm: --profile: %s (%s)\n", pl_last_error(), pl_status_name(s));
+        fprintf(stderr, "pagellm: --profile: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
         return 1;
     }
     return 0;

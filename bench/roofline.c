@@ -33,16 +33,16 @@ int pl_bench_roofline_flag(pl_bench_roofline_opts *o, int argc, char **argv, int
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     long long n;
-    if (!strcmp(a, "--array-mib")) {
+    if (cli_is(a, "--array-mib")) {
         if (!cli_int(a, v, 1, 1 << 20, &n)) return -1;
         o->array_mib = n;
-    } else if (!strcmp(a, "--roofline-threads")) {
+    } else if (cli_is(a, "--roofline-threads")) {
         if (!cli_int(a, v, 0, 4096, &n)) return -1;
         o->n_threads = (int)n;
-    } else if (!strcmp(a, "--gemm-n")) {
+    } else if (cli_is(a, "--gemm-n")) {
         if (!cli_int(a, v, 16, 16384, &n)) return -1;
         o->gemm_n = (int)n;
-    } else if (!strcmp(a, "--roofline-reps")) {
+    } else if (cli_is(a, "--roofline-reps")) {
         if (!cli_int(a, v, 1, 1000, &n)) return -1;
         o->reps = (int)n;
     } else {
@@ -200,13 +200,13 @@ int pl_bench_roofline_main(int argc, char **argv) {
         int r = pl_bench_roofline_flag(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if (!strcmp(a, "--output-json") && i + 1 < argc) {
+        } else if (cli_is(a, "--output-json") && i + 1 < argc) {
             json_path = argv[++i];
         } else {
-            return pl_bench_unknown_flag("bench roofline", a);
+            return cli_unknown_flag("bench roofline", a, usage);
         }
     }
     pl_bench_build_describe(true);

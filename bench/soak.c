@@ -186,31 +186,31 @@ static int parse(int argc, char **argv, pl_engine_config *cfg, soak_opts *o) {
         if (r > 0) continue;
         long long v;
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if (!strcmp(a, "--requests")) {
+        } else if (cli_is(a, "--requests")) {
             if (!cli_int(a, val, 1, 100000000, &v)) return 2;
             o->n_requests = (long)v;
-        } else if (!strcmp(a, "--seed")) {
+        } else if (cli_is(a, "--seed")) {
             if (!cli_int(a, val, 0, INT64_MAX, &v)) return 2;
             o->seed = (uint64_t)v;
-        } else if (!strcmp(a, "--max-prompt")) {
+        } else if (cli_is(a, "--max-prompt")) {
             if (!cli_int(a, val, 1, 1 << 20, &v)) return 2;
             o->max_prompt = (long)v;
-        } else if (!strcmp(a, "--max-output")) {
+        } else if (cli_is(a, "--max-output")) {
             if (!cli_int(a, val, 1, 1 << 20, &v)) return 2;
             o->max_output = (long)v;
-        } else if (!strcmp(a, "--abort-every")) {
+        } else if (cli_is(a, "--abort-every")) {
             if (!cli_int(a, val, 0, 1 << 30, &v)) return 2;
             o->abort_every = (long)v;
-        } else if (!strcmp(a, "--max-growth-kib")) {
+        } else if (cli_is(a, "--max-growth-kib")) {
             if (!cli_int(a, val, 0, 1LL << 40, &v)) return 2;
             o->max_growth_kib = (long)v;
-        } else if (!strcmp(a, "--output-json") && val && val[0]) {
+        } else if (cli_is(a, "--output-json") && val && val[0]) {
             o->json_path = val;
         } else {
-            return pl_bench_unknown_flag("bench soak", a);
+            return cli_unknown_flag("bench soak", a, usage);
         }
         i++;
     }
@@ -331,7 +331,7 @@ int cmd_bench_soak(int argc, char **argv) {
         pl_step_result r;
         if (pl_engine_step(e, &r) != PL_OK) {
             pl_progress_clear(&bar);
-            fprintf(stderr, "pagellm bench soak: step %ld: %s\n", steps, pl_last_error());
+            fprintf(stderr, "pagellm bench soak: step %ld: %s\n", steps, pl_last_error_as(PL_NAMING_FLAG));
             rc = 1;
             goto out;
         }

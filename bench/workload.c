@@ -49,34 +49,34 @@ int pl_bench_workload_flag(pl_bench_workload_opts *o, int argc, char **argv, int
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     long long n;
-    if (!strcmp(a, "--num-prompts")) {
+    if (cli_is(a, "--num-prompts")) {
         if (!cli_int(a, v, 1, 10000000, &n)) return -1;
         o->num_prompts = n;
         o->num_prompts_set = true;
-    } else if (!strcmp(a, "--input-len") || !strcmp(a, "--random-input-len")) {
+    } else if (cli_is(a, "--input-len") || cli_is(a, "--random-input-len")) {
         if (!cli_int(a, v, 1, 1 << 24, &n)) return -1;
         o->input_len = n;
-    } else if (!strcmp(a, "--output-len") || !strcmp(a, "--random-output-len")) {
+    } else if (cli_is(a, "--output-len") || cli_is(a, "--random-output-len")) {
         if (!cli_int(a, v, 1, 1 << 24, &n)) return -1;
         o->output_len = n;
         o->output_len_set = true;
-    } else if (!strcmp(a, "--prefix-len") || !strcmp(a, "--random-prefix-len")) {
+    } else if (cli_is(a, "--prefix-len") || cli_is(a, "--random-prefix-len")) {
         if (!cli_int(a, v, 0, 1 << 24, &n)) return -1;
         o->prefix_len = n;
-    } else if (!strcmp(a, "--random-range-ratio")) {
+    } else if (cli_is(a, "--random-range-ratio")) {
         double r;
         if (!cli_float(a, v, 0.0, 0.999, &r)) return -1;
         o->range_ratio = r;
-    } else if (!strcmp(a, "--seed")) {
+    } else if (cli_is(a, "--seed")) {
         if (!cli_int(a, v, 0, INT64_MAX, &n)) return -1;
         o->seed = (uint64_t)n;
-    } else if (!strcmp(a, "--dataset") || !strcmp(a, "--dataset-path")) {
+    } else if (cli_is(a, "--dataset") || cli_is(a, "--dataset-path")) {
         if (!v || !v[0]) {
             fprintf(stderr, "pagellm: %s: missing value\n", a);
             return -1;
         }
         o->dataset = v;
-    } else if (!strcmp(a, "--dataset-name")) {
+    } else if (cli_is(a, "--dataset-name")) {
         if (!v || (strcmp(v, "random") && strcmp(v, "sharegpt") && strcmp(v, "custom") &&
                    strcmp(v, "jsonl"))) {
             fprintf(stderr, "pagellm: %s: %s%s%s (choose random, sharegpt or custom)\n", a,
@@ -84,10 +84,10 @@ int pl_bench_workload_flag(pl_bench_workload_opts *o, int argc, char **argv, int
             return -1;
         }
         o->dataset_name = !strcmp(v, "jsonl") ? "custom" : v;
-    } else if (!strcmp(a, "--ignore-eos")) {
+    } else if (cli_is(a, "--ignore-eos")) {
         o->ignore_eos = true;
         return 1;
-    } else if (!strcmp(a, "--no-ignore-eos")) {
+    } else if (cli_is(a, "--no-ignore-eos")) {
         o->ignore_eos = false;
         return 1;
     } else {
@@ -207,7 +207,7 @@ static int ids_to_text(const pl_bench_model_facts *f, pl_bench_prompt *p, size_t
     p->n_tokens = count;
     return 0;
 fail:
-    fprintf(stderr, "pagellm: turning random ids into text: %s\n", pl_last_error());
+    fprintf(stderr, "pagellm: turning random ids into text: %s\n", pl_last_error_as(PL_NAMING_FLAG));
     pl_free_text(text);
     free(ids);
     return 1;
@@ -242,7 +242,7 @@ static int build_random(const pl_bench_workload_opts *o, const pl_bench_model_fa
         if (s != PL_OK || capacity == 0) {
             fprintf(stderr,
                     "pagellm: the KV pool cannot hold one request of %lld + %lld tokens: %s\n",
-                    o->prefix_len + in_hi, out_hi, s != PL_OK ? pl_last_error() : "0 fit");
+                    o->prefix_len + in_hi, out_hi, s != PL_OK ? pl_last_error_as(PL_NAMING_FLAG) : "0 fit");
             return 1;
         }
     }
@@ -374,7 +374,7 @@ static int build_jsonl(const pl_bench_workload_opts *o, const pl_bench_model_fac
         } else if (cp[i].messages) {
             if (!chat_ids(f->engine, &cp[i], p)) {
                 fprintf(stderr, "pagellm: --dataset: %s:%zu: messages: %s\n", o->dataset,
-                        cp[i].line, pl_last_error());
+                        cp[i].line, pl_last_error_as(PL_NAMING_FLAG));
                 rc = 2;
                 goto fail;
             }

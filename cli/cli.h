@@ -31,18 +31,31 @@ void cli_wrap(const char *text, int col, int indent);
  * returns false. */
 bool cli_id_list(const char *what, const char *s, int32_t **out, size_t *out_n);
 
+/* Whether a command-line argument is flag, '_' and '-' alike after the leading "--"
+ * ("--max_num_seqs" is "--max-num-seqs"). */
+bool cli_is(const char *arg, const char *flag);
+/* Of names (n, NULL entries skipped), the one closest to typed (edit distance, '_' and '-'
+ * alike, or a longer name typed in part); NULL when none is close. */
+const char *cli_closest(const char *typed, const char *const *names, size_t n);
+/* An argument a command did not take: prints "pagellm CMD: unknown flag 'X' (did you mean
+ * --Y?)", with the candidates read from what help() prints and the field tables' aliases, or
+ * "X: missing value" when X is one of them; returns 2 (the usage error's exit status). */
+int cli_unknown_flag(const char *cmd, const char *typed, void (*help)(void));
+
 /* If argv[*i] is the flag of a field of pl_engine_config ("--block-size N",
- * "--block-size=N", a short flag "-m PATH", for booleans "--enable-prefix-caching" and
+ * "--block-size=N", a short flag "-m PATH", the field's name or an alias as a flag
+ * ("--kv-cache-dtype", '_' or '-'), for booleans "--enable-prefix-caching" and
  * "--no-prefix-caching"), sets that field (advancing *i past a separate value) and returns
  * 1; returns 0 when it is not an engine flag, -1 on a missing or refused value (message
  * printed). String fields point into argv (which lives as long as the process); list
  * fields are copied into cfg's storage: pl_engine_config_deinit frees them. */
 int cli_engine_flag(pl_engine_config *cfg, int argc, char **argv, int *i);
-/* The same for the fields of pl_sampling_params (--max-tokens, -n, --temperature, ...;
+/* The same for the fields of pl_sampling_params (--max-tokens, --temperature, ...;
  * --stop and --stop-id add to their lists: pl_sampling_params_deinit frees them). The
  * constraints: --json-schema takes a file or the JSON text (as the JSON chat flags),
  * --grammar a file or the GBNF text, --choice a comma-separated list (\, for a comma in a
- * choice; the flag may repeat), all copied into p's storage. */
+ * choice; the flag may repeat), all copied into p's storage. "-n" is refused (-1) with a
+ * message naming --max-tokens and --n. */
 int cli_sampling_flag(pl_sampling_params *p, int argc, char **argv, int *i);
 /* The same for the fields of pl_chat_options (--no-generation-prompt, --tools,
  * --chat-template-kwargs, --template-name). A JSON-valued flag takes a file holding the JSON
@@ -54,8 +67,21 @@ int cli_chat_flag(pl_chat_options *o, int argc, char **argv, int *i);
 /* On stdout, one entry per flag: short and long form, value, help, choices and default. */
 void cli_print_engine_flags(void);
 void cli_print_sampling_flags(void);
+/* The sampling flags with a command's own defaults (generate and chat default --max-tokens
+ * to 0: what the context leaves). */
+void cli_print_sampling_flags_from(const pl_sampling_params *defaults);
+/* Sets the defaults generate and chat use: pl_sampling_params_default with max_tokens 0, so
+ * that a reply without --max-tokens runs to its end or to what the context leaves. */
+void cli_sampling_defaults(pl_sampling_params *p);
 void cli_print_chat_flags(void);
 
+/* ---- the model ----------------------------------------------------------------------- */
+
+/* One line about the engine's model: file, format, architecture, parameters, weight types,
+ * context, KV bytes per token and pool, tokenizer, chat templates. */
+void cli_model_summary(const pl_engine *e, char *buf, size_t cap);
+/* The facts `pagellm info` prints, one per line. */
+void cli_print_model_info(FILE *f, const pl_engine *e);
 /* Tensor parallelism under mpirun (pagellm.h): on a rank other than 0 runs the worker and
  * exits the process with its status (0, or 1 with the error printed as "pagellm CMD: ...");
  * returns 0 where the command goes on (rank 0, or no launch), 2 when the launch and the

@@ -85,34 +85,76 @@ static void negation(const pl_field *f, char *buf, size_t cap) {
     snprintf(buf, cap, "--no-%s", rest);
 }
 
+/* Whether a (up to its '=' when inline) spells "--" + name: name is a flag without its
+ * dashes or a field name or alias with '_' (cli_is folds '_' and '-'). */
+static bool spells(const char *a, const char *name, const char **inline_value) {
+    if (a[0] != '-' || a[1] != '-') return false;
+    char buf[128];
+    size_t k = strcspn(a, "=");
+    if (k >= sizeof buf) return false;
+    memcpy(buf, a, k);
+    buf[k] = '\0';
+    char want[128];
+    snprintf(want, sizeof want, "--%s", name);
+    if (!cli_is(buf, want)) return false;
+    *inline_value = a[k] == '=' ? a + k + 1 : NULL;
+    return true;
+}
+
 /* How argv[*i] names f: 0 not at all; 1 as a flag whose value follows; 2 as "--flag=value"
- * (*inline_value set); 3 as a boolean's "on" flag; 4 as its "off" flag. */
-static int match(const pl_field *f, const char *a, const char **inline_value) {
+ * (*inline_value set); 3 as a boolean's "on" flag; 4 as its "off" flag. The flag, the field's
+ * name and its aliases all name it ("--kv-dtype", "--kv_dtype", "--kv-cache-dtype"); a
+ * boolean's off flag is "--no-" and any of them ("--no-prefix-caching",
+ * "--no-enable-prefix-caching"). */
+static int match(const pl_field *f, const pl_field_alias *aliases, size_t n_aliases,
+                 const char *a, const char **inline_value) {
     if (!f->flag) return 0;
-    size_t len = strlen(f->flag);
-    if (f->kind == PL_FIELD_BOOL) {
-        char neg[64];
-        negation(f, neg, sizeof neg);
-        if (!strcmp(a, f->flag)) return 3;
-        if (!strcmp(a, neg)) return 4;
-    } else if (!strcmp(a, f->flag)) {
-        return 1;
-    } else if (f->short_flag && a[0] == '-' && a[1] == f->short_flag && !a[2]) {
-        return 1;
+    const char *spellings[16];
+    size_t n = 0;
+    char neg[64];
+    negation(f, neg, sizeof neg);
+    spellings[n++] = f->flag + 2;
+    spellings[n++] = f->name;
+    for (size_t i = 0; i < n_aliases && n < 16; i++)
+        if (!strcmp(aliases[i].name, f->name)) spellings[n++] = aliases[i].alias;
+    if (f->short_flag && a[0] == '-' && a[1] == f->short_flag && !a[2]) return 1;
+    for (size_t i = 0; i < n; i++) {
+        const char *v = NULL;
+        if (spells(a, spellings[i], &v)) {
+            if (f->kind == PL_FIELD_BOOL && !v) return 3;
+            if (v) *inline_value = v;
+            return v ? 2 : 1;
+        }
+        if (f->kind == PL_FIELD_BOOL) {
+            char off[96];
+            snprintf(off, sizeof off, "no-%s", spellings[i]);
+            if (spells(a, off, &v) && !v) return 4;
+        }
     }
-    if (!strncmp(a, f->flag, len) && a[len] == '=') {
-        *inline_value = a + len + 1;
-        return 2;
-    }
+    if (f->kind == PL_FIELD_BOOL && spells(a, neg + 2, inline_value) && !*inline_value) return 4;
     return 0;
 }
 
-static int field_flag(const pl_field *fields, size_t n, void *obj, setter set, int argc,
-                      char **argv, int *i) {
+/* A value the library refused: its message names the field by its flag; an alias typed is
+ * named first, so the user sees what they wrote. */
+static int refused(const pl_field *f, const char *typed) {
+    char name[128];
+    size_t k = strcspn(typed, "=");
+    snprintf(name, sizeof name, "%.*s", (int)(k < 127 ? k : 127), typed);
+    const char *msg = pl_last_error_as(PL_NAMING_FLAG);
+    if (!strncmp(msg, f->flag, strlen(f->flag)) && cli_is(name, f->flag))
+        fprintf(stderr, "pagellm: %s\n", msg);
+    else
+        fprintf(stderr, "pagellm: %s: %s\n", name, msg);
+    return -1;
+}
+
+static int field_flag(const pl_field *fields, size_t n, const pl_field_alias *aliases,
+                      size_t n_aliases, void *obj, setter set, int argc, char **argv, int *i) {
     const char *a = argv[*i], *value = NULL;
     for (size_t k = 0; k < n; k++) {
         const pl_field *f = &fields[k];
-        int how = match(f, a, &value);
+        int how = match(f, aliases, n_aliases, a, &value);
         if (!how) continue;
         if (how == 1) {
             if (*i + 1 >= argc) {
@@ -131,10 +173,7 @@ static int field_flag(const pl_field *fields, size_t n, void *obj, setter set, i
             }
             pl_status s = set(obj, f->name, json); /* copied into the struct's storage */
             free(json);
-            if (s != PL_OK) {
-                fprintf(stderr, "pagellm: %s: %s\n", f->flag, pl_last_error());
-                return -1;
-            }
+            if (s != PL_OK) return refused(f, a);
             return 1;
         }
         if (f->kind == PL_FIELD_STRING && f->value_name && !strcmp(f->value_name, "GBNF")) {
@@ -145,10 +184,7 @@ static int field_flag(const pl_field *fields, size_t n, void *obj, setter set, i
             }
             pl_status s = set(obj, f->name, text); /* copied into the struct's storage */
             free(text);
-            if (s != PL_OK) {
-                fprintf(stderr, "pagellm: %s: %s\n", f->flag, pl_last_error());
-                return -1;
-            }
+            if (s != PL_OK) return refused(f, a);
             return 1;
         }
         if (f->kind == PL_FIELD_STRINGS && f->value_name && !strcmp(f->value_name, "A,B")) {
@@ -173,9 +209,8 @@ static int field_flag(const pl_field *fields, size_t n, void *obj, setter set, i
                 item[k] = '\0';
                 k = 0;
                 if (set(obj, f->name, item) != PL_OK) {
-                    fprintf(stderr, "pagellm: %s: %s\n", f->flag, pl_last_error());
                     free(item);
-                    return -1;
+                    return refused(f, a);
                 }
             }
             free(item);
@@ -186,31 +221,40 @@ static int field_flag(const pl_field *fields, size_t n, void *obj, setter set, i
             *(const char **)((char *)obj + f->offset) = value;
             return 1;
         }
-        if (set(obj, f->name, value) != PL_OK) {
-            fprintf(stderr, "pagellm: %s: %s\n", f->flag, pl_last_error());
-            return -1;
-        }
+        if (set(obj, f->name, value) != PL_OK) return refused(f, a);
         return 1;
     }
     return 0;
 }
 
 int cli_engine_flag(pl_engine_config *c, int argc, char **argv, int *i) {
-    size_t n;
+    size_t n, n_aliases;
     const pl_field *f = pl_engine_config_fields(&n);
-    return field_flag(f, n, c, set_config, argc, argv, i);
+    const pl_field_alias *al = pl_engine_config_aliases(&n_aliases);
+    return field_flag(f, n, al, n_aliases, c, set_config, argc, argv, i);
+}
+
+/* "-n" was --max-tokens (llama.cpp's meaning) while "--n" is the number of samples (vLLM's):
+ * two meanings one keystroke apart, so "-n" is refused with both spelt out. */
+static int refuse_short_n(const char *a) {
+    if (strcmp(a, "-n") != 0) return 0;
+    fprintf(stderr, "pagellm: -n: ambiguous, and not a flag: output tokens are --max-tokens N "
+                    "(llama.cpp's -n), samples per prompt are --n N (vLLM's n)\n");
+    return -1;
 }
 
 int cli_sampling_flag(pl_sampling_params *p, int argc, char **argv, int *i) {
-    size_t n;
+    if (refuse_short_n(argv[*i])) return -1;
+    size_t n, n_aliases;
     const pl_field *f = pl_sampling_params_fields(&n);
-    return field_flag(f, n, p, set_sampling, argc, argv, i);
+    const pl_field_alias *al = pl_sampling_params_aliases(&n_aliases);
+    return field_flag(f, n, al, n_aliases, p, set_sampling, argc, argv, i);
 }
 
 int cli_chat_flag(pl_chat_options *o, int argc, char **argv, int *i) {
     size_t n;
     const pl_field *f = pl_chat_options_fields(&n);
-    return field_flag(f, n, o, set_chat, argc, argv, i);
+    return field_flag(f, n, NULL, 0, o, set_chat, argc, argv, i);
 }
 
 void cli_wrap(const char *text, int col, int indent) {
@@ -245,8 +289,25 @@ static void choices_text(const pl_field *f, char *buf, size_t cap) {
     }
 }
 
+/* " (also --kv-cache-dtype)": the aliases of f whose flags differ from its own. */
+static void aliases_text(const pl_field *f, const pl_field_alias *aliases, size_t n_aliases,
+                         char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n_aliases && used < cap; i++) {
+        if (strcmp(aliases[i].name, f->name) != 0) continue;
+        char flag[96];
+        snprintf(flag, sizeof flag, "--%s", aliases[i].alias);
+        if (cli_is(flag, f->flag)) continue;
+        for (char *c = flag; *c; c++)
+            if (*c == '_') *c = '-';
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? ", " : " (also ", flag);
+    }
+    if (used && used < cap) snprintf(buf + used, cap - used, ")");
+}
+
 static void print_fields(const char *title, const pl_field *fields, size_t n,
-                         const void *defaults) {
+                         const pl_field_alias *aliases, size_t n_aliases, const void *defaults) {
     printf("%s:\n", title);
     for (size_t k = 0; k < n; k++) {
         const pl_field *f = &fields[k];
@@ -274,7 +335,8 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
             snprintf(choices, sizeof choices, " (%s)", names);
         }
         bool unset = f->kind == PL_FIELD_STRING || f->kind == PL_FIELD_IDS ||
-                     f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_OPT_U64;
+                     f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_OPT_U64 ||
+                     f->kind == PL_FIELD_BIAS;
         if (!unset) {
             char v[96];
             pl_field_to_json(f, defaults, v, sizeof v);
@@ -285,13 +347,15 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
             }
             snprintf(dflt, sizeof dflt, " [%s]", v);
         }
+        char also[160];
+        aliases_text(f, aliases, n_aliases, also, sizeof also);
         bool gbnf = f->value_name && !strcmp(f->value_name, "GBNF");
         bool list = f->value_name && !strcmp(f->value_name, "A,B");
-        snprintf(text, sizeof text, "%s%s%s%s", f->help,
+        snprintf(text, sizeof text, "%s%s%s%s%s", f->help,
                  is_json_field(f) ? " (the JSON text, or a file holding it)"
                  : gbnf ? " (the grammar text, or a file holding it)"
                  : list ? " (comma-separated; \\, for a comma; repeatable)" : "",
-                 choices, dflt);
+                 choices, dflt, also);
         cli_wrap(text, indent, indent);
     }
 }
@@ -301,15 +365,29 @@ void cli_print_engine_flags(void) {
     pl_engine_config_default(&d);
     size_t n;
     const pl_field *f = pl_engine_config_fields(&n);
-    print_fields("engine flags [default]", f, n, &d);
+    size_t n_aliases;
+    const pl_field_alias *al = pl_engine_config_aliases(&n_aliases);
+    print_fields("engine flags [default]", f, n, al, n_aliases, &d);
+}
+
+void cli_sampling_defaults(pl_sampling_params *p) {
+    pl_sampling_params_default(p);
+    p->max_tokens = 0;
 }
 
 void cli_print_sampling_flags(void) {
     pl_sampling_params d;
     pl_sampling_params_default(&d);
+    cli_print_sampling_flags_from(&d);
+}
+
+void cli_print_sampling_flags_from(const pl_sampling_params *defaults) {
+    const pl_sampling_params d = *defaults;
     size_t n;
     const pl_field *f = pl_sampling_params_fields(&n);
-    print_fields("sampling flags [default]", f, n, &d);
+    size_t n_aliases;
+    const pl_field_alias *al = pl_sampling_params_aliases(&n_aliases);
+    print_fields("sampling flags [default]", f, n, al, n_aliases, &d);
 }
 
 void cli_print_chat_flags(void) {
@@ -317,7 +395,7 @@ void cli_print_chat_flags(void) {
     pl_chat_options_default(&d);
     size_t n;
     const pl_field *f = pl_chat_options_fields(&n);
-    print_fields("chat flags [default]", f, n, &d);
+    print_fields("chat flags [default]", f, n, NULL, 0, &d);
 }
 
 bool cli_id_list(const char *what, const char *s, int32_t **out, size_t *out_n) {

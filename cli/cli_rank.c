@@ -13,7 +13,7 @@ int cli_rank_role(const char *cmd, const pl_engine_config *cfg) {
     bool worker = false;
     pl_status s = pl_engine_config_is_worker(cfg, &worker);
     if (s != PL_OK) {
-        fprintf(stderr, "pagellm %s: %s\n", cmd, pl_last_error());
+        fprintf(stderr, "pagellm %s: %s\n", cmd, pl_last_error_as(PL_NAMING_FLAG));
         return s == PL_ERR_INVALID_ARGUMENT ? 2 : 1;
     }
     if (!worker) return 0;
@@ -22,6 +22,6 @@ int cli_rank_role(const char *cmd, const pl_engine_config *cfg) {
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     s = pl_engine_run_worker(cfg);
-    if (s != PL_OK) fprintf(stderr, "pagellm %s: %s\n", cmd, pl_last_error());
+    if (s != PL_OK) fprintf(stderr, "pagellm %s: %s\n", cmd, pl_last_error_as(PL_NAMING_FLAG));
     exit(s == PL_OK ? 0 : 1);
 }

@@ -84,12 +84,12 @@ static bool set_sampling(json_t *o, pl_sampling_params *s, const char **field,
         free(text);
         if (st == PL_OK) continue;
         if (st == PL_ERR_NOT_FOUND) {
-            const char *near = strstr(pl_last_error(), "(did you mean");
+            const char *near = strstr(pl_last_error_as(PL_NAMING_JSON), "(did you mean");
             snprintf(why_buf, cap, "unknown key \"%.64s\" %s", k,
                      near ? near : "(not prompt, prompt_token_ids, messages, tools, "
                                    "chat_template_kwargs or a sampling field)");
         } else {
-            snprintf(why_buf, cap, "%s", pl_last_error());
+            snprintf(why_buf, cap, "%s", pl_last_error_as(PL_NAMING_JSON));
         }
         *field = NULL;
         *why = why_buf;
@@ -98,7 +98,7 @@ static bool set_sampling(json_t *o, pl_sampling_params *s, const char **field,
     /* the rules between fields (min_tokens <= max_tokens, non-empty stops) fail here, with
      * the line, rather than at submit */
     if (pl_sampling_params_validate(s) != PL_OK) {
-        snprintf(why_buf, cap, "%s", pl_last_error());
+        snprintf(why_buf, cap, "%s", pl_last_error_as(PL_NAMING_JSON));
         *field = NULL;
         *why = why_buf;
         return false;

@@ -96,7 +96,8 @@ static pl_status no_template(const char *name, bool named) {
                        name);
     return pl_fail(PL_ERR_NOT_FOUND,
                    "chat: the model has no chat template (tokenizer_config.json or GGUF "
-                   "metadata); give config.chat_template or the call's chat_template");
+                   "metadata); give " PL_REF_BARE("config.chat_template") " or the call's "
+                   "chat_template");
 }
 
 /* Renders with t: the special tokens come from the tokenizer (when there is one). */
@@ -161,32 +162,38 @@ static pl_status read_override(const char *value, char **out) {
     struct stat st;
     if (stat(value, &st) == 0 && S_ISREG(st.st_mode)) {
         if (st.st_size > (1 << 24))
-            return pl_fail(PL_ERR_TOO_LONG, "config.chat_template %s: %lld bytes (16 MiB at most)",
+            return pl_fail(PL_ERR_TOO_LONG,
+                           PL_REF("config.chat_template") " %s: %lld bytes (16 MiB at most)",
                            value, (long long)st.st_size);
         FILE *f = fopen(value, "rb");
-        if (!f) return pl_fail(PL_ERR_IO, "config.chat_template %s: %s", value, strerror(errno));
+        if (!f)
+            return pl_fail(PL_ERR_IO, PL_REF("config.chat_template") " %s: %s", value,
+                           strerror(errno));
         char *buf = pl_malloc((size_t)st.st_size + 1);
         size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
         int err = ferror(f);
         fclose(f);
-        if (!buf) return pl_fail(PL_ERR_OUT_OF_MEMORY, "config.chat_template %s", value);
+        if (!buf)
+            return pl_fail(PL_ERR_OUT_OF_MEMORY, PL_REF("config.chat_template") " %s", value);
         if (err || got != (size_t)st.st_size) {
             pl_free(buf);
-            return pl_fail(PL_ERR_IO, "config.chat_template %s: short read", value);
+            return pl_fail(PL_ERR_IO, PL_REF("config.chat_template") " %s: short read", value);
         }
         buf[got] = '\0';
         if (strlen(buf) != got) {
             pl_free(buf);
-            return pl_fail(PL_ERR_FORMAT, "config.chat_template %s: holds a NUL byte", value);
+            return pl_fail(PL_ERR_FORMAT, PL_REF("config.chat_template") " %s: holds a NUL byte",
+                           value);
         }
         *out = buf;
         return PL_OK;
     }
     if (!strstr(value, "{{") && !strstr(value, "{%"))
-        return pl_fail(PL_ERR_NOT_FOUND, "config.chat_template = \"%.200s\": no such file, and "
+        return pl_fail(PL_ERR_NOT_FOUND,
+                       PL_REF("config.chat_template") " = \"%.200s\": no such file, and "
                        "not template text (no {{ or {%%)", value);
     *out = pl_strdup(value);
-    return *out ? PL_OK : pl_fail(PL_ERR_OUT_OF_MEMORY, "config.chat_template");
+    return *out ? PL_OK : pl_fail(PL_ERR_OUT_OF_MEMORY, PL_REF("config.chat_template"));
 }
 
 static pl_status add_entry(pl_chat_state *c, const char *name, const char *src, bool must_parse) {
@@ -196,7 +203,7 @@ static pl_status add_entry(pl_chat_state *c, const char *name, const char *src, 
     c->n++;
     pl_status s = pl_tmpl_parse(src, strlen(src), &c->tmpl[i]);
     if (s == PL_OK) return PL_OK;
-    if (must_parse) return pl_fail_prefix(s, "config.chat_template");
+    if (must_parse) return pl_fail_prefix(s, PL_REF("config.chat_template"));
     c->status[i] = s;
     c->error[i] = pl_strdup(pl_last_error());
     if (!c->error[i]) return pl_fail(PL_ERR_OUT_OF_MEMORY, "chat templates");

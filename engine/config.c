@@ -39,6 +39,8 @@ static void defaults(void *obj) {
 #undef DEF
 }
 
+static const pl_field_alias aliases[] = {PL_ENGINE_CONFIG_ALIASES(PL_FIELD_ALIAS_)};
+
 /* Every sizeof pl_engine_config has had in a release (see engine/fields.h). */
 static const size_t sizes[] = {sizeof(pl_engine_config)};
 
@@ -46,7 +48,13 @@ static const pl_field_table pl_engine_config_table = {
     .prefix = "config", .fields = fields, .n = sizeof fields / sizeof fields[0],
     .struct_size = sizeof(pl_engine_config), .known_sizes = sizes,
     .n_known = sizeof sizes / sizeof sizes[0], .defaults = defaults,
+    .aliases = aliases, .n_aliases = sizeof aliases / sizeof aliases[0],
 };
+
+const pl_field_alias *pl_engine_config_aliases(size_t *out_n) {
+    if (out_n) *out_n = pl_engine_config_table.n_aliases;
+    return aliases;
+}
 
 const pl_field *pl_engine_config_fields(size_t *out_n) {
     if (out_n) *out_n = pl_engine_config_table.n;
@@ -89,36 +97,41 @@ pl_status pl_engine_config_check_model_len(const pl_engine_config *c, int max_mo
     if (c->enable_chunked_prefill || max_model_len <= c->max_total_tokens) return PL_OK;
     if (from_model)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.max_total_tokens = %d: with chunked prefill off it must be >= "
-                       "max_model_len (the model's %d), or a long prompt could never be "
-                       "scheduled; set max_model_len lower or enable chunked prefill",
+                       PL_REF("config.max_total_tokens") " = %d: with chunked prefill off it "
+                       "must be >= " PL_REF_BARE("config.max_model_len") " (the model's %d), or "
+                       "a long prompt could never be scheduled; set "
+                       PL_REF_BARE("config.max_model_len") " lower or enable chunked prefill",
                        c->max_total_tokens, max_model_len);
     return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                   "config.max_model_len = %d: must be <= max_total_tokens (%d) when chunked "
-                   "prefill is off, or a long prompt could never be scheduled",
+                   PL_REF("config.max_model_len") " = %d: must be <= "
+                   PL_REF_BARE("config.max_total_tokens") " (%d) when chunked prefill is off, or "
+                   "a long prompt could never be scheduled",
                    max_model_len, c->max_total_tokens);
 }
 
 static pl_status check_rules(const pl_engine_config *c) {
     if (!c->model_path || !c->model_path[0])
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.model_path is not set: give a model file, a Hugging Face "
+                       PL_REF("config.model_path") " is not set: give a model file, a Hugging Face "
                        "directory or dummy:NAME (there is no default model)");
     int bs = c->block_size;
     if ((bs & (bs - 1)) != 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.block_size = %d: must be a power of two in [1, 256]", bs);
+                       PL_REF("config.block_size") " = %d: must be a power of two in [1, 256]",
+                       bs);
     if (c->max_batch_size && c->max_num_seqs && c->max_num_seqs < c->max_batch_size)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.max_num_seqs = %d: must be >= max_batch_size (%d) (leave one of "
-                       "them 0 to derive it from the other)",
+                       PL_REF("config.max_num_seqs") " = %d: must be >= "
+                       PL_REF_BARE("config.max_batch_size") " (%d) (leave one of them 0 to "
+                       "derive it from the other)",
                        c->max_num_seqs, c->max_batch_size);
     pl_engine_config r = *c;
     pl_engine_config_resolve(&r);
     if (r.max_total_tokens < r.max_batch_size)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.max_total_tokens = %d: must be >= max_batch_size (%d), or a full "
-                       "batch of decodes cannot run",
+                       PL_REF("config.max_total_tokens") " = %d: must be >= "
+                       PL_REF_BARE("config.max_batch_size") " (%d), or a full batch of decodes "
+                       "cannot run",
                        r.max_total_tokens, r.max_batch_size);
     if (c->max_num_blocks && c->kv_cache_memory_bytes)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
@@ -127,8 +140,9 @@ static pl_status check_rules(const pl_engine_config *c) {
                        c->kv_cache_memory_bytes, c->max_num_blocks);
     if (!c->enable_chunked_prefill && c->long_prefill_threshold > 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.long_prefill_threshold = %d: applies only with chunked prefill, "
-                       "which is off (enable_chunked_prefill = false)",
+                       PL_REF("config.long_prefill_threshold") " = %d: applies only with "
+                       "chunked prefill, which is off ("
+                       PL_REF_BARE("config.enable_chunked_prefill") " = false)",
                        c->long_prefill_threshold);
     if (c->max_model_len) PL_TRY(pl_engine_config_check_model_len(c, c->max_model_len, false));
     if (c->kv_dtype > PL_DTYPE_BF16)

@@ -123,7 +123,7 @@ static pl_status compile_text(pl_engine *e, char kind, const pl_sampling_params 
         st = pl_gram_parse(text, strlen(text), e->tok, out);
     }
     pl_free(gbnf);
-    if (st != PL_OK) return pl_fail_prefix(st, "sampling.%s", field);
+    if (st != PL_OK) return pl_fail_prefix(st, PL_MARK "sampling.%s" PL_MARK, field);
     /* the first state must expand within the limits: found now rather than at the first draw */
     pl_gram_matcher m;
     st = pl_gram_matcher_init(&m, *out);
@@ -131,7 +131,7 @@ static pl_status compile_text(pl_engine *e, char kind, const pl_sampling_params 
     else {
         pl_gram_free(*out);
         *out = NULL;
-        return pl_fail_prefix(st, "sampling.%s", field);
+        return pl_fail_prefix(st, PL_MARK "sampling.%s" PL_MARK, field);
     }
     return PL_OK;
 }

@@ -31,6 +31,10 @@ static pl_status sample_one(pl_engine *e, pl_sample *s, float *logits, int32_t *
         for (int i = 0; i < e->n_eos && !p->ignore_eos; i++) logits[e->eos_ids[i]] = -INFINITY;
         for (size_t i = 0; i < p->n_stop_ids; i++) logits[p->stop_ids[i]] = -INFINITY;
     }
+    /* before penalties and temperature, as vLLM applies it (ids checked at submit); the
+     * grammar's mask after it, so no bias brings back a token the grammar forbids */
+    for (size_t i = 0; i < p->n_logit_bias; i++)
+        logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
     if (s->gm) {
         bool dead;
         PL_TRY(pl_constrain_mask(e, s, logits, &dead));

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "engine/fields.h"
 #include "util/alloc.h"
 #include "util/log.h"
 #include "util/timer.h"
@@ -56,6 +57,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_chat_state_free(&e->chat);
     pl_constrain_deinit(&e->constrain);
     pl_tok_free(e->tok);
+    pl_free(e->tokenizer_path);
     pl_model_free(e->model);
     free_step_buffers(&e->sb);
     pl_free(e);
@@ -77,6 +79,8 @@ static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
     const char *path = tokenizer_path ? tokenizer_path : e->model->tokenizer_path;
     if (!path) return PL_OK; /* token ids only */
     if (!e->tok) PL_TRY(pl_tok_load(path, &e->tok)); /* (a dummy model's is loaded first) */
+    if (!(e->tokenizer_path = pl_strdup(path)))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s: its path", path);
     int tv = pl_tok_vocab_size(e->tok);
     if (tv > e->vocab)
         return pl_fail(PL_ERR_FORMAT,
@@ -130,7 +134,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     e->max_model_len = c->max_model_len ? c->max_model_len : mc->max_seq_len;
     if (e->max_model_len > mc->max_seq_len)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "config.max_model_len = %d: the model %s supports at most %d",
+                       PL_REF("config.max_model_len") " = %d: the model %s supports at most %d",
                        c->max_model_len, e->model->name, mc->max_seq_len);
     PL_TRY(pl_engine_config_check_model_len(c, e->max_model_len, c->max_model_len == 0));
     e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;

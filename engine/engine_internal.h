@@ -219,6 +219,7 @@ struct pl_engine {
                                          the tokenizer's EOS when the model names none) */
     int n_eos;
     char weight_type[48];             /* pl_model_info.weight_type (pl_engine_name_weights) */
+    char *tokenizer_path;             /* where e->tok came from (pl_model_info); pl_malloc'd */
     uint64_t n_params, param_bytes;   /* pl_model_info's, of the whole model (before a
                                          tensor-parallel rank keeps its shard) */
     char kv_sizing[320];              /* pl_model_info.kv_sizing (rank.c's pl_rank_pool_blocks) */

@@ -32,6 +32,10 @@ typedef struct storage {
     size_t n, cap;
 } storage;
 
+/* "config.block_size" marked as a field's name (util/status.h): the format of t->prefix,
+ * f->name in every message below. */
+#define FIELD PL_MARK "%s.%s" PL_MARK
+
 static void *at(void *obj, size_t off) { return (char *)obj + off; }
 static const void *cat(const void *obj, size_t off) { return (const char *)obj + off; }
 
@@ -144,6 +148,13 @@ static size_t choice_len(const char *c) {
     return bar ? (size_t)(bar - c) : strlen(c);
 }
 
+static bool is_list(const pl_field *f) {
+    return f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_BIAS;
+}
+
+/* A BIAS entry's bias, as OpenAI bounds logit_bias. */
+#define BIAS_MAX 100.0
+
 /* "in (0, 1]", "one of auto, f32, f16, bf16" */
 static void describe_range(const pl_field *f, char *buf, size_t cap) {
     if (f->kind == PL_FIELD_ENUM) {
@@ -156,7 +167,7 @@ static void describe_range(const pl_field *f, char *buf, size_t cap) {
     char lo[32], hi[32];
     fmt_num(lo, sizeof lo, f->range.min);
     fmt_num(hi, sizeof hi, f->range.max);
-    bool list = f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS;
+    bool list = is_list(f);
     snprintf(buf, cap, "%sin %c%s, %s%c", list ? "a count " : "", f->range.min_open ? '(' : '[',
              lo, hi, f->range.max_open ? ')' : ']');
 }
@@ -173,10 +184,10 @@ pl_status pl_fields_fail_range(const pl_field_table *t, const pl_field *f, doubl
     char range[160], val[32];
     describe_range(f, range, sizeof range);
     fmt_num(val, sizeof val, v);
-    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: %s entries: must be %s", t->prefix,
+    if (is_list(f))
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": %s entries: must be %s", t->prefix,
                        f->name, val, range);
-    return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s = %s: must be %s", t->prefix, f->name, val,
+    return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " = %s: must be %s", t->prefix, f->name, val,
                    range);
 }
 
@@ -200,12 +211,12 @@ static pl_status check_field(const pl_field_table *t, const pl_field *f, const v
         const int32_t *ids = *(const int32_t *const *)p;
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         if (n && !ids)
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s is NULL with n_%s = %zu", t->prefix,
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " is NULL with n_%s = %zu", t->prefix,
                            f->name, f->name, n);
         for (size_t i = 0; i < n; i++)
             if (ids[i] < 0)
                 return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                               "%s.%s[%zu] = %d: must be a token id (>= 0)", t->prefix, f->name,
+                               FIELD "[%zu] = %d: must be a token id (>= 0)", t->prefix, f->name,
                                i, (int)ids[i]);
         return PL_OK;
     }
@@ -214,12 +225,31 @@ static pl_status check_field(const pl_field_table *t, const pl_field *f, const v
         const char *const *ss = *(const char *const *const *)p;
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         if (n && !ss)
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s is NULL with n_%s = %zu", t->prefix,
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " is NULL with n_%s = %zu", t->prefix,
                            f->name, f->name, n);
         for (size_t i = 0; i < n; i++)
             if (!ss[i] || !ss[i][0])
-                return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s[%zu] is NULL or empty",
+                return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD "[%zu] is NULL or empty",
                                t->prefix, f->name, i);
+        return PL_OK;
+    }
+    case PL_FIELD_BIAS: {
+        size_t n = *(const size_t *)cat(obj, f->aux_offset);
+        const pl_logit_bias *b = *(const pl_logit_bias *const *)p;
+        if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
+        if (n && !b)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD " is NULL with n_%s = %zu", t->prefix,
+                           f->name, f->name, n);
+        for (size_t i = 0; i < n; i++) {
+            if (b[i].token < 0)
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD "[%zu].token = %d: must be a token id (>= 0)", t->prefix,
+                               f->name, i, (int)b[i].token);
+            if (!(fabsf(b[i].bias) <= BIAS_MAX))
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD "[%zu].bias = %g: must be in [-100, 100]", t->prefix,
+                               f->name, i, (double)b[i].bias);
+        }
         return PL_OK;
     }
     default: return PL_OK; /* BOOL, STRING, OPT_U64 (any value) */
@@ -239,6 +269,8 @@ pl_status pl_fields_check_ranges(const pl_field_table *t, const void *obj) {
 const pl_field *pl_fields_find(const pl_field_table *t, const char *name) {
     for (size_t i = 0; i < t->n; i++)
         if (!strcmp(t->fields[i].name, name)) return &t->fields[i];
+    for (size_t i = 0; i < t->n_aliases; i++)
+        if (!strcmp(t->aliases[i].alias, name)) return pl_fields_find(t, t->aliases[i].name);
     return NULL;
 }
 
@@ -266,9 +298,10 @@ static size_t distance(const char *a, const char *b) {
 static pl_status not_found(const pl_field_table *t, const char *name) {
     const char *best = NULL;
     size_t best_d = (size_t)-1;
-    for (size_t i = 0; i < t->n; i++) {
-        size_t d = distance(name, t->fields[i].name);
-        if (d < best_d) best_d = d, best = t->fields[i].name;
+    for (size_t i = 0; i < t->n + t->n_aliases; i++) {
+        const char *cand = i < t->n ? t->fields[i].name : t->aliases[i - t->n].alias;
+        size_t d = distance(name, cand);
+        if (d < best_d) best_d = d, best = cand;
     }
     size_t len = strlen(name);
     if (best && best_d <= (len < 9 ? 2 : len / 3))
@@ -285,10 +318,10 @@ static size_t member_end(const pl_field *f) {
         [PL_FIELD_DOUBLE] = sizeof(double), [PL_FIELD_FLOAT] = sizeof(float),
         [PL_FIELD_STRING] = sizeof(char *), [PL_FIELD_ENUM] = sizeof(int),
         [PL_FIELD_IDS] = sizeof(void *),    [PL_FIELD_STRINGS] = sizeof(void *),
-        [PL_FIELD_OPT_U64] = sizeof(uint64_t),
+        [PL_FIELD_OPT_U64] = sizeof(uint64_t), [PL_FIELD_BIAS] = sizeof(void *),
     };
     size_t end = f->offset + sizes[f->kind];
-    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS)
+    if (f->kind == PL_FIELD_IDS || f->kind == PL_FIELD_STRINGS || f->kind == PL_FIELD_BIAS)
         end = f->aux_offset + sizeof(size_t);
     if (f->kind == PL_FIELD_OPT_U64) end = f->aux_offset + sizeof(bool);
     return end;
@@ -308,7 +341,7 @@ static pl_status lookup(const pl_field_table *t, void *obj, const char *name,
     if (!*out) return not_found(t, name);
     if (!holds(obj, *out))
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "%s.%s: not in this struct (struct_size %zu: the program was built "
+                       FIELD ": not in this struct (struct_size %zu: the program was built "
                        "against an older pagellm.h)", t->prefix, name,
                        ((const head *)obj)->struct_size);
     return PL_OK;
@@ -318,7 +351,7 @@ static pl_status lookup(const pl_field_table *t, void *obj, const char *name,
 
 static pl_status bad_text(const pl_field_table *t, const pl_field *f, const char *v,
                           const char *what) {
-    return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: '%.64s' is not %s", t->prefix, f->name, v,
+    return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": '%.64s' is not %s", t->prefix, f->name, v,
                    what);
 }
 
@@ -434,6 +467,37 @@ static bool parse_ids(const char *s, int32_t **out, size_t *out_n) {
     return true;
 }
 
+/* "ID:BIAS[,ID:BIAS...]" (ids as parse_ids takes them, biases finite numbers). */
+static bool parse_bias(const char *s, pl_logit_bias **out, size_t *out_n) {
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    pl_logit_bias *b = pl_calloc(cap, sizeof *b);
+    if (!b) return false;
+    size_t n = 0;
+    for (const char *p = s;;) {
+        char id[24], num[64];
+        size_t k = 0, m = 0;
+        while (*p && *p != ':' && *p != ',' && k < sizeof id - 1) id[k++] = *p++;
+        id[k] = '\0';
+        if (*p == ':') p++;
+        while (*p && *p != ',' && m < sizeof num - 1) num[m++] = *p++;
+        num[m] = '\0';
+        uint64_t tok;
+        double bias;
+        if ((*p && *p != ',') || !parse_u64(id, &tok, NULL) || tok > INT32_MAX ||
+            !parse_double(num, &bias)) {
+            pl_free(b);
+            return false;
+        }
+        b[n++] = (pl_logit_bias){(int32_t)tok, (float)bias};
+        if (!*p) break;
+        p++;
+    }
+    *out = b;
+    *out_n = n;
+    return true;
+}
+
 /* A parsed value, ready to store. */
 typedef struct value {
     bool b;
@@ -444,6 +508,7 @@ typedef struct value {
     bool unset;             /* OPT_U64: absent */
     int32_t *ids;           /* IDS: pl_malloc'd (n) */
     const char **strs;      /* STRINGS: (n) borrowed texts */
+    pl_logit_bias *bias;    /* BIAS: pl_malloc'd (n) */
     size_t n;
     bool append;            /* lists: add to the current list instead of replacing it */
     char *dumped;           /* STRING holding JSON: the value as text (malloc'd by jansson) */
@@ -451,6 +516,14 @@ typedef struct value {
 
 static pl_status check_value(const pl_field_table *t, const pl_field *f, const value *v) {
     switch (f->kind) {
+    case PL_FIELD_BIAS:
+        for (size_t i = 0; i < v->n; i++)
+            if (!(fabs((double)v->bias[i].bias) <= BIAS_MAX))
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD ": the bias of token %d is %g: must be in [-100, 100]",
+                               t->prefix, f->name, (int)v->bias[i].token,
+                               (double)v->bias[i].bias);
+        return PL_OK;
     case PL_FIELD_INT:
         if (v->i < INT32_MIN || v->i > INT32_MAX || !in_range(&f->range, (double)v->i))
             return pl_fields_fail_range(t, f, (double)v->i);
@@ -488,7 +561,7 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         char *copy = NULL;
         if (v->s) {
             copy = pl_strdup(v->s);
-            if (!copy) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s: copy", t->prefix, f->name);
+            if (!copy) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
             PL_TRY(keep(t, obj, copy));
         }
         *(const char **)p = copy;
@@ -500,11 +573,35 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         size_t n = old_n + v->n;
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         int32_t *ids = pl_calloc(n ? n : 1, sizeof *ids);
-        if (!ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s: copy", t->prefix, f->name);
+        if (!ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
         if (old_n) memcpy(ids, old, old_n * sizeof *ids);
         if (v->n) memcpy(ids + old_n, v->ids, v->n * sizeof *ids);
         PL_TRY(keep(t, obj, ids));
         *(const int32_t **)p = n ? ids : NULL;
+        *(size_t *)at(obj, f->aux_offset) = n;
+        break;
+    }
+    case PL_FIELD_BIAS: {
+        /* one entry per token, as in OpenAI's object: a token given again takes the later
+         * bias */
+        size_t old_n = v->append ? *(size_t *)at(obj, f->aux_offset) : 0;
+        const pl_logit_bias *old = *(const pl_logit_bias **)p;
+        pl_logit_bias *b = pl_calloc(old_n + v->n ? old_n + v->n : 1, sizeof *b);
+        if (!b) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
+        if (old_n) memcpy(b, old, old_n * sizeof *b);
+        size_t n = old_n;
+        for (size_t i = 0; i < v->n; i++) {
+            size_t k = 0;
+            while (k < n && b[k].token != v->bias[i].token) k++;
+            b[k] = v->bias[i];
+            if (k == n) n++;
+        }
+        if (!in_range(&f->range, (double)n)) {
+            pl_free(b);
+            return pl_fields_fail_range(t, f, (double)n);
+        }
+        PL_TRY(keep(t, obj, b));
+        *(const pl_logit_bias **)p = n ? b : NULL;
         *(size_t *)at(obj, f->aux_offset) = n;
         break;
     }
@@ -515,13 +612,13 @@ static pl_status store(const pl_field_table *t, const pl_field *f, void *obj, va
         if (!in_range(&f->range, (double)n)) return pl_fields_fail_range(t, f, (double)n);
         for (size_t i = 0; i < v->n; i++)
             if (!v->strs[i][0])
-                return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: an empty string is not allowed",
+                return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": an empty string is not allowed",
                                t->prefix, f->name);
         /* one block: the pointer array, then the new strings' bytes */
         size_t bytes = (n ? n : 1) * sizeof(char *);
         for (size_t i = 0; i < v->n; i++) bytes += strlen(v->strs[i]) + 1;
         char **arr = pl_malloc(bytes);
-        if (!arr) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s: copy", t->prefix, f->name);
+        if (!arr) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD ": copy", t->prefix, f->name);
         char *text = (char *)(arr + (n ? n : 1));
         for (size_t i = 0; i < old_n; i++) arr[i] = (char *)old[i]; /* kept alive by storage
                                                                         or by the caller */
@@ -586,9 +683,14 @@ static pl_status parse_text(const pl_field_table *t, const pl_field *f, const ch
         return PL_OK;
     case PL_FIELD_STRINGS:
         v->strs = pl_malloc(sizeof *v->strs);
-        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
         v->strs[0] = s;
         v->n = 1;
+        v->append = true;
+        return PL_OK;
+    case PL_FIELD_BIAS:
+        if (!parse_bias(s, &v->bias, &v->n))
+            return bad_text(t, f, s, "ID:BIAS, or a comma-separated list of them (50256:-100)");
         v->append = true;
         return PL_OK;
     }
@@ -602,6 +704,7 @@ static pl_status set_value(const pl_field_table *t, const pl_field *f, void *obj
     if (s == PL_OK) s = store(t, f, obj, v);
     pl_free(v->ids);
     pl_free((void *)v->strs);
+    pl_free(v->bias);
     free(v->dumped);
     return s;
 }
@@ -610,7 +713,7 @@ pl_status pl_fields_set_text(const pl_field_table *t, void *obj, const char *nam
                              const char *text) {
     const pl_field *f;
     PL_TRY(lookup(t, obj, name, &f));
-    if (!text) return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: value is NULL", t->prefix, name);
+    if (!text) return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": value is NULL", t->prefix, name);
     value v = {0};
     return set_value(t, f, obj, &v, parse_text(t, f, text, &v));
 }
@@ -633,7 +736,7 @@ static const char *json_kind(const json_t *j) {
 
 static pl_status bad_json(const pl_field_table *t, const pl_field *f, const json_t *j,
                           const char *want) {
-    return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: must be %s, not %s", t->prefix, f->name,
+    return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": must be %s, not %s", t->prefix, f->name,
                    want, json_kind(j));
 }
 
@@ -701,13 +804,13 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
         if (f->value_name && !strcmp(f->value_name, "JSON") && !json_is_string(j)) {
             /* a field holding JSON text (a schema, tools) also takes the value itself */
             v->dumped = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
-            if (!v->dumped) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+            if (!v->dumped) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
             v->s = v->dumped;
             return PL_OK;
         }
         if (!json_is_string(j)) return bad_json(t, f, j, "a string or null");
         if (!(v->s = json_cstr(j)))
-            return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: the string contains a NUL byte",
+            return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": the string contains a NUL byte",
                            t->prefix, f->name);
         return PL_OK;
     case PL_FIELD_ENUM: {
@@ -725,17 +828,40 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
             return bad_json(t, f, j, "an array of token ids (or one id, or null)");
         size_t n = one ? 1 : json_array_size(j);
         v->ids = pl_calloc(n ? n : 1, sizeof *v->ids);
-        if (!v->ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+        if (!v->ids) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
         for (size_t i = 0; i < n; i++) {
             const json_t *x = one ? j : json_array_get(j, i);
             if (!json_is_integer(x) || json_integer_value(x) < 0 ||
                 json_integer_value(x) > INT32_MAX)
                 return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                               "%s.%s[%zu]: must be a token id (an integer in [0, 2^31)), not %s",
+                               FIELD "[%zu]: must be a token id (an integer in [0, 2^31)), not %s",
                                t->prefix, f->name, i, json_kind(x));
             v->ids[i] = (int32_t)json_integer_value(x);
         }
         v->n = n;
+        return PL_OK;
+    }
+    case PL_FIELD_BIAS: {
+        if (json_is_null(j)) return PL_OK;
+        if (!json_is_object(j))
+            return bad_json(t, f, j, "an object of token id to bias ({\"50256\": -100}) or null");
+        size_t n = json_object_size(j);
+        v->bias = pl_calloc(n ? n : 1, sizeof *v->bias);
+        if (!v->bias) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
+        const char *key;
+        json_t *x;
+        json_object_foreach((json_t *)j, key, x) {
+            uint64_t tok;
+            if (!parse_u64(key, &tok, NULL) || tok > INT32_MAX)
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD ": key \"%.32s\" is not a token id (an integer in [0, "
+                               "2^31))", t->prefix, f->name, key);
+            if (!json_is_number(x) || !isfinite(json_number_value(x)))
+                return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                               FIELD "[\"%s\"]: must be a number, not %s", t->prefix, f->name,
+                               key, json_kind(x));
+            v->bias[v->n++] = (pl_logit_bias){(int32_t)tok, (float)json_number_value(x)};
+        }
         return PL_OK;
     }
     case PL_FIELD_STRINGS: {
@@ -745,15 +871,15 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
             return bad_json(t, f, j, "a string or an array of strings (or null)");
         size_t n = one ? 1 : json_array_size(j);
         v->strs = pl_calloc(n ? n : 1, sizeof *v->strs);
-        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+        if (!v->strs) return pl_fail(PL_ERR_OUT_OF_MEMORY, FIELD, t->prefix, f->name);
         for (size_t i = 0; i < n; i++) {
             const json_t *x = one ? j : json_array_get(j, i);
             if (!json_is_string(x))
-                return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s[%zu]: must be a string, not %s",
+                return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD "[%zu]: must be a string, not %s",
                                t->prefix, f->name, i, json_kind(x));
             if (!(v->strs[i] = json_cstr(x)))
                 return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                               "%s.%s[%zu]: the string contains a NUL byte", t->prefix,
+                               FIELD "[%zu]: the string contains a NUL byte", t->prefix,
                                f->name, i);
         }
         v->n = n;
@@ -780,7 +906,7 @@ pl_status pl_fields_set_json(const pl_field_table *t, void *obj, const char *nam
                              const char *json) {
     const pl_field *f;
     PL_TRY(lookup(t, obj, name, &f));
-    if (!json) return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: value is NULL", t->prefix, name);
+    if (!json) return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": value is NULL", t->prefix, name);
     char digits[32];
     if ((f->kind == PL_FIELD_U64 || f->kind == PL_FIELD_OPT_U64 || f->kind == PL_FIELD_SIZE) &&
         unsigned_literal(json, digits, sizeof digits)) {
@@ -790,7 +916,7 @@ pl_status pl_fields_set_json(const pl_field_table *t, void *obj, const char *nam
     json_error_t err;
     json_t *j = json_loads(json, JSON_DECODE_ANY, &err);
     if (!j)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: not JSON (%s at column %d)", t->prefix,
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, FIELD ": not JSON (%s at column %d)", t->prefix,
                        f->name, err.text, err.column);
     value v = {0};
     pl_status s = set_value(t, f, obj, &v, parse_json(t, f, j, &v)); /* strings point into j */
@@ -895,6 +1021,17 @@ size_t pl_field_to_json(const pl_field *f, const void *obj, char *buf, size_t ca
         put(&o, "[");
         for (size_t i = 0; ids && i < n; i++) put(&o, "%s%d", i ? "," : "", (int)ids[i]);
         put(&o, "]");
+        break;
+    }
+    case PL_FIELD_BIAS: {
+        size_t n = *(const size_t *)cat(obj, f->aux_offset);
+        const pl_logit_bias *b = *(const pl_logit_bias *const *)p;
+        put(&o, "{");
+        for (size_t i = 0; b && i < n; i++) {
+            put(&o, "%s\"%d\":", i ? "," : "", (int)b[i].token);
+            put_real(&o, b[i].bias, true);
+        }
+        put(&o, "}");
         break;
     }
     case PL_FIELD_STRINGS: {

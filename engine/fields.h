@@ -27,7 +27,15 @@ typedef struct pl_field_table {
     const size_t *known_sizes;   /* (n_known) every size the struct has had, ascending */
     size_t n_known;
     void (*defaults)(void *obj); /* every field (not struct_size or storage) to its default */
+    const pl_field_alias *aliases; /* (n_aliases) other names the setters take */
+    size_t n_aliases;
 } pl_field_table;
+
+/* A field named in a message (see util/status.h): REF("config.block_size") reads
+ * "config.block_size" in pl_last_error, "--block-size" on the command line, "block_size" in
+ * JSON; REF_BARE("config.max_batch_size") reads "max_batch_size" in pl_last_error. */
+#define PL_REF(name) PL_MARK name PL_MARK
+#define PL_REF_BARE(name) PL_MARK_BARE name PL_MARK_BARE
 
 /* PL_OK when obj's struct_size is one of t's known sizes; else PL_ERR_INVALID_ARGUMENT saying
  * what is wrong (never defaulted, an unknown layout, a newer header). obj NULL is refused. */
@@ -47,6 +55,7 @@ pl_status pl_fields_check_ranges(const pl_field_table *t, const void *obj);
 /* "config.top_p = 0: must be in (0, 1]". */
 pl_status pl_fields_fail_range(const pl_field_table *t, const pl_field *f, double v);
 
+/* The field called name, or one of its aliases; NULL when none. */
 const pl_field *pl_fields_find(const pl_field_table *t, const char *name);
 pl_status pl_fields_set_text(const pl_field_table *t, void *obj, const char *name,
                              const char *value);
@@ -78,6 +87,7 @@ void pl_fields_fill_out(void *dst, size_t dst_size, const void *src, size_t src_
 #define PL_FIELD_AUX_IDS(S, name) offsetof(S, n_##name)
 #define PL_FIELD_AUX_STRINGS(S, name) offsetof(S, n_##name)
 #define PL_FIELD_AUX_OPT_U64(S, name) offsetof(S, has_##name)
+#define PL_FIELD_AUX_BIAS(S, name) offsetof(S, n_##name)
 
 #define PL_FIELD_CHOICES_BOOL(ctype) NULL
 #define PL_FIELD_CHOICES_INT(ctype) NULL
@@ -90,12 +100,16 @@ void pl_fields_fill_out(void *dst, size_t dst_size, const void *src, size_t src_
 #define PL_FIELD_CHOICES_IDS(ctype) NULL
 #define PL_FIELD_CHOICES_STRINGS(ctype) NULL
 #define PL_FIELD_CHOICES_OPT_U64(ctype) NULL
+#define PL_FIELD_CHOICES_BIAS(ctype) NULL
 
 #define PL_FIELD_ROW_(S, kind_, ctype_, name_, def_, range_, flag_, short_, value_, help_)   \
     {.name = #name_, .kind = PL_FIELD_##kind_, .offset = offsetof(S, name_),                  \
      .aux_offset = PL_FIELD_AUX_##kind_(S, name_), .range = PL_RANGE_STRUCT(range_),          \
      .choices = PL_FIELD_CHOICES_##kind_(ctype_), .flag = flag_, .short_flag = short_,        \
      .value_name = value_, .help = help_},
+
+/* An alias row: PL_ENGINE_CONFIG_ALIASES(PL_FIELD_ALIAS_) */
+#define PL_FIELD_ALIAS_(field, alias) {alias, #field},
 
 #define PL_FIELD_SET_BOOL(o, name, def) (o)->name = (def);
 #define PL_FIELD_SET_INT(o, name, def) (o)->name = (def);
@@ -108,6 +122,7 @@ void pl_fields_fill_out(void *dst, size_t dst_size, const void *src, size_t src_
 #define PL_FIELD_SET_IDS(o, name, def) (o)->name = (def), (o)->n_##name = 0;
 #define PL_FIELD_SET_STRINGS(o, name, def) (o)->name = (def), (o)->n_##name = 0;
 #define PL_FIELD_SET_OPT_U64(o, name, def) (o)->name = (def), (o)->has_##name = false;
+#define PL_FIELD_SET_BIAS(o, name, def) (o)->name = (def), (o)->n_##name = 0;
 #define PL_FIELD_DEFAULT_(o, kind, ctype, name, def, ...) PL_FIELD_SET_##kind(o, name, def)
 
 #endif

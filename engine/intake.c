@@ -106,9 +106,23 @@ static pl_status submit_ids(pl_engine *e, const int32_t *ids, size_t n_ids,
     } else {
         pl_sampling_params_default(&p);
     }
+    if (p.max_tokens == 0) { /* as many as max_model_len and the KV pool leave */
+        size_t ctx = (size_t)e->max_model_len;
+        size_t pool = (size_t)e->n_blocks * (size_t)e->cfg.block_size + 1; /* the last token
+                                                                             needs no slot */
+        size_t cap = ctx < pool ? ctx : pool;
+        if (n_ids >= cap)
+            return pl_fail(PL_ERR_TOO_LONG,
+                           "prompt (%zu tokens) leaves no room for output in %s (%zu tokens)",
+                           n_ids, ctx <= pool ? PL_MARK_BARE "config.max_model_len" PL_MARK_BARE
+                                              : "the KV pool", ctx <= pool ? ctx : pool - 1);
+        p.max_tokens = (int)(cap - n_ids);
+    }
     PL_TRY(pl_sched_check_admissible(e->sched, n_ids, (size_t)p.max_tokens));
     if (p.n > e->cfg.max_num_seqs)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling.n = %d: more than max_num_seqs (%d)",
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       PL_REF("sampling.n") " = %d: more than " PL_REF_BARE("config.max_num_seqs")
+                       " (%d)",
                        p.n, e->cfg.max_num_seqs);
     pl_request *r;
     PL_TRY(pl_request_create(e, ids, n_ids, &p, &r));
@@ -142,7 +156,8 @@ pl_status pl_intake_submit_text(pl_engine *e, const char *prompt, size_t len, un
                                 const pl_sampling_params *params, pl_request_id *out_id) {
     if (!e->tok)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "submit: no tokenizer is loaded (tokenizer_path is NULL and none was "
+                       "submit: no tokenizer is loaded (" PL_REF_BARE("config.tokenizer_path")
+                       " is unset and none was "
                        "found beside the model); submit token ids instead");
     PL_TRY(check_utf8(prompt, len));
     int32_t *ids;

@@ -49,15 +49,17 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok,
     return PL_OK;
 }
 
-/* Earliest stop string in text starting at or after `from`; -1 if none. */
-static long find_stop(const pl_request *r, const char *text, size_t len, size_t from) {
+/* Earliest stop string in text starting at or after `from` (*out_len: its length); -1 if
+ * none. */
+static long find_stop(const pl_request *r, const char *text, size_t len, size_t from,
+                      size_t *out_len) {
     long best = -1;
     for (size_t i = 0; i < r->params.n_stop; i++) {
         const char *st = r->params.stop[i];
         size_t sl = strlen(st);
         for (size_t p = from; p + sl <= len; p++)
             if (!memcmp(text + p, st, sl)) {
-                if (best < 0 || (long)p < best) best = (long)p;
+                if (best < 0 || (long)p < best) best = (long)p, *out_len = sl;
                 break;
             }
     }
@@ -140,8 +142,11 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
     if (reason == PL_FINISH_NONE && r->params.n_stop > 0 && s->text_len > old_len) {
         size_t back = r->max_stop_len - 1;
         size_t from = old_len > back ? old_len - back : 0;
-        long at = find_stop(r, s->text, s->text_len, from);
+        size_t stop_len = 0;
+        long at = find_stop(r, s->text, s->text_len, from, &stop_len);
         if (at >= 0) {
+            /* the text ends before the stop string, or after it when it is to be kept */
+            if (r->params.include_stop_str_in_output) at += (long)stop_len;
             s->text_len = (size_t)at;
             s->text[at] = '\0';
             s->text_cut = true;

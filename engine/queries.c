@@ -152,6 +152,14 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
         .max_num_seqs = e->cfg.max_num_seqs,
     };
     info.weight_type = e->weight_type;
+    info.format = m->format ? m->format : "";
+    info.tokenizer_path = e->tok ? e->tokenizer_path : NULL;
+    info.tokenizer_kind = e->tok ? pl_tok_type(e->tok) : NULL;
+    for (size_t i = 0; i < e->chat.n; i++) info.n_chat_templates += e->chat.tmpl[i] != NULL;
+    info.chat_template_override = e->chat.is_override;
+    info.tied_embeddings = c->tied_embeddings;
+    info.rope_theta = c->rope_theta;
+    info.norm_eps = c->norm_eps;
     info.n_params = e->n_params;
     info.weight_bytes = e->param_bytes;
     info.tensor_parallel_size = e->cfg.tensor_parallel_size;

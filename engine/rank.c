@@ -5,9 +5,11 @@
  * workspace, each for the part of the model the rank holds (a tensor-parallel shard holds its
  * KV heads only, so its blocks are smaller and more of them fit). One rank: the whole engine.
  */
-#include "engine/engine_internal.h"
 #include <stdio.h>
 
+#include "engine/engine_internal.h"
+#include "engine/fields.h"
+#include "util/dtype.h"
 #include "util/log.h"
 
 int pl_rank_local_ranks(const pl_engine_config *c) {
@@ -18,10 +20,10 @@ int pl_rank_local_ranks(const pl_engine_config *c) {
     return c->tensor_parallel_size;
 }
 
-pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int n_threads,
-                                 pl_backend **out) {
+static pl_status backend_of(const pl_engine_config *c, int local_rank, int n_threads,
+                            pl_dtype kv, pl_backend **out) {
     pl_backend_options opt = {.n_threads = n_threads, .device = c->cuda_device + local_rank,
-                              .kv_dtype = c->kv_dtype};
+                              .kv_dtype = kv};
     switch (c->backend) {
     case PL_BACKEND_REF: return pl_backend_ref_create(&opt, out);
     case PL_BACKEND_CUDA: {
@@ -36,6 +38,33 @@ pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int 
     }
     default: return pl_backend_cpu_create(&opt, out);
     }
+}
+
+/* A KV dtype the backend refuses is the config's fault: the message names the field and
+ * what this backend takes, asked of the backend itself (each type tried), so no table here
+ * can disagree with kernels/. */
+pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int n_threads,
+                                 pl_backend **out) {
+    pl_status s = backend_of(c, local_rank, n_threads, c->kv_dtype, out);
+    if (s != PL_ERR_UNSUPPORTED || c->kv_dtype == PL_DTYPE_AUTO) return s;
+    char why[512];
+    snprintf(why, sizeof why, "%s", pl_last_error());
+    const pl_dtype all[] = {PL_DTYPE_F32, PL_DTYPE_F16, PL_DTYPE_BF16};
+    char takes[64] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        pl_backend *be = NULL;
+        if (backend_of(c, local_rank, n_threads, all[i], &be) != PL_OK) continue;
+        pl_backend_destroy(be);
+        used += (size_t)snprintf(takes + used, sizeof takes - used, "%s%s", used ? ", " : "",
+                                 pl_dtype_name(all[i]));
+    }
+    if (!used) return pl_fail(s, "%s", why); /* the backend itself is missing */
+    return pl_fail(s, PL_REF("config.kv_dtype") " = %s: backend %s stores KV entries as %s",
+                   pl_dtype_name(c->kv_dtype),
+                   c->backend == PL_BACKEND_REF ? "ref" : c->backend == PL_BACKEND_CUDA ? "cuda"
+                                                                                         : "cpu",
+                   takes);
 }
 
 /* The memory the engine may use: memory_limit_bytes, else what the backend reports as free:
@@ -123,8 +152,10 @@ static pl_status explicit_pool(const pl_engine_config *c, int blocks, const char
     if ((c->memory_limit_bytes || c->kv_cache_memory_bytes) && need > (uint64_t)f->avail)
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "%s = %zu: %llu bytes of weights + %llu bytes of KV cache "
-                       "(%s = %d blocks of %zu bytes) + %zu bytes of workspace do not fit",
-                       c->memory_limit_bytes ? "memory_limit_bytes" : "available memory",
+                       "(" PL_MARK_BARE "config.%s" PL_MARK_BARE " = %d blocks of %zu bytes) + "
+                       "%zu bytes of workspace do not fit",
+                       c->memory_limit_bytes ? PL_REF_BARE("config.memory_limit_bytes")
+                                             : "available memory",
                        f->avail, (unsigned long long)f->weights_b, (unsigned long long)pool_b,
                        what, blocks, f->block_bytes, f->work_b);
     if (f->sizing)
@@ -153,7 +184,8 @@ pl_status pl_rank_pool_blocks(const pl_engine_config *c, const pl_model *model, 
     if (f.weights_b > (uint64_t)avail) /* a device's copy: host copies were checked at load */
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "%s: weights take %llu bytes on backend %s, more than the %zu bytes of "
-                       "memory available (memory_limit_bytes, else free device memory)",
+                       "memory available (" PL_REF_BARE("config.memory_limit_bytes") ", else "
+                       "free device memory)",
                        model->name, (unsigned long long)f.weights_b, be->ops->name, avail);
     if (c->max_num_blocks > 0) {
         *out_blocks = c->max_num_blocks;
@@ -163,7 +195,7 @@ pl_status pl_rank_pool_blocks(const pl_engine_config *c, const pl_model *model, 
         size_t n = c->kv_cache_memory_bytes / f.block_bytes;
         if (n < 1 || n > (size_t)1 << 30)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                           "config.kv_cache_memory_bytes = %zu: %s one KV block of %zu bytes "
+                           PL_REF("config.kv_cache_memory_bytes") " = %zu: %s one KV block of %zu bytes "
                            "(block_size %d tokens)", c->kv_cache_memory_bytes,
                            n < 1 ? "less than" : "more than 2^30 blocks of", f.block_bytes,
                            c->block_size);
@@ -177,7 +209,8 @@ pl_status pl_rank_pool_blocks(const pl_engine_config *c, const pl_model *model, 
     double n = left / (double)f.block_bytes;
     if (n < 1) {
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                       "KV cache: %.0f bytes of memory (memory_threshold %.2f of %zu bytes of "
+                       "KV cache: %.0f bytes of memory (" PL_REF_BARE("config.memory_threshold")
+                       " %.2f of %zu bytes of "
                        "%s) minus %.0f bytes of weights and %.0f bytes of workspace leaves no "
                        "room for one %zu-byte block",
                        budget, c->memory_threshold, avail, memory_source(c, be), weights, work,

@@ -52,20 +52,25 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 33);
 }
 
-/* Copies p's stop ids and strings into one block that r->params points into. */
+/* Copies p's lists (stop ids and strings, logit bias) into one block that r->params points
+ * into. */
 static pl_status copy_stops(pl_request *r, const pl_sampling_params *p) {
-    size_t bytes = p->n_stop_ids * sizeof(int32_t) + p->n_stop * sizeof(char *);
+    size_t bytes = p->n_stop * sizeof(char *) + p->n_logit_bias * sizeof(pl_logit_bias) +
+                   p->n_stop_ids * sizeof(int32_t);
     for (size_t i = 0; i < p->n_stop; i++) bytes += strlen(p->stop[i]) + 1;
     r->params.stop_ids = NULL;
     r->params.stop = NULL;
+    r->params.logit_bias = NULL;
     if (bytes == 0) return PL_OK;
-    /* pointers first: their alignment is the strictest */
+    /* strictest alignment first: pointers, then the bias entries, ids, text */
     char *block = pl_malloc(bytes);
     if (!block) return pl_fail(PL_ERR_OUT_OF_MEMORY, "submit: stop ids and strings");
     r->stop_copy = block;
     const char **stops = (const char **)block;
-    int32_t *ids = (int32_t *)(block + p->n_stop * sizeof(char *));
+    pl_logit_bias *bias = (pl_logit_bias *)(block + p->n_stop * sizeof(char *));
+    int32_t *ids = (int32_t *)(bias + p->n_logit_bias);
     char *text = (char *)(ids + p->n_stop_ids);
+    if (p->n_logit_bias) memcpy(bias, p->logit_bias, p->n_logit_bias * sizeof *bias);
     if (p->n_stop_ids) memcpy(ids, p->stop_ids, p->n_stop_ids * sizeof *ids);
     for (size_t i = 0; i < p->n_stop; i++) {
         size_t len = strlen(p->stop[i]);
@@ -76,6 +81,7 @@ static pl_status copy_stops(pl_request *r, const pl_sampling_params *p) {
     }
     r->params.stop_ids = p->n_stop_ids ? ids : NULL;
     r->params.stop = p->n_stop ? stops : NULL;
+    r->params.logit_bias = p->n_logit_bias ? bias : NULL;
     return PL_OK;
 }
 
@@ -125,7 +131,8 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         s->text_cap = 1;
         if (e->tok) {
             unsigned after = continues_text(e->tok, ids, n_ids) ? PL_TOK_AFTER_PROMPT : 0;
-            st = pl_detok_create(e->tok, after | PL_TOK_SKIP_SPECIAL, &s->detok);
+            st = pl_detok_create(e->tok, after | (p->skip_special_tokens ? PL_TOK_SKIP_SPECIAL
+                                                                         : 0u), &s->detok);
             if (st != PL_OK) {
                 pl_request_free(r);
                 return st;

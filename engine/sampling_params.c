@@ -20,16 +20,25 @@ static void defaults(void *obj) {
 #undef DEF
 }
 
+static const pl_field_alias aliases[] = {PL_SAMPLING_PARAMS_ALIASES(PL_FIELD_ALIAS_)};
+
 /* Every sizeof pl_sampling_params has had in a release (see engine/fields.h): before the
- * constraint fields (json_schema ...), and now. */
+ * constraint fields (json_schema ...), before skip_special_tokens, and now. */
 static const size_t sizes[] = {offsetof(pl_sampling_params, json_schema),
+                               offsetof(pl_sampling_params, skip_special_tokens),
                                sizeof(pl_sampling_params)};
 
 static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],
     .struct_size = sizeof(pl_sampling_params), .known_sizes = sizes,
     .n_known = sizeof sizes / sizeof sizes[0], .defaults = defaults,
+    .aliases = aliases, .n_aliases = sizeof aliases / sizeof aliases[0],
 };
+
+const pl_field_alias *pl_sampling_params_aliases(size_t *out_n) {
+    if (out_n) *out_n = pl_sampling_params_table.n_aliases;
+    return aliases;
+}
 
 const pl_field *pl_sampling_params_fields(size_t *out_n) {
     if (out_n) *out_n = pl_sampling_params_table.n;
@@ -57,19 +66,30 @@ pl_status pl_sampling_params_set_json(pl_sampling_params *p, const char *name,
 
 static pl_status check(const pl_sampling_params *p, int vocab) {
     PL_TRY(pl_fields_check_ranges(&pl_sampling_params_table, p));
-    if (p->min_tokens > p->max_tokens)
+    if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                       "sampling.min_tokens = %d: must be in [0, max_tokens] (max_tokens = %d)",
+                       PL_REF("sampling.min_tokens") " = %d: must be in [0, "
+                       PL_REF_BARE("sampling.max_tokens") "] (" PL_REF_BARE("sampling.max_tokens")
+                       " = %d)",
                        p->min_tokens, p->max_tokens);
+    for (size_t i = 0; vocab > 0 && i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token >= vocab)
+            return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                           PL_REF("sampling.logit_bias") ": token %d is outside the vocabulary "
+                           "[0, %d)", (int)p->logit_bias[i].token, vocab);
     int n_constraints = (p->json_schema != NULL) + (p->grammar != NULL) + (p->regex != NULL) +
                         (p->n_choice > 0);
     if (n_constraints > 1)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling: json_schema, grammar, regex and choice "
-                       "exclude each other (%d are set)", n_constraints);
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "sampling: " PL_REF_BARE("sampling.json_schema") ", "
+                       PL_REF_BARE("sampling.grammar") ", " PL_REF_BARE("sampling.regex") " and "
+                       PL_REF_BARE("sampling.choice") " exclude each other (%d are set)",
+                       n_constraints);
     for (size_t i = 0; vocab > 0 && i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= vocab)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                           "sampling.stop_ids[%zu] = %d: outside the vocabulary [0, %d)", i,
+                           PL_REF("sampling.stop_ids") "[%zu] = %d: outside the vocabulary "
+                           "[0, %d)", i,
                            (int)p->stop_ids[i], vocab);
     return PL_OK;
 }

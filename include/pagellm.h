@@ -116,6 +116,21 @@ PL_API const char *pl_status_string(pl_status s);
  * "" when none. Thread-owned, valid until this thread's next pagellm call. */
 PL_API const char *pl_last_error(void);
 
+/* How a message names the fields it is about: as the C structs' members
+ * ("config.max_total_tokens", what pl_last_error says), as the command line's flags
+ * ("--max-total-tokens"; the field's name where it has no flag) or as JSON keys and keyword
+ * arguments: vLLM's name where the field has one, its first alias ("max_num_batched_tokens",
+ * "stop_token_ids"), else its own ("block_size"). */
+typedef enum pl_naming {
+    PL_NAMING_C = 0,
+    PL_NAMING_FLAG = 1,
+    PL_NAMING_JSON = 2,
+} pl_naming;
+/* pl_last_error() with the fields it names written the given way: an interface shows its
+ * users the names they type ("--max-total-tokens = 2: must be >= --max-batch-size (4)").
+ * Thread-local, valid until this thread's next call into pagellm. */
+PL_API const char *pl_last_error_as(pl_naming naming);
+
 /* Why a request finished: X(NAME, value, name). */
 #define PL_FINISH_REASON_MAP(X)                                                                \
     X(NONE, 0, "none")             /* not finished */                                          \
@@ -194,7 +209,9 @@ typedef enum pl_overflow_policy {
  * KIND     BOOL, INT, U64, SIZE (bytes; text may say 512M, 4GiB), DOUBLE, FLOAT, STRING,
  *          ENUM (text and JSON use the names in quotes in the enum's comments), IDS (a list
  *          of token ids: pointer + n_<name>), STRINGS (a list of strings: pointer +
- *          n_<name>), OPT_U64 (a number that may be absent: has_<name> says).
+ *          n_<name>), OPT_U64 (a number that may be absent: has_<name> says), BIAS (token
+ *          ids with a number each, pl_logit_bias: pointer + n_<name>; text "ID:BIAS,...",
+ *          JSON an object {"ID": BIAS} as OpenAI's logit_bias).
  * range    PL_RANGE(lo, hi) is [lo, hi]; PL_RANGE_OC is (lo, hi], PL_RANGE_CO is [lo, hi);
  *          PL_RANGE_NONE for names, strings and booleans. For lists, the number of elements.
  * flag     the command line's long flag ("--block-size"); for BOOL it sets true, and
@@ -212,6 +229,13 @@ typedef enum pl_overflow_policy {
 #define PL_FIELD_DECL_IDS(ctype, name) const int32_t *name; size_t n_##name;
 #define PL_FIELD_DECL_STRINGS(ctype, name) const char *const *name; size_t n_##name;
 #define PL_FIELD_DECL_OPT_U64(ctype, name) uint64_t name; bool has_##name;
+#define PL_FIELD_DECL_BIAS(ctype, name) const pl_logit_bias *name; size_t n_##name;
+
+/* One entry of a BIAS field: bias is added to token's logit. */
+typedef struct pl_logit_bias {
+    int32_t token;
+    float bias;
+} pl_logit_bias;
 #define PL_FIELD_DECL_(kind, ctype, name, ...) PL_FIELD_DECL_##kind(ctype, name)
 
 /* Engine configuration. The model is required; everything else has a default. Strings are
@@ -237,7 +261,7 @@ typedef enum pl_overflow_policy {
       "blocks directly (files: pagellm quantize)")                                             \
     X(ENUM, pl_dtype, kv_dtype, PL_DTYPE_AUTO, PL_RANGE_NONE, "--kv-dtype", 0, "TYPE",         \
       "KV cache elements: auto is f16 (half the bytes attention reads); f32 makes greedy "     \
-      "output independent of batching")                                                        \
+      "output independent of batching. By backend: cpu f32, f16; ref and cuda also bf16")     \
     X(U64, uint64_t, dummy_seed, 1234, PL_RANGE_NONE, "--weight-seed", 0,                      \
       "N", "seed of the weights of dummy: models")                                             \
     X(ENUM, pl_backend_kind, backend, PL_BACKEND_CPU, PL_RANGE_NONE, "--backend", 0, "NAME",   \
@@ -307,8 +331,9 @@ typedef enum pl_overflow_policy {
 
 /* Sampling parameters of one request. Lists and strings are copied at submit. */
 #define PL_SAMPLING_PARAMS_FIELDS(X)                                                           \
-    X(INT, int, max_tokens, 100, PL_RANGE(1, 16777216), "--max-tokens", 'n', "N",              \
-      "output tokens at most")                                                                 \
+    X(INT, int, max_tokens, 100, PL_RANGE(0, 16777216), "--max-tokens", 0, "N",                \
+      "output tokens at most; 0 = as many as max_model_len (and the KV pool) leave after the " \
+      "prompt (llama.cpp's -n; -n itself is refused: see --n)")                                \
     X(INT, int, min_tokens, 0, PL_RANGE(0, 16777216), "--min-tokens", 0, "N",                  \
       "EOS and stop ids are ignored before this many output tokens (<= max_tokens)")           \
     X(FLOAT, float, temperature, 1.0f, PL_RANGE(0, 1e6), "--temperature", 0, "T",              \
@@ -335,7 +360,8 @@ typedef enum pl_overflow_policy {
     X(BOOL, bool, ignore_eos, false, PL_RANGE_NONE, "--ignore-eos", 0, NULL,                   \
       "keep generating past EOS (benchmarks)")                                                 \
     X(INT, int, n, 1, PL_RANGE(1, 64), "--n", 0, "N",                                          \
-      "parallel samples of the prompt, sharing its KV blocks")                                 \
+      "parallel samples of the prompt, sharing its KV blocks (vLLM's n; not the output "      \
+      "length, which is --max-tokens)")                                                        \
     X(INT, int, priority, 0, PL_RANGE(-1000000, 1000000), "--priority", 0, "N",                \
       "lower runs first, first come first served within a priority; strict, no aging")         \
     X(INT, int, logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--logprobs", 0, "K",             \
@@ -352,7 +378,16 @@ typedef enum pl_overflow_policy {
     X(STRING, const char *, regex, NULL, PL_RANGE_NONE, "--regex", 0, "RE",                    \
       "constrain the whole output to match this regular expression")                          \
     X(STRINGS, const char *, choice, NULL, PL_RANGE(0, 4096), "--choice", 0, "A,B",            \
-      "constrain the output to exactly one of these strings")
+      "constrain the output to exactly one of these strings")                                  \
+    X(BOOL, bool, skip_special_tokens, true, PL_RANGE_NONE, "--skip-special-tokens", 0, NULL,  \
+      "special tokens the model outputs (<|im_start|>, BOS) add no text; off: their text is "   \
+      "kept")                                                                                   \
+    X(BOOL, bool, include_stop_str_in_output, false, PL_RANGE_NONE,                            \
+      "--include-stop-str-in-output", 0, NULL,                                                 \
+      "keep the stop string that ended the output at the end of its text")                     \
+    X(BIAS, pl_logit_bias, logit_bias, NULL, PL_RANGE(0, 1024), "--logit-bias", 0, "ID:BIAS", \
+      "added to a token's logit before sampling, in [-100, 100] (OpenAI's logit_bias: -100 "    \
+      "bans the token); comma-separated, repeatable")
 
 /* How a chat is turned into a prompt (pl_engine_apply_chat_template and the chat submits).
  * JSON values are JSON text, parsed per call. */
@@ -369,6 +404,22 @@ typedef enum pl_overflow_policy {
       "model has it, else the default")                                                        \
     X(STRING, const char *, chat_template, NULL, PL_RANGE_NONE, NULL, 0, "TEXT",               \
       "Jinja template text used for this call instead of the engine's")
+
+/* Other names of fields: vLLM's engine arguments and SamplingParams where they differ from
+ * pagellm's. The setters by name take them, the command line as flags ("--" and the alias,
+ * with '-' or '_'), the Python package as keyword arguments. A row is A(field, "alias"). */
+#define PL_ENGINE_CONFIG_ALIASES(A)                                                            \
+    A(model_path, "model")                                                                     \
+    A(tokenizer_path, "tokenizer")                                                             \
+    A(weight_dtype, "dtype")                                                                   \
+    A(kv_dtype, "kv_cache_dtype")                                                              \
+    A(max_total_tokens, "max_num_batched_tokens")                                              \
+    A(memory_threshold, "gpu_memory_utilization")                                              \
+    A(max_num_blocks, "num_gpu_blocks_override")                                               \
+    A(long_prefill_threshold, "long_prefill_token_threshold")                                  \
+    A(n_threads, "threads")
+#define PL_SAMPLING_PARAMS_ALIASES(A)                                                          \
+    A(stop_ids, "stop_token_ids")
 
 /* ------------------------------------------------------------------------------------------
  * Engine configuration
@@ -486,7 +537,7 @@ PL_API pl_status pl_json_schema_to_grammar(const char *schema, const char *rule_
 typedef enum pl_field_kind {
     PL_FIELD_BOOL, PL_FIELD_INT, PL_FIELD_U64, PL_FIELD_SIZE, PL_FIELD_DOUBLE,
     PL_FIELD_FLOAT, PL_FIELD_STRING, PL_FIELD_ENUM, PL_FIELD_IDS, PL_FIELD_STRINGS,
-    PL_FIELD_OPT_U64,
+    PL_FIELD_OPT_U64, PL_FIELD_BIAS,
 } pl_field_kind;
 
 /* Allowed values: [min, max], an open bound excluded ("(0, 1]"); none for names, strings,
@@ -523,15 +574,24 @@ typedef struct pl_field {
 PL_API const pl_field *pl_engine_config_fields(size_t *out_n);
 PL_API const pl_field *pl_sampling_params_fields(size_t *out_n);
 
+/* One row of an alias table (PL_ENGINE_CONFIG_ALIASES). Static storage. */
+typedef struct pl_field_alias {
+    const char *alias; /* "max_num_batched_tokens" */
+    const char *name;  /* the field it names: "max_total_tokens" */
+} pl_field_alias;
+PL_API const pl_field_alias *pl_engine_config_aliases(size_t *out_n);
+PL_API const pl_field_alias *pl_sampling_params_aliases(size_t *out_n);
+
 /* Sets a field by name from text as a command line gives it: a number ("16", "0.9"; SIZE
  * also "512M", "4GiB"), true/false (also 1/0, yes/no, on/off), an enum's name ("f16"), a
- * string (copied). A list field (IDS, STRINGS) gets value appended (IDS: comma-separated
- * ids). OPT_U64: a number, or "" to unset. The value is checked against the field's range
- * only (pl_*_validate checks the rules between fields). Copies live in the struct's storage
- * until _deinit. Errors: PL_ERR_INVALID_ARGUMENT (struct_size, NULL, a malformed or
- * out-of-range value: "config.block_size: 'x' is not an integer"), PL_ERR_NOT_FOUND (no
- * such field; the message suggests the closest name), PL_ERR_OUT_OF_MEMORY. On failure the
- * struct is unchanged. */
+ * string (copied). A list field (IDS, STRINGS, BIAS) gets value appended (IDS:
+ * comma-separated ids; BIAS: "ID:BIAS,..."). OPT_U64: a number, or "" to unset. The value
+ * is checked against the field's range only (pl_*_validate checks the rules between
+ * fields). name may be an alias (pl_engine_config_aliases). Copies live in the struct's
+ * storage until _deinit.
+ * Errors: PL_ERR_INVALID_ARGUMENT (struct_size, NULL, a malformed or out-of-range value:
+ * "config.block_size: 'x' is not an integer"), PL_ERR_NOT_FOUND (no such field; the message
+ * suggests the closest name), PL_ERR_OUT_OF_MEMORY. On failure the struct is unchanged. */
 PL_API pl_status pl_engine_config_set(pl_engine_config *cfg, const char *name,
                                       const char *value);
 PL_API pl_status pl_sampling_params_set(pl_sampling_params *p, const char *name,
@@ -850,6 +910,18 @@ typedef struct pl_model_info {
      * (kv_cache_memory_bytes, max_num_blocks) that sized it. Engine-owned, valid until
      * pl_engine_destroy. */
     const char *kv_sizing;
+    const char *format;         /* the model file's: "gguf", "safetensors", "llama2.c",
+                                   "dummy"; static */
+    /* The tokenizer: the file it was loaded from (a GGUF model's own vocabulary: the model
+     * file), engine-owned, and its kind, "sentencepiece" or "bpe", static; both NULL
+     * without a tokenizer (token ids only). */
+    const char *tokenizer_path;
+    const char *tokenizer_kind;
+    int n_chat_templates;       /* the templates chats can use (the tokenizer's named ones, or
+                                   config.chat_template's one); 0: the model cannot chat */
+    bool chat_template_override; /* config.chat_template replaced the tokenizer's */
+    bool tied_embeddings;       /* the output projection is the embedding */
+    double rope_theta, norm_eps;
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */

@@ -95,6 +95,8 @@ typedef struct pl_model {
     pl_weight *w;          /* (pl_model_n_slots(&cfg)) in model order: see pl_model_weight */
     char *tokenizer_path;  /* a tokenizer found beside the model, or NULL */
     char *name;            /* file name or dummy preset, for messages */
+    const char *format;    /* "gguf", "safetensors", "llama2.c", "dummy" (static; set by
+                              pl_model_load) */
     void *priv;            /* loader-owned backing: mapping, converted copies */
     pl_model_shard_plan shard; /* size > 1: w holds only this rank's slices (cfg stays whole;
                                   a tied output projection then has its own slot) */

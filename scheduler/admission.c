@@ -21,12 +21,15 @@ static size_t blocks_for(const pl_sched *s, size_t n_slots) {
 static pl_status check_shape(const pl_sched *s, size_t n_prompt, size_t max_tokens) {
     if (n_prompt == 0) return pl_fail(PL_ERR_INVALID_ARGUMENT, "request has an empty prompt");
     if (max_tokens == 0)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "request max_tokens = 0: must be >= 1");
+        return pl_fail(PL_ERR_INVALID_ARGUMENT,
+                       "request " PL_MARK_BARE "sampling.max_tokens" PL_MARK_BARE " = 0: must "
+                       "be >= 1");
     size_t limit = (size_t)s->cfg.max_model_len;
     if (n_prompt > limit || max_tokens > limit - n_prompt)
         return pl_fail(PL_ERR_TOO_LONG,
-                       "prompt (%zu tokens) + max_tokens (%zu) exceeds max_model_len (%zu)",
-                       n_prompt, max_tokens, limit);
+                       "prompt (%zu tokens) + " PL_MARK_BARE "sampling.max_tokens" PL_MARK_BARE
+                       " (%zu) exceeds " PL_MARK_BARE "config.max_model_len" PL_MARK_BARE
+                       " (%zu)", n_prompt, max_tokens, limit);
     return PL_OK;
 }
 
@@ -36,9 +39,9 @@ pl_status pl_sched_check_admissible(const pl_sched *s, size_t n_prompt, size_t m
     size_t need = blocks_for(s, slots_needed(n_prompt, max_tokens));
     if (need > (size_t)s->n_blocks)
         return pl_fail(PL_ERR_TOO_LONG,
-                       "request needs %zu KV blocks (prompt %zu + max_tokens %zu tokens, %d per "
-                       "block) but the pool has only %d: shorten it or give the KV cache more "
-                       "memory",
+                       "request needs %zu KV blocks (prompt %zu + " PL_MARK_BARE
+                       "sampling.max_tokens" PL_MARK_BARE " %zu tokens, %d per block) but the "
+                       "pool has only %d: shorten it or give the KV cache more memory",
                        need, n_prompt, max_tokens, s->block_size, s->n_blocks);
     /* Chunked prefill off: pl_sched_create made max_model_len <= max_total_tokens, so every
      * sequence, even one recomputed whole after a preemption, fits one step's budget. */

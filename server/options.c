@@ -137,7 +137,7 @@ static bool set_row(const opt_row *r, pl_srv_options *o, const char *value) {
 }
 
 static void usage(void) {
-    printf("usage: pagellm serve --model PATH [server flags] [engine flags]\n\n"
+    printf("usage: pagellm serve (MODEL | --model PATH) [server flags] [engine flags]\n\n"
            "An OpenAI-compatible HTTP server (docs/server.md): POST /v1/completions,\n"
            "/v1/chat/completions (streamed with \"stream\": true), /tokenize, /detokenize; GET\n"
            "/v1/models, /health, /metrics (Prometheus, vLLM's names under pagellm:), /version.\n"
@@ -169,23 +169,26 @@ int pl_srv_options_parse(int argc, char **argv, pl_srv_options *opt, pl_engine_c
         int r = cli_engine_flag(cfg, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
         }
         const opt_row *row = NULL;
         const char *value = NULL;
+        char name[128];
+        size_t k_eq = strcspn(a, "=");
+        snprintf(name, sizeof name, "%.*s", (int)(k_eq < 127 ? k_eq : 127), a);
         for (size_t k = 0; k < N_ROWS && !row; k++) {
-            size_t len = strlen(ROWS[k].flag);
-            if (!strcmp(a, ROWS[k].flag)) row = &ROWS[k];
-            else if (!strncmp(a, ROWS[k].flag, len) && a[len] == '=' && ROWS[k].kind != O_OFF &&
+            if (cli_is(a, ROWS[k].flag)) row = &ROWS[k];
+            else if (a[k_eq] == '=' && cli_is(name, ROWS[k].flag) && ROWS[k].kind != O_OFF &&
                      ROWS[k].kind != O_ON)
-                row = &ROWS[k], value = a + len + 1;
+                row = &ROWS[k], value = a + k_eq + 1;
         }
-        if (!row) {
-            fprintf(stderr, "pagellm serve: unknown flag '%s' (see --help)\n", a);
-            return 2;
+        if (!row && i == 0 && a[0] != '-' && !cfg->model_path) {
+            cfg->model_path = a; /* `pagellm serve MODEL`, as `vllm serve MODEL` */
+            continue;
         }
+        if (!row) return cli_unknown_flag("serve", a, usage);
         if (row->kind != O_OFF && row->kind != O_ON && !value) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "pagellm: %s: missing value\n", a);

@@ -42,20 +42,38 @@ json_t *pl_srv_error_json(const pl_srv_error *err) {
     return o;
 }
 
-/* "sampling.top_p = 0: ..." names the field: the request's field of the same name. */
+/* "sampling.top_p = 0: ..." (the message with the library's names) names the field: the
+ * request's field of that name, vLLM's where the field has one (stop_token_ids). */
 static void param_from_message(pl_srv_error *err, const char *msg) {
     const char *p = strstr(msg, "sampling.");
     if (!p) return;
     p += strlen("sampling.");
-    size_t n = strcspn(p, " :=");
-    if (n > 0 && n < sizeof err->param) {
-        memcpy(err->param, p, n);
-        err->param[n] = '\0';
-    }
+    size_t n = strcspn(p, " :=[");
+    if (n == 0 || n >= sizeof err->param) return;
+    memcpy(err->param, p, n);
+    err->param[n] = '\0';
+    size_t n_aliases;
+    const pl_field_alias *a = pl_sampling_params_aliases(&n_aliases);
+    for (size_t i = 0; i < n_aliases; i++)
+        if (!strcmp(a[i].name, err->param) && strlen(a[i].alias) < sizeof err->param) {
+            strcpy(err->param, a[i].alias);
+            break;
+        }
+}
+
+/* A setter's refusal, named as the request's JSON names it: "key: message", or the message
+ * alone when it starts with the key already. */
+static bool refused(pl_srv_error *err, const char *key) {
+    const char *msg = pl_last_error_as(PL_NAMING_JSON);
+    size_t k = strlen(key);
+    if (!strncmp(msg, key, k) && strchr(" :=[", msg[k]))
+        return pl_srv_fail(err, 400, key, "%s", msg);
+    return pl_srv_fail(err, 400, key, "%s: %s", key, msg);
 }
 
 bool pl_srv_fail_status(pl_srv_error *err, pl_status s, const char *param) {
-    const char *msg = pl_last_error();
+    const char *named = pl_last_error(); /* for the param: the library's names */
+    const char *msg = pl_last_error_as(PL_NAMING_JSON);
     switch (s) {
     case PL_ERR_QUEUE_FULL:
         pl_srv_fail(err, 429, param, "%s", msg);
@@ -72,7 +90,7 @@ bool pl_srv_fail_status(pl_srv_error *err, pl_status s, const char *param) {
         pl_srv_fail(err, 400, param, "%s", msg);
         break;
     }
-    if (!err->param[0]) param_from_message(err, msg);
+    if (!err->param[0]) param_from_message(err, named);
     return false;
 }
 
@@ -91,7 +109,7 @@ static bool set_sampling(pl_sampling_params *sp, const char *name, const char *k
     if (!text) return pl_srv_fail(err, 500, key, "%s: out of memory", key);
     pl_status s = pl_sampling_params_set_json(sp, name, text);
     free(text);
-    if (s != PL_OK) return pl_srv_fail(err, 400, key, "%s: %s", key, pl_last_error());
+    if (s != PL_OK) return refused(err, key);
     return true;
 }
 
@@ -104,7 +122,7 @@ static bool set_chat(pl_chat_options *o, const char *name, const char *key, json
     bool as_text = !strcmp(name, "tools") || !strcmp(name, "chat_template_kwargs");
     pl_status s = as_text ? pl_chat_options_set(o, name, text) : pl_chat_options_set_json(o, name, text);
     free(text);
-    if (s != PL_OK) return pl_srv_fail(err, 400, key, "%s: %s", key, pl_last_error());
+    if (s != PL_OK) return refused(err, key);
     return true;
 }
 
@@ -252,6 +270,7 @@ static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
 static const char *const SAMPLING_SAME[] = {
     "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "min_tokens", "ignore_eos", "priority", "seed", "n",
+    "skip_special_tokens", "include_stop_str_in_output", "logit_bias",
 };
 
 /* "stop": a string or a list of them; an empty string stops nothing and is dropped (OpenAI's
@@ -300,10 +319,6 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
     if (!strcmp(key, "stop")) return set_stop(&r->sp, v, err);
     if (!strcmp(key, "max_tokens")) return ps->max_tokens = v, true;
     if (!strcmp(key, "stop_token_ids")) return set_sampling(&r->sp, "stop_ids", key, v, err);
-    if (!strcmp(key, "logit_bias")) {
-        if (json_is_object(v) && json_object_size(v) == 0) return true;
-        return pl_srv_fail(err, 400, key, "logit_bias is not supported");
-    }
     if (kind == COMPLETION) {
         if (!strcmp(key, "prompt")) return parse_prompt(r, v, ps->lim, err);
         if (!strcmp(key, "echo")) return want_bool(v, key, &r->echo, err);
@@ -369,6 +384,10 @@ static bool finish(parse_state *ps, pl_srv_error *err) {
     json_t *mt = ps->max_completion_tokens ? ps->max_completion_tokens : ps->max_tokens;
     const char *mt_key = ps->max_completion_tokens ? "max_completion_tokens" : "max_tokens";
     if (mt && !json_is_null(mt)) {
+        /* the library's 0 means "what the context leaves"; OpenAI's API has null for that */
+        if (json_is_integer(mt) && json_integer_value(mt) == 0)
+            return pl_srv_fail(err, 400, mt_key, "%s: 0: must be >= 1 (null: as many as the "
+                               "context leaves)", mt_key);
         if (!set_sampling(&r->sp, "max_tokens", mt_key, mt, err)) return false;
         r->has_max_tokens = true;
     } else {

@@ -150,7 +150,7 @@ static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *c
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_mutex_init(&s->dead_mu, NULL);
     if (pl_engine_create(cfg, &s->e) != PL_OK) {
-        pl_srv_log("ERROR", "%s", pl_last_error());
+        pl_srv_log("ERROR", "%s", pl_last_error_as(PL_NAMING_FLAG)); /* serve's flags did it */
         return false;
     }
     pl_engine_model_info(s->e, &s->info);
@@ -193,9 +193,11 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
         goto out;
     }
     if (!pl_srv_http_start(s)) goto out;
-    pl_srv_log("INFO", "model %s: %d KV blocks of %d tokens, max_model_len %d, %s tokenizer%s",
-               s->model_name, s->info.kv_blocks, s->info.block_size, s->info.max_model_len,
-               s->tok ? "a" : "no", s->opt.api_key ? ", API key required" : "");
+    char summary[1024];
+    cli_model_summary(s->e, summary, sizeof summary);
+    pl_srv_log("INFO", "model %s: %s; %d KV blocks of %d tokens%s", s->model_name, summary,
+               s->info.kv_blocks, s->info.block_size,
+               s->opt.api_key ? "; API key required" : "");
     if (s->info.tensor_parallel_size > 1)
         pl_srv_log("INFO", "tensor parallel: %s", s->info.distributed);
     pl_srv_log("INFO", "KV cache: %s", s->info.kv_sizing ? s->info.kv_sizing : "?");

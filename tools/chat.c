@@ -7,9 +7,11 @@
  * the history; the reply streams to stdout as it is generated and joins the history as the
  * assistant's message (its text as printed, the end-of-turn token not included).
  *
- * On a terminal a "> " prompt is shown; on a pipe nothing but the replies is printed (one
- * per line in text mode, one JSON record per reply with --json), which is how scripts and
- * tests drive it. Ctrl-C stops the reply being generated (it is kept, cut, in the history)
+ * Messages come from tools/line_input.c: on a terminal with line editing and history
+ * (libedit), a line ending in a backslash going on to the next (--multiline-input: every line
+ * until an empty one). On a terminal a "> " prompt is shown; on a pipe nothing but the
+ * replies is printed (one per line in text mode, one JSON record per reply with --json),
+ * which is how scripts and tests drive it. Ctrl-C stops the reply being generated (it is kept, cut, in the history)
  * and the chat goes on; at the prompt it only clears the line. /exit, /quit or end of input
  * (Ctrl-D) leave; /reset forgets the conversation but the system message.
  */
@@ -23,14 +25,19 @@
 
 #include "cli/cli.h"
 #include "commands.h"
+#include "line_input.h"
 
 static void usage(void) {
-    printf("usage: pagellm chat --model PATH [--tokenizer PATH] [--system TEXT] [--json]\n"
-           "                    [chat flags] [sampling flags] [engine flags]\n\n"
+    printf("usage: pagellm chat (MODEL | --model PATH) [--tokenizer PATH] [--system TEXT]\n"
+           "                    [--json] [chat flags] [sampling flags] [engine flags]\n\n"
            "A conversation with a chat model: each line of input is a user message; the reply\n"
            "streams as it is generated. The conversation is rendered with the model's chat\n"
            "template (or --chat-template) every turn.\n\n"
            "  --system TEXT   a system message first in the conversation\n"
+           "  --multiline-input\n"
+           "                  a message goes on until an empty line (pasted text stays one\n"
+           "                  message); without it a line is a message, and a line ending in\n"
+           "                  \\ goes on to the next\n"
            "  --json          one JSON object per reply instead of its streamed text: turn,\n"
            "                  prompt_token_ids, output_token_ids, text, finish_reason, usage\n\n"
            "In the chat: /exit or /quit (or Ctrl-D) leaves, /reset starts a new conversation\n"
@@ -38,7 +45,9 @@ static void usage(void) {
            "Without a terminal, no prompt is shown and each reply ends with a newline. The\n"
            "exit status is 1 when a turn failed (its message is on stderr).\n\n");
     cli_print_chat_flags();
-    cli_print_sampling_flags();
+    pl_sampling_params d;
+    cli_sampling_defaults(&d);
+    cli_print_sampling_flags_from(&d);
     cli_print_engine_flags();
 }
 
@@ -75,7 +84,8 @@ typedef struct chat {
     const pl_sampling_params *sp;
     const char *system;
     json_t *messages; /* the history, in OpenAI's shape */
-    bool json, interactive;
+    bool json, interactive, multiline;
+    bool capped_said; /* told that replies are cut at what the context leaves */
     int turn;
 } chat;
 
@@ -130,7 +140,7 @@ static bool run_reply(chat *c, pl_request_id id, char **out_text) {
         pl_step_result r = {0};
         pl_status s = pl_engine_step(c->e, &r);
         if (s != PL_OK) {
-            fprintf(stderr, "\npagellm chat: %s (%s)\n", pl_last_error(), pl_status_name(s));
+            fprintf(stderr, "\npagellm chat: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
             ok = false;
             if (s != PL_ERR_BACKEND) break; /* nothing to report */
         }
@@ -166,9 +176,24 @@ static bool turn(chat *c, const char *line) {
     pl_request_id id = 0;
     pl_status s = msgs ? pl_engine_submit_chat_json(c->e, msgs, c->opt, c->sp, &id)
                        : PL_ERR_OUT_OF_MEMORY;
+    if (s == PL_ERR_TOO_LONG && c->sp->max_tokens > 0) {
+        /* the history leaves less than --max-tokens: the reply gets what is left (said once)
+         * rather than every turn failing until /reset */
+        pl_sampling_params capped = *c->sp;
+        capped.max_tokens = 0;
+        s = pl_engine_submit_chat_json(c->e, msgs, c->opt, &capped, &id);
+        if (s == PL_OK && !c->capped_said) {
+            pl_model_info info;
+            pl_engine_model_info(c->e, &info);
+            fprintf(stderr, "pagellm chat: the conversation leaves less than --max-tokens %d of "
+                    "the context (%d tokens): replies are cut at what is left; /reset starts "
+                    "over\n", c->sp->max_tokens, info.max_model_len);
+            c->capped_said = true;
+        }
+    }
     free(msgs);
     if (s != PL_OK) {
-        fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error(), pl_status_name(s),
+        fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s),
                 s == PL_ERR_TOO_LONG ? "; /reset starts a new conversation" : "");
         json_array_remove(c->messages, json_array_size(c->messages) - 1);
         return false;
@@ -185,50 +210,54 @@ static bool turn(chat *c, const char *line) {
     return ok;
 }
 
-/* Reads lines until /exit or the end of input. Returns the exit status. */
+/* Reads messages until /exit or the end of input. Returns the exit status. */
 static int converse(chat *c) {
     if (c->interactive)
         fprintf(stderr, "pagellm chat: /exit or Ctrl-D leaves, /reset starts over, Ctrl-C stops "
-                        "a reply\n");
-    char *line = NULL;
-    size_t cap = 0;
+                        "a reply; a line ending in \\ goes on%s\n",
+                c->multiline ? ", an empty line sends" : "");
+    line_input *in = line_input_open("pagellm", c->interactive, c->multiline);
+    if (!in) {
+        fprintf(stderr, "pagellm chat: out of memory\n");
+        return 1;
+    }
     int rc = 0;
     for (;;) {
-        if (c->interactive) {
-            fputs("> ", stdout);
-            fflush(stdout);
-        }
-        errno = 0;
+        const char *msg;
+        size_t n;
         catch_sigint(false);
-        ssize_t n = getline(&line, &cap, stdin);
+        line_result got = line_input_read(in, &msg, &n);
         catch_sigint(true);
-        if (n < 0) {
-            if (errno == EINTR && g_interrupted) { /* Ctrl-C at the prompt: a fresh line */
-                g_interrupted = 0;
-                clearerr(stdin);
-                if (c->interactive) fputs("\n", stdout);
-                continue;
-            }
+        if (got == LINE_INTERRUPTED) { /* Ctrl-C at the prompt: a fresh line */
+            g_interrupted = 0;
+            if (c->interactive) fputs("\n", stdout);
+            continue;
+        }
+        if (got == LINE_ERROR) {
+            fprintf(stderr, "pagellm chat: reading the input: %s\n", strerror(errno));
+            rc = 1;
+            break;
+        }
+        if (got == LINE_END) {
             if (c->interactive) fputs("\n", stdout);
             break;
         }
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-        if (line[strspn(line, " \t")] == '\0') continue; /* a blank line is no message */
-        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (!strcmp(line, "/reset")) {
+        if (!strcmp(msg, "/exit") || !strcmp(msg, "/quit")) break;
+        if (!strcmp(msg, "/reset")) {
             reset(c);
             if (c->interactive) fprintf(stderr, "pagellm chat: a new conversation\n");
             continue;
         }
-        if (strlen(line) != (size_t)n) {
+        if (strlen(msg) != n) {
             fprintf(stderr, "pagellm chat: a line with a NUL byte is not a message\n");
             rc = 1;
             continue;
         }
+        line_input_remember(in, msg);
         g_interrupted = 0;
-        if (!turn(c, line)) rc = 1;
+        if (!turn(c, msg)) rc = 1;
     }
-    free(line);
+    line_input_close(in);
     return rc;
 }
 
@@ -240,7 +269,7 @@ static bool check_template(pl_engine *e, const pl_chat_options *opt) {
     pl_free_text(text);
     if (s == PL_OK || s == PL_ERR_INVALID_ARGUMENT) return true; /* a template may raise on
                                                                     this chat, not on all */
-    fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error(), pl_status_name(s),
+    fprintf(stderr, "pagellm chat: %s (%s)%s\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s),
             s == PL_ERR_NOT_FOUND ? "; --chat-template FILE gives one" : "");
     return false;
 }
@@ -255,16 +284,19 @@ static int run_chat(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         if (r == 0) r = cli_chat_flag(opt, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if (!strcmp(a, "--system") && i + 1 < argc) {
+        } else if (cli_is(a, "--system") && i + 1 < argc) {
             c.system = argv[++i];
-        } else if (!strcmp(a, "--json")) {
+        } else if (cli_is(a, "--json")) {
             c.json = true;
+        } else if (cli_is(a, "--multiline-input")) {
+            c.multiline = true;
+        } else if (i == 0 && a[0] != '-' && !cfg->model_path) {
+            cfg->model_path = a; /* `pagellm chat MODEL` */
         } else {
-            fprintf(stderr, "pagellm chat: unknown or incomplete flag '%s' (see --help)\n", a);
-            return 2;
+            return cli_unknown_flag("chat", a, usage);
         }
     }
     if (!cfg->model_path) {
@@ -279,7 +311,7 @@ static int run_chat(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
     int role = cli_rank_role("chat", cfg); /* a tensor-parallel worker does not return */
     if (role) return role;
     if (pl_engine_create(cfg, &c.e) != PL_OK) {
-        fprintf(stderr, "pagellm chat: %s\n", pl_last_error());
+        fprintf(stderr, "pagellm chat: %s\n", pl_last_error_as(PL_NAMING_FLAG));
         return 1;
     }
     int rc = 1;
@@ -301,7 +333,7 @@ int cmd_chat(int argc, char **argv) {
     pl_engine_config cfg;
     pl_engine_config_default(&cfg);
     pl_sampling_params sp;
-    pl_sampling_params_default(&sp);
+    cli_sampling_defaults(&sp);
     pl_chat_options opt;
     pl_chat_options_default(&opt);
     int rc = run_chat(argc, argv, &cfg, &sp, &opt);

@@ -40,19 +40,18 @@ static int doctor_comm(int argc, char **argv) {
         int r = cli_engine_flag(&cfg, argc, argv, &i);
         if (r < 0) goto out;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             rc = 0;
             goto out;
-        } else if (!strcmp(a, "--min-bytes") && i + 1 < argc) {
+        } else if (cli_is(a, "--min-bytes") && i + 1 < argc) {
             if (!cli_int("--min-bytes", argv[++i], 4, 1ll << 32, &lo)) goto out;
-        } else if (!strcmp(a, "--max-bytes") && i + 1 < argc) {
+        } else if (cli_is(a, "--max-bytes") && i + 1 < argc) {
             if (!cli_int("--max-bytes", argv[++i], 4, 1ll << 32, &hi)) goto out;
-        } else if (!strcmp(a, "--iters") && i + 1 < argc) {
+        } else if (cli_is(a, "--iters") && i + 1 < argc) {
             if (!cli_int("--iters", argv[++i], 1, 100000, &iters)) goto out;
         } else {
-            fprintf(stderr, "pagellm doctor comm: unknown or incomplete flag '%s' (see --help)\n",
-                    a);
+            rc = cli_unknown_flag("doctor comm", a, usage);
             goto out;
         }
     }
@@ -68,7 +67,7 @@ static int doctor_comm(int argc, char **argv) {
     const char *info = "";
     pl_status s = pl_comm_benchmark(&cfg, sizes, n, (int)iters, rows, &info);
     if (s != PL_OK) {
-        fprintf(stderr, "pagellm doctor comm: %s\n", pl_last_error());
+        fprintf(stderr, "pagellm doctor comm: %s\n", pl_last_error_as(PL_NAMING_FLAG));
         rc = s == PL_ERR_INVALID_ARGUMENT ? 2 : 1;
         goto out;
     }

@@ -26,7 +26,7 @@
 #include "commands.h"
 
 static void usage(void) {
-    printf("usage: pagellm generate --model PATH [--tokenizer PATH]\n"
+    printf("usage: pagellm generate (MODEL | --model PATH) [--tokenizer PATH]\n"
            "                        (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json |\n"
            "                         --prompts FILE.jsonl)\n"
            "                        [chat flags] [sampling flags] [engine flags] [--json]\n\n"
@@ -51,7 +51,9 @@ static void usage(void) {
            "prompt prints its error and the rest run (exit 1); Ctrl-C aborts what runs, prints\n"
            "it and exits 130. Without a tokenizer, text mode prints token ids.\n\n");
     cli_print_chat_flags();
-    cli_print_sampling_flags();
+    pl_sampling_params d;
+    cli_sampling_defaults(&d);
+    cli_print_sampling_flags_from(&d);
     cli_print_engine_flags();
 }
 
@@ -86,6 +88,7 @@ typedef struct output {
     bool stdout_tty;       /* the bar is erased before each record */
     const cli_prompt *prompts;
     const pl_chat_options *chat; /* the flags' chat options */
+    pl_engine *e;
     pl_progress bar;
 } output;
 
@@ -95,6 +98,17 @@ static bool has_tokenizer(const pl_engine *e) {
     if (pl_engine_tokenize(e, "a", &ids, &n) != PL_OK) return false;
     pl_free_ids(ids);
     return true;
+}
+
+/* What text mode prints before a prompt's output: a text prompt as given, token ids as they
+ * decode (as a text prompt would show), a chat nothing. malloc'd; NULL: nothing. */
+static char *echo_text(const pl_engine *e, const cli_prompt *p) {
+    if (p->text) return strdup(p->text);
+    char *text = NULL, *copy = NULL;
+    if (p->ids && pl_engine_detokenize(e, p->ids, p->n_ids, &text, NULL) == PL_OK)
+        copy = strdup(text);
+    pl_free_text(text);
+    return copy;
 }
 
 /* jansson refuses a string that is not UTF-8 (NULL): say so rather than drop the member. */
@@ -173,7 +187,9 @@ static void print_completion(output *o, size_t input, const pl_completion *c) {
     } else {
         print_header(o, input, c->index, reason);
         if (o->has_tokenizer) {
-            if (o->prompts[input].text) fputs(o->prompts[input].text, stdout);
+            char *echo = echo_text(o->e, &o->prompts[input]);
+            if (echo) fputs(echo, stdout);
+            free(echo);
             printf("%s\n", c->text ? c->text : "");
         } else { /* no text to show: the ids are the output */
             print_ids("prompt ids", c->prompt_ids, c->n_prompt_ids);
@@ -222,7 +238,7 @@ static int run_streaming(pl_engine *e, const char *prompt, pl_request_id id) {
         }
         pl_step_result r;
         if (pl_engine_step(e, &r) != PL_OK) {
-            fprintf(stderr, "\npagellm generate: %s\n", pl_last_error());
+            fprintf(stderr, "\npagellm generate: %s\n", pl_last_error_as(PL_NAMING_FLAG));
             return 1;
         }
         for (size_t i = 0; i < r.n_deltas; i++) fwrite(r.deltas[i].text, 1, r.deltas[i].text_len, stdout);
@@ -261,6 +277,15 @@ static int cmp_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The most output tokens p may get, for the progress bar: max_tokens, or for 0 what the
+ * context may leave (max_model_len, an upper bound). */
+static uint64_t max_output(const output *o, const cli_prompt *p) {
+    if (p->params.max_tokens > 0) return (uint64_t)p->params.max_tokens;
+    pl_model_info info;
+    pl_engine_model_info(o->e, &info);
+    return (uint64_t)info.max_model_len;
+}
+
 /* Submits every prompt, then steps until all have finished, printing each record as it
  * comes. Returns the exit status. */
 static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, output *o) {
@@ -276,13 +301,14 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
         pl_request_id id = 0;
         pl_status s = submit(e, p, o->chat, &id);
         if (s != PL_OK) {
-            print_refusal(o, i, s, pl_last_error());
+            /* a prompts file's line set its fields by their JSON keys, the flags by flags */
+            print_refusal(o, i, s, pl_last_error_as(p->line ? PL_NAMING_JSON : PL_NAMING_FLAG));
             n_refused++;
             continue;
         }
         ids[n_ids++] = (id_entry){.id = id, .input = i};
         n_samples += (size_t)p->params.n;
-        budget += (uint64_t)p->params.max_tokens * (uint64_t)p->params.n;
+        budget += max_output(o, p) * (uint64_t)p->params.n;
     }
     qsort(ids, n_ids, sizeof *ids, cmp_id);
     pl_progress_start(&o->bar, budget > 0, "output tokens", budget); /* none: all refused */
@@ -299,7 +325,7 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
         pl_status s = pl_engine_step(e, &r);
         if (s != PL_OK) {
             pl_progress_clear(&o->bar);
-            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error(), pl_status_name(s));
+            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
             rc = 1;
             /* a backend failure finishes the running requests with reason error, reported
              * in r; anything else leaves nothing to report */
@@ -311,8 +337,8 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
             id_entry key = {.id = c->id}, *hit = bsearch(&key, ids, n_ids, sizeof *ids, cmp_id);
             if (!hit) continue; /* not ours: cannot happen, nothing to print it under */
             const cli_prompt *p = &prompts[hit->input];
-            uint64_t unused = (uint64_t)p->params.max_tokens > c->n_output_ids
-                                  ? (uint64_t)p->params.max_tokens - c->n_output_ids : 0;
+            uint64_t unused = max_output(o, p) > c->n_output_ids
+                                  ? max_output(o, p) - c->n_output_ids : 0;
             o->bar.total = o->bar.total > unused ? o->bar.total - unused : 0; /* given back */
             if (c->finish_reason == PL_FINISH_ERROR) n_failed++;
             if (c->finish_reason == PL_FINISH_ABORT) n_aborted++;
@@ -338,6 +364,15 @@ static int run_batch(pl_engine *e, const cli_prompt *prompts, size_t n_prompts, 
     return rc || n_refused || n_failed ? 1 : 0;
 }
 
+/* A prompt flag given twice would silently keep the last: one prompt per run is meant, and
+ * several go in a prompts file. */
+static bool once(const char *flag, const char *already) {
+    if (!already) return true;
+    fprintf(stderr, "pagellm generate: %s given twice: one prompt per run (several: --prompts "
+                    "FILE.jsonl, one per line)\n", flag);
+    return false;
+}
+
 /* cfg, sp and chat: defaulted by the caller, who deinits them (the flags' lists live
  * there). */
 static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_params *sp,
@@ -351,22 +386,27 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         if (r == 0) r = cli_chat_flag(chat, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
-        } else if ((!strcmp(a, "--prompt") || !strcmp(a, "-p")) && i + 1 < argc) {
+        } else if ((cli_is(a, "--prompt") || !strcmp(a, "-p")) && i + 1 < argc) {
+            if (!once(a, prompt)) return 2;
             prompt = argv[++i];
-        } else if (!strcmp(a, "--prompt-ids") && i + 1 < argc) {
+        } else if (cli_is(a, "--prompt-ids") && i + 1 < argc) {
+            if (!once(a, ids_arg)) return 2;
             ids_arg = argv[++i];
-        } else if (!strcmp(a, "--prompts") && i + 1 < argc) {
+        } else if (cli_is(a, "--prompts") && i + 1 < argc) {
+            if (!once(a, file)) return 2;
             file = argv[++i];
-        } else if (!strcmp(a, "--messages") && i + 1 < argc) {
+        } else if (cli_is(a, "--messages") && i + 1 < argc) {
+            if (!once(a, messages)) return 2;
             messages = argv[++i];
-        } else if (!strcmp(a, "--json")) {
+        } else if (cli_is(a, "--json")) {
             json = true;
+        } else if (i == 0 && a[0] != '-' && !cfg->model_path) {
+            cfg->model_path = a; /* `pagellm generate MODEL ...`, as `vllm serve MODEL` */
         } else {
-            fprintf(stderr, "pagellm generate: unknown or incomplete flag '%s' (see --help)\n", a);
-            return 2;
+            return cli_unknown_flag("generate", a, usage);
         }
     }
     if (!cfg->model_path) {
@@ -412,28 +452,34 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
 
     pl_engine *e = NULL;
     if (pl_engine_create(cfg, &e) != PL_OK) {
-        fprintf(stderr, "pagellm generate: %s\n", pl_last_error());
+        fprintf(stderr, "pagellm generate: %s\n", pl_last_error_as(PL_NAMING_FLAG));
         cli_prompts_free(prompts, n_prompts);
         return 1;
     }
+    char summary[1024];
+    cli_model_summary(e, summary, sizeof summary);
+    fprintf(stderr, "pagellm generate: %s\n", summary);
     pl_model_info info;
     if (cfg->tensor_parallel_size > 1 && pl_engine_model_info(e, &info) == PL_OK)
         fprintf(stderr, "pagellm generate: tensor parallel: %s\n", info.distributed);
     g_interrupted = 0;
     catch_sigint();
     int rc;
-    if (!json && n_prompts == 1 && (prompts[0].text || prompts[0].messages) &&
+    bool tok = has_tokenizer(e);
+    if (!json && n_prompts == 1 && (prompts[0].text || prompts[0].messages || tok) &&
         prompts[0].params.n == 1) {
         pl_request_id id = 0;
         pl_status s = submit(e, &prompts[0], chat, &id);
         if (s == PL_OK) {
-            rc = run_streaming(e, prompts[0].text ? prompts[0].text : "", id);
+            char *echo = echo_text(e, &prompts[0]);
+            rc = run_streaming(e, echo ? echo : "", id);
+            free(echo);
         } else {
-            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error(), pl_status_name(s));
+            fprintf(stderr, "pagellm generate: %s (%s)\n", pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
             rc = 1;
         }
     } else {
-        output o = {.json = json, .has_tokenizer = has_tokenizer(e),
+        output o = {.json = json, .has_tokenizer = tok, .e = e,
                     .stdout_tty = isatty(STDOUT_FILENO), .prompts = prompts, .chat = chat};
         rc = run_batch(e, prompts, n_prompts, &o);
     }
@@ -447,7 +493,7 @@ int cmd_generate(int argc, char **argv) {
     pl_engine_config cfg;
     pl_engine_config_default(&cfg);
     pl_sampling_params sp;
-    pl_sampling_params_default(&sp);
+    cli_sampling_defaults(&sp);
     pl_chat_options chat;
     pl_chat_options_default(&chat);
     int rc = generate(argc, argv, &cfg, &sp, &chat);

@@ -64,13 +64,13 @@ int cmd_quantize(int argc, char **argv) {
     int rc = 0;
     for (int i = 0; i < argc && rc == 0; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (cli_is(a, "--help") || !strcmp(a, "-h")) {
             usage();
             pl_engine_config_deinit(&cfg);
             return 0;
-        } else if (!strcmp(a, "--tokenizer") || !strncmp(a, "--tokenizer=", 12)) {
+        } else if (cli_is(a, "--tokenizer") || !strncmp(a, "--tokenizer=", 12)) {
             if (cli_engine_flag(&cfg, argc, argv, &i) <= 0) rc = 2;
-        } else if (!strcmp(a, "--no-tokenizer")) {
+        } else if (cli_is(a, "--no-tokenizer")) {
             opt.no_tokenizer = true;
         } else if (!strcmp(a, "--allow-requantize")) {
             opt.allow_requantize = true;
@@ -79,8 +79,7 @@ int cmd_quantize(int argc, char **argv) {
             if (!cli_int(a, i + 1 < argc ? argv[i + 1] : NULL, 0, 1024, &n)) rc = 2;
             else opt.n_threads = (int)n, i++;
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "pagellm quantize: unknown flag '%s' (see --help)\n", a);
-            rc = 2;
+            rc = cli_unknown_flag("quantize", a, usage);
         } else if (n_pos < 3) {
             pos[n_pos++] = a;
         } else {
@@ -103,7 +102,7 @@ int cmd_quantize(int argc, char **argv) {
         opt.user = &t;
         pl_status s = pl_model_quantize(pos[0], pos[1], pos[2], &opt);
         if (s != PL_OK) {
-            fprintf(stderr, "pagellm quantize: %s: %s\n", pl_status_name(s), pl_last_error());
+            fprintf(stderr, "pagellm quantize: %s: %s\n", pl_status_name(s), pl_last_error_as(PL_NAMING_FLAG));
             rc = 1;
         } else {
             char types[256] = "";

@@ -27,7 +27,7 @@ static bool open_tokenizer(const char *cmd, const char *tok_path, const char *mo
     if (tok_path || (stat(model_path, &st) == 0 && S_ISDIR(st.st_mode))) {
         if (pl_tokenizer_load(path, own) != PL_OK) {
             fprintf(stderr, "pagellm %s: %s %s: %s\n", cmd, tok_path ? "--tokenizer" : "--model",
-                    path, pl_last_error());
+                    path, pl_last_error_as(PL_NAMING_FLAG));
             return false;
         }
         *out = *own;
@@ -45,7 +45,7 @@ static bool open_tokenizer(const char *cmd, const char *tok_path, const char *mo
     c.max_batch_size = 1;
     c.max_num_seqs = 1;
     if (pl_engine_create(&c, e) != PL_OK) {
-        fprintf(stderr, "pagellm %s: --model %s: %s\n", cmd, model_path, pl_last_error());
+        fprintf(stderr, "pagellm %s: --model %s: %s\n", cmd, model_path, pl_last_error_as(PL_NAMING_FLAG));
         return false;
     }
     *out = pl_engine_tokenizer(*e);
@@ -129,30 +129,29 @@ static int tokenize_args(int argc, char **argv, tok_args *a, pl_chat_options *o)
             continue;
         }
         bool has_value = i + 1 < argc;
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+        if (cli_is(s, "--help") || !strcmp(s, "-h")) {
             tokenize_usage();
             return 0;
-        } else if (!strcmp(s, "--tokenizer") && has_value) {
+        } else if (cli_is(s, "--tokenizer") && has_value) {
             a->tok_path = argv[++i];
-        } else if ((!strcmp(s, "--model") || !strcmp(s, "-m")) && has_value) {
+        } else if ((cli_is(s, "--model") || !strcmp(s, "-m")) && has_value) {
             a->model_path = argv[++i];
-        } else if (!strcmp(s, "--text") && has_value) {
+        } else if (cli_is(s, "--text") && has_value) {
             a->text = argv[++i];
-        } else if (!strcmp(s, "--file") && has_value) {
+        } else if (cli_is(s, "--file") && has_value) {
             a->file = argv[++i];
-        } else if (!strcmp(s, "--messages") && has_value) {
+        } else if (cli_is(s, "--messages") && has_value) {
             a->messages = argv[++i];
-        } else if (!strcmp(s, "--chat-template") && has_value) {
+        } else if (cli_is(s, "--chat-template") && has_value) {
             a->chat_template = argv[++i];
-        } else if (!strcmp(s, "--no-bos")) {
+        } else if (cli_is(s, "--no-bos")) {
             a->no_bos = true;
-        } else if (!strcmp(s, "--parse-special")) {
+        } else if (cli_is(s, "--parse-special")) {
             a->parse_special = true;
-        } else if (!strcmp(s, "--json")) {
+        } else if (cli_is(s, "--json")) {
             a->json = true;
         } else {
-            fprintf(stderr, "pagellm tokenize: unknown or incomplete flag '%s' (see --help)\n", s);
-            return 2;
+            return cli_unknown_flag("tokenize", s, tokenize_usage);
         }
     }
     if ((a->tok_path != NULL) == (a->model_path != NULL)) {
@@ -213,7 +212,7 @@ static int tokenize_input(const tok_args *a, const pl_tokenizer *t, pl_chat_opti
     free(msgs);
     if (s != PL_OK) {
         fprintf(stderr, "pagellm tokenize: --messages %s: %s (%s)\n", a->messages,
-                pl_last_error(), pl_status_name(s));
+                pl_last_error_as(PL_NAMING_FLAG), pl_status_name(s));
         return 1;
     }
     *flags = PL_ENCODE_PARSE_SPECIAL;
@@ -238,7 +237,7 @@ static int tokenize(int argc, char **argv, pl_chat_options *o) {
         pl_status s = pl_tokenizer_encode(t, text, len, flags, &ids, &n);
         if (s != PL_OK) {
             fprintf(stderr, "pagellm tokenize: %s: %s\n",
-                    a.text ? "--text" : a.file ? a.file : "the rendered chat", pl_last_error());
+                    a.text ? "--text" : a.file ? a.file : "the rendered chat", pl_last_error_as(PL_NAMING_FLAG));
             rc = 1;
         }
     }
@@ -288,25 +287,23 @@ int cmd_detokenize(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i];
         bool has_value = i + 1 < argc;
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+        if (cli_is(s, "--help") || !strcmp(s, "-h")) {
             detokenize_usage();
             return 0;
-        } else if (!strcmp(s, "--tokenizer") && has_value) {
+        } else if (cli_is(s, "--tokenizer") && has_value) {
             tok_path = argv[++i];
-        } else if ((!strcmp(s, "--model") || !strcmp(s, "-m")) && has_value) {
+        } else if ((cli_is(s, "--model") || !strcmp(s, "-m")) && has_value) {
             model_path = argv[++i];
-        } else if (!strcmp(s, "--ids") && has_value) {
+        } else if (cli_is(s, "--ids") && has_value) {
             ids_arg = argv[++i];
-        } else if (!strcmp(s, "--file") && has_value) {
+        } else if (cli_is(s, "--file") && has_value) {
             file = argv[++i];
-        } else if (!strcmp(s, "--skip-special")) {
+        } else if (cli_is(s, "--skip-special")) {
             skip = true;
-        } else if (!strcmp(s, "--json")) {
+        } else if (cli_is(s, "--json")) {
             json = true;
         } else {
-            fprintf(stderr, "pagellm detokenize: unknown or incomplete flag '%s' (see --help)\n",
-                    s);
-            return 2;
+            return cli_unknown_flag("detokenize", s, detokenize_usage);
         }
     }
     if ((tok_path != NULL) == (model_path != NULL)) {
@@ -344,7 +341,7 @@ int cmd_detokenize(int argc, char **argv) {
     int rc = 0;
     pl_status s = pl_tokenizer_decode(t, ids, n, skip ? PL_DECODE_SKIP_SPECIAL : 0, &text, &len);
     if (s != PL_OK) {
-        fprintf(stderr, "pagellm detokenize: %s: %s\n", file ? file : "--ids", pl_last_error());
+        fprintf(stderr, "pagellm detokenize: %s: %s\n", file ? file : "--ids", pl_last_error_as(PL_NAMING_FLAG));
         rc = 1;
     } else if (json) {
         print_json(t, ids, n, text, len);

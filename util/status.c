@@ -10,7 +10,8 @@
 
 #define PL_ERROR_CAP 1024
 
-static _Thread_local char tl_error[PL_ERROR_CAP];
+static _Thread_local char tl_error[PL_ERROR_CAP]; /* with the marks of field names */
+static _Thread_local char tl_plain[PL_ERROR_CAP]; /* as pl_last_error gives it */
 
 const char *pl_version(void) { return "0.1.0"; }
 
@@ -34,7 +35,27 @@ const char *pl_status_string(pl_status s) {
     return "unknown status";
 }
 
-const char *pl_last_error(void) { return tl_error; }
+const char *pl_last_error_marked(void) { return tl_error; }
+
+/* The marks dropped, and a bare mark's "prefix." with them. */
+const char *pl_last_error(void) {
+    size_t o = 0;
+    for (const char *p = tl_error; *p;) {
+        if (*p == PL_MARK_CHAR) {
+            p++;
+            continue;
+        }
+        if (*p == PL_MARK_BARE_CHAR) {
+            const char *end = strchr(p + 1, PL_MARK_BARE_CHAR);
+            const char *dot = end ? memchr(p + 1, '.', (size_t)(end - p - 1)) : NULL;
+            p = dot ? dot + 1 : p + 1;
+            continue;
+        }
+        tl_plain[o++] = *p++;
+    }
+    tl_plain[o] = '\0';
+    return tl_plain;
+}
 
 void pl_clear_error(void) { tl_error[0] = '\0'; }
 

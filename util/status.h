@@ -19,6 +19,18 @@ extern "C" {
 #define PL_PRINTF(a, b)
 #endif
 
+/* A field named in a message, so that each interface can name it its own way
+ * (pl_last_error_as: the command line's flag, the JSON key): PL_MARK "config.block_size"
+ * PL_MARK is written "config.block_size" by pl_last_error; PL_MARK_BARE "config.block_size"
+ * PL_MARK_BARE is written "block_size" (a field mentioned in passing). */
+#define PL_MARK "\x1f"
+#define PL_MARK_BARE "\x1e"
+#define PL_MARK_CHAR '\x1f'
+#define PL_MARK_BARE_CHAR '\x1e'
+
+/* This thread's last error as recorded, with its marks (for pl_last_error_as). */
+const char *pl_last_error_marked(void);
+
 /* Records the formatted message as this thread's last error and returns code. */
 pl_status pl_fail(pl_status code, const char *fmt, ...) PL_PRINTF(2, 3);
 

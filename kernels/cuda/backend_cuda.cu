@@ -301,12 +301,17 @@ extern "C" pl_status pl_backend_cuda_create(const pl_backend_options *opt, pl_ba
     *out = NULL;
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
+    /* No GPU, or no driver for one (cudaErrorInsufficientDriver on a machine without an
+     * NVIDIA driver): the user's fix is the same, so the message leads with it */
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return pl_fail(PL_ERR_BACKEND, "backend cuda: no usable CUDA device: cudaGetDeviceCount: %s (%s)",
+        return pl_fail(PL_ERR_BACKEND, "backend cuda: no CUDA device found (cudaGetDeviceCount: "
+                       "%s: %s); --backend cpu runs on this machine's CPU",
                        cudaGetErrorName(e), cudaGetErrorString(e));
     }
-    if (n_dev <= 0) return pl_fail(PL_ERR_BACKEND, "backend cuda: no CUDA device found");
+    if (n_dev <= 0)
+        return pl_fail(PL_ERR_BACKEND, "backend cuda: no CUDA device found; --backend cpu runs "
+                       "on this machine's CPU");
     const int device = opt ? opt->device : 0;
     if (device < 0 || device >= n_dev)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "backend cuda: device %d out of range (%d devices)",

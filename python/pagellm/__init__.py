@@ -12,7 +12,7 @@ from ._lib import (BackendError, EngineClosedError, FormatError, InvalidArgument
                    LibraryNotFoundError, NotFoundError, OutOfMemoryError, PagellmError,
                    PagellmIOError, QueueFullError, TooLongError, UnsupportedError,
                    library_path)
-from .engine import LLMEngine
+from .engine import EngineArgs, LLMEngine
 from .llm import LLM
 from .outputs import (CompletionOutput, Logprob, Metrics, ModelInfo, RequestMetrics,
                       RequestOutput, StepOutput, StreamDelta)
@@ -28,7 +28,7 @@ def library_version() -> str:
     return lib().pl_version().decode()
 
 
-__all__ = ["LLM", "LLMEngine", "SamplingParams", "RequestOutput", "CompletionOutput",
+__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "RequestOutput", "CompletionOutput",
            "Logprob", "RequestMetrics", "StreamDelta", "StepOutput", "Metrics", "ModelInfo",
            "Tokenizer", "PagellmError", "InvalidArgumentError", "OutOfMemoryError",
            "PagellmIOError", "FormatError", "UnsupportedError", "NotFoundError",

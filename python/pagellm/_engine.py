@@ -14,29 +14,16 @@ from typing import Any, Dict, List, Optional
 from . import _fields, _lib, outputs
 from .sampling_params import SamplingParams
 
-# Engine arguments under vLLM's names -> pagellm's config fields (pagellm.h
-# PL_ENGINE_CONFIG_FIELDS). Every other config field is taken under its own name.
-VLLM_ENGINE_NAMES = {
-    "model": "model_path",
-    "tokenizer": "tokenizer_path",
-    "dtype": "weight_dtype",
-    "kv_cache_dtype": "kv_dtype",
-    "max_num_batched_tokens": "max_total_tokens",
-    "gpu_memory_utilization": "memory_threshold",
-    "num_gpu_blocks_override": "max_num_blocks",
-    "long_prefill_token_threshold": "long_prefill_threshold",
-    "threads": "n_threads",
-}
-
-
 def engine_config(args: Dict[str, Any], who: str) -> _fields.CStruct:
-    """A pl_engine_config from keyword arguments (None: the library's default). An unknown
-    name is a TypeError naming it; a bad value the library's ValueError."""
+    """A pl_engine_config from keyword arguments (None: the library's default): vLLM's names
+    (the library's aliases: kv_cache_dtype, gpu_memory_utilization, ...) or pagellm's config
+    field names. An unknown name is a TypeError naming it; a bad value the library's
+    ValueError."""
     cfg = _fields.CStruct("engine_config")
     try:
         t = cfg.table
         for k, v in args.items():
-            name = VLLM_ENGINE_NAMES.get(k, k)
+            name = k
             if name not in t:
                 hint = ""
                 try:
@@ -163,7 +150,8 @@ class Pending:
                                         _stop_reason(handle, c, self.params))
         self.outputs[c.index] = out
         if c.index == 0 or self.first is None:
-            self.first = _Sample0(c, handle.decode_token)
+            self.first = _Sample0(c, handle.decode_token,
+                                  self.params.prompt_logprobs is not None)
         self.last_total = max(self.last_total, c.total_s)
         self.done += 1
         if self.done < len(self.outputs):
@@ -186,9 +174,9 @@ class _Sample0:
 
     __slots__ = ("prompt_ids", "prompt_logprobs", "num_cached", "queue_s", "ttft_s")
 
-    def __init__(self, c: _lib.Completion, decode):
+    def __init__(self, c: _lib.Completion, decode, asked: bool):
         self.prompt_ids = c.prompt_ids[:c.n_prompt_ids] if c.n_prompt_ids else []
-        self.prompt_logprobs = outputs.prompt_logprobs(c, decode)
+        self.prompt_logprobs = outputs.prompt_logprobs(c, decode, asked)
         self.num_cached = c.n_cached_prompt_ids
         self.queue_s = c.queue_s
         self.ttft_s = c.ttft_s
@@ -205,6 +193,10 @@ def _stop_reason(handle: Handle, c: _lib.Completion, params: SamplingParams):
         return last
     if not params.stop:
         return None
+    if params.include_stop_str_in_output:  # the text ends with the one that stopped it
+        text = ctypes.string_at(c.text).decode("utf-8", "replace") if c.text else ""
+        ends = [s for s in params.stop if text.endswith(s)]
+        return max(ends, key=len) if ends else None
     prompt = c.prompt_ids[:c.n_prompt_ids]
     output = c.output_ids[:c.n_output_ids]
     before = handle.decode_ids(prompt)
@@ -239,8 +231,10 @@ def model_info(handle: Handle) -> outputs.ModelInfo:
                 continue
             v = getattr(info, f)
             if f in ("name", "architecture", "weight_type", "distributed",
-                     "kv_sizing"):
+                     "kv_sizing", "format"):
                 v = v.decode("utf-8", "replace") if v is not None else ""
+            elif f in ("tokenizer_path", "tokenizer_kind"):
+                v = v.decode("utf-8", "replace") if v is not None else None
             elif f in ("weight_dtype", "kv_dtype"):
                 v = names[v] if 0 <= v < len(names) else str(v)
             values[f] = v

@@ -14,7 +14,7 @@ from . import _lib
 
 # pl_field_kind (pagellm.h), for the kinds the binding treats apart
 KIND_NAMES = ["BOOL", "INT", "U64", "SIZE", "DOUBLE", "FLOAT", "STRING", "ENUM", "IDS",
-              "STRINGS", "OPT_U64"]
+              "STRINGS", "OPT_U64", "BIAS"]
 
 
 class FieldInfo:
@@ -60,9 +60,20 @@ class Table:
         for i in range(n.value):
             f = FieldInfo(rows[i])
             self.fields[f.name] = f
+        # other names of fields (vLLM's), which the setters take too
+        self.aliases: Dict[str, str] = {}
+        get_aliases = getattr(L, f"pl_{stem}_aliases", None)
+        if get_aliases is not None:
+            rows = get_aliases(ctypes.byref(n))
+            for i in range(n.value):
+                self.aliases[rows[i].alias.decode()] = rows[i].name.decode()
+
+    def field_name(self, name: str) -> Optional[str]:
+        """The field name or alias names; None when neither."""
+        return name if name in self.fields else self.aliases.get(name)
 
     def __contains__(self, name: str) -> bool:
-        return name in self.fields
+        return self.field_name(name) is not None
 
 
 _tables: Dict[str, Table] = {}

@@ -22,8 +22,8 @@ SONAME = "libpagellm.so.0"
 
 
 class PagellmError(Exception):
-    """A pagellm call failed. str() is the library's message (pl_last_error), which names the
-    field, file or value at fault; .status is the pl_status code and .status_name its name."""
+    """A pagellm call failed. str() is the library's message (pl_last_error_as, with fields
+    named as keyword arguments: vLLM's names), which names the field, file or value at fault; .status is the pl_status code and .status_name its name."""
 
     def __init__(self, message: str, status: int = -1, status_name: str = "PL_ERR_UNKNOWN"):
         super().__init__(message)
@@ -94,6 +94,10 @@ class Field(Structure):
                 ("help", c_char_p)]
 
 
+class FieldAlias(Structure):
+    _fields_ = [("alias", c_char_p), ("name", c_char_p)]
+
+
 class LogprobC(Structure):
     _fields_ = [("token", c_int32), ("logprob", c_float)]
 
@@ -160,7 +164,10 @@ class ModelInfoC(Structure):
                 ("max_batch_size", c_int), ("max_num_seqs", c_int),
                 ("max_concurrency", c_double), ("weight_type", c_char_p),
                 ("tensor_parallel_size", c_int), ("distributed", c_char_p),
-                ("kv_sizing", c_char_p)]
+                ("kv_sizing", c_char_p), ("format", c_char_p), ("tokenizer_path", c_char_p),
+                ("tokenizer_kind", c_char_p), ("n_chat_templates", c_int),
+                ("chat_template_override", c_bool), ("tied_embeddings", c_bool),
+                ("rope_theta", c_double), ("norm_eps", c_double)]
 
 
 # Which ctypes struct mirrors which C struct (for the layout test).
@@ -180,6 +187,9 @@ _SIGNATURES = {
     "pl_status_name": (c_char_p, [c_int]),
     "pl_status_string": (c_char_p, [c_int]),
     "pl_last_error": (c_char_p, []),
+    "pl_last_error_as": (c_char_p, [c_int]),
+    "pl_engine_config_aliases": (POINTER(FieldAlias), [POINTER(c_size_t)]),
+    "pl_sampling_params_aliases": (POINTER(FieldAlias), [POINTER(c_size_t)]),
     "pl_finish_reason_name": (c_char_p, [c_int]),
     "pl_free_ids": (None, [_p]),
     "pl_free_text": (None, [_p]),
@@ -345,11 +355,14 @@ def library_path() -> str:
     return L.dll._name
 
 
+PL_NAMING_JSON = 2  # pl_naming: fields named as keyword arguments (vLLM's names)
+
+
 def error(status: int) -> PagellmError:
     """The exception for a failed call, with this thread's pl_last_error (read at once: the
     message is per OS thread and the next pagellm call replaces it)."""
     L = lib()
-    msg = (L.pl_last_error() or b"").decode("utf-8", "replace")
+    msg = (L.pl_last_error_as(PL_NAMING_JSON) or b"").decode("utf-8", "replace")
     name = L.pl_status_name(status).decode()
     if not msg:
         msg = L.pl_status_string(status).decode()

@@ -1,6 +1,7 @@
 """LLMEngine: the streaming interface for servers written in Python. Requests are added and
-aborted from any thread; one thread steps (or iterates stream()) and gets each request's new
-text as it is generated. The GIL is released inside every library call (ctypes does this for
+aborted from any thread; one thread steps and gets each request's output as it is generated:
+step() as vLLM's (a list of RequestOutput, each output's text and ids so far), or
+step_deltas() / stream() (only what each step added). The GIL is released inside every library call (ctypes does this for
 foreign calls, and no Python code runs inside a step), so other Python threads run while the
 engine computes."""
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import ctypes
 import random
 import threading
+from dataclasses import dataclass, field, fields
 from ctypes import byref, c_bool, c_size_t, c_uint64, c_void_p
-from typing import Any, Dict, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from . import _lib, outputs
 from ._engine import Handle, Pending, metrics, model_info
@@ -19,11 +21,19 @@ from .tokenizer import Conversation, Tokenizer, chat_options, messages_json
 
 
 class LLMEngine:
-    """An engine for serving: add_request / abort_request from any thread, step() or
-    stream() on one.
+    """An engine for serving: add_request / abort_request from any thread, step() (or
+    step_deltas(), stream()) on one. vLLM's loop:
 
-        engine = LLMEngine("stories260K.bin", tokenizer="tok512.model")
+        engine = LLMEngine.from_engine_args(EngineArgs(model="stories260K.bin",
+                                                       tokenizer="tok512.model"))
         engine.add_request("a", "Once upon a time", SamplingParams(max_tokens=32))
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    print(out.outputs[0].text)
+
+    or only the new text of each step:
+
         for d in engine.stream():          # until no request is left
             print(d.request_id, d.text, end="")
 
@@ -42,8 +52,10 @@ class LLMEngine:
         self._step_lock = threading.Lock()  # one stepping thread at a time
         self._by_c: Dict[int, Pending] = {}
         self._by_id: Dict[str, int] = {}
+        self._progress: Dict[int, _Progress] = {}  # outputs so far, for step()
         self._stop = False
         self._info: Optional[outputs.ModelInfo] = None
+        self.last_step_error: Optional[str] = None
 
     # ---- lifetime -----------------------------------------------------------------------
 
@@ -52,6 +64,11 @@ class LLMEngine:
         every request still in it)."""
         self._stop = True
         self._handle.close()
+
+    @classmethod
+    def from_engine_args(cls, engine_args: "EngineArgs") -> "LLMEngine":
+        """vLLM's constructor: an engine from an EngineArgs."""
+        return cls(**engine_args.to_kwargs())
 
     def __enter__(self) -> "LLMEngine":
         return self
@@ -74,16 +91,15 @@ class LLMEngine:
                 return L.pl_engine_submit_tokens(e, arr, len(arr), cparams, byref(out_id))
             return L.pl_engine_submit_request(e, text.encode(), cparams, byref(out_id))
 
-        def prompt_len(e):
+        def prompt_ids(e):
             if ids is not None:
-                return len(ids)
+                return list(ids)
             got = _lib.POINTER_INT32()
             n = c_size_t()
             _lib.check(L.pl_engine_tokenize(e, text.encode(), byref(got), byref(n)))
-            _lib.take_ids(got, n.value)
-            return n.value
+            return _lib.take_ids(got, n.value)
 
-        return self._add(request_id, text, params, priority, submit, prompt_len)
+        return self._add(request_id, text, params, priority, submit, prompt_ids)
 
     def add_chat_request(self, request_id: Optional[str], messages: Conversation,
                          params: Optional[SamplingParams] = None, priority: int = 0,
@@ -106,13 +122,13 @@ class LLMEngine:
             def submit(e, cparams, out_id):
                 return L.pl_engine_submit_chat_json(e, msgs, o.ptr, cparams, byref(out_id))
 
-            def prompt_len(e):
-                return len(Tokenizer(self._handle.tokenizer_ptr, engine=self._handle)
-                           .encode(text, add_special_tokens=False))
+            def prompt_ids(e):
+                return Tokenizer(self._handle.tokenizer_ptr, engine=self._handle).encode(
+                    text, add_special_tokens=False)
 
-            return self._add(request_id, text, params, priority, submit, prompt_len)
+            return self._add(request_id, text, params, priority, submit, prompt_ids)
 
-    def _add(self, request_id, text, params, priority, submit, prompt_len) -> str:
+    def _add(self, request_id, text, params, priority, submit, prompt_ids) -> str:
         params = params if params is not None else SamplingParams()
         if request_id is not None:
             request_id = str(request_id)
@@ -120,10 +136,7 @@ class LLMEngine:
                 if request_id in self._by_id:
                     raise ValueError(f"request id {request_id!r} is already in use")
         with self._handle as e:
-            override = None
-            if params.max_tokens is None:
-                override = max(1, self.model_info.max_model_len - prompt_len(e))
-            with params.to_c(max_tokens=override) as cs:
+            with params.to_c() as cs:
                 if priority:
                     cs.set("priority", priority)
                 out_id = c_uint64()
@@ -138,6 +151,7 @@ class LLMEngine:
                     rid = request_id if request_id is not None else str(out_id.value)
                     self._by_c[out_id.value] = Pending(rid, text, params)
                     self._by_id[rid] = out_id.value
+                    self._progress[out_id.value] = _Progress(params.n, prompt_ids)
         return rid
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
@@ -161,7 +175,40 @@ class LLMEngine:
 
     # ---- stepping -----------------------------------------------------------------------
 
-    def step(self) -> outputs.StepOutput:
+    def step(self) -> List[outputs.RequestOutput]:
+        """vLLM's step: one scheduling step and forward pass, and a RequestOutput for every
+        request it moved on (in the order the library reported them): each output's text, ids
+        and logprobs so far, or, with finished=True, the whole request (its last). A backend
+        failure finishes the step's requests with reason "error" (last_step_error says why)
+        and the engine stays usable; other failures raise."""
+        out = self.step_deltas()
+        self.last_step_error = out.error
+        moved: Dict[str, Optional[outputs.RequestOutput]] = {}
+        cids: Dict[str, int] = {}
+        for d in out.deltas:
+            if d.output is not None:
+                moved[d.request_id] = d.output
+            elif d.request_id not in moved:
+                moved[d.request_id] = None
+        with self._lock:
+            for rid in moved:
+                if moved[rid] is None and rid in self._by_id:
+                    cids[rid] = self._by_id[rid]
+        result = []
+        for rid, done in moved.items():
+            if done is not None:
+                result.append(done)
+                continue
+            cid = cids.get(rid)
+            with self._lock:
+                p, prog = self._by_c.get(cid), self._progress.get(cid)
+            if p is None or prog is None:
+                continue  # finished meanwhile (an abort from another thread)
+            with self._handle as e:
+                result.append(prog.output(rid, p, e))
+        return result
+
+    def step_deltas(self) -> outputs.StepOutput:
         """One scheduling step and forward pass: each sequence's new text (deltas) and the
         requests that finished. A sequence's last delta has finished=True. A backend failure
         finishes the step's requests with reason "error" (StepOutput.error says why) and the
@@ -185,8 +232,12 @@ class LLMEngine:
                             if d.text_len else "")
                     lp = (outputs.position_logprobs(d.logprobs[0], h.decode_token)
                           if d.logprobs else None)
-                    out.deltas.append(outputs.StreamDelta(
-                        p.request_id, d.index, text, d.token if d.token >= 0 else None, lp))
+                    token = d.token if d.token >= 0 else None
+                    out.deltas.append(outputs.StreamDelta(p.request_id, d.index, text, token,
+                                                          lp))
+                    prog = self._progress.get(d.id)
+                    if prog is not None:
+                        prog.add(d.index, text, token, lp)
                 for k in range(res.n_finished):
                     c = res.finished[k]
                     p = self._by_c.get(c.id)
@@ -196,10 +247,14 @@ class LLMEngine:
                     out.deltas.append(outputs.StreamDelta(
                         p.request_id, c.index, "", None, None, True,
                         outputs.FINISH_REASONS.get(c.finish_reason), ro))
+                    prog = self._progress.get(c.id)
+                    if prog is not None:
+                        prog.finish(c.index, outputs.FINISH_REASONS.get(c.finish_reason))
                     if ro is not None:
                         out.finished.append(ro)
                         del self._by_c[c.id]
                         self._by_id.pop(p.request_id, None)
+                        self._progress.pop(c.id, None)
         if err is not None:
             if not isinstance(err, _lib.BackendError):
                 raise err
@@ -243,7 +298,7 @@ class LLMEngine:
                         return
                     self.wait()
                     continue
-                deltas = self.step().deltas
+                deltas = self.step_deltas().deltas
             except _lib.EngineClosedError:
                 return  # close() from another thread ends the loop
             for d in deltas:
@@ -283,3 +338,78 @@ class LLMEngine:
         with self._handle as e:
             _lib.check(_lib.lib().pl_engine_capacity(e, prompt_len, max_tokens, byref(out)))
         return out.value
+
+
+class _Progress:
+    """A request's outputs so far, from its deltas: what step() reports until it finishes."""
+
+    __slots__ = ("texts", "ids", "logprobs", "reasons", "prompt_ids_of", "prompt_ids")
+
+    def __init__(self, n: int, prompt_ids_of):
+        self.texts: List[List[str]] = [[] for _ in range(n)]
+        self.ids: List[List[int]] = [[] for _ in range(n)]
+        self.logprobs: List[Optional[list]] = [None] * n
+        self.reasons: List[Optional[str]] = [None] * n
+        self.prompt_ids_of = prompt_ids_of  # (engine pointer) -> ids, computed when first asked
+        self.prompt_ids: Optional[List[int]] = None
+
+    def add(self, index: int, text: str, token: Optional[int], lp) -> None:
+        self.texts[index].append(text)
+        if token is not None:
+            self.ids[index].append(token)
+            if lp is not None:
+                if self.logprobs[index] is None:
+                    self.logprobs[index] = []
+                self.logprobs[index].append(lp)
+
+    def finish(self, index: int, reason: Optional[str]) -> None:
+        self.reasons[index] = reason
+
+    def output(self, request_id: str, p: Pending, e) -> outputs.RequestOutput:
+        if self.prompt_ids is None:
+            self.prompt_ids = list(self.prompt_ids_of(e))
+        outs = []
+        for i in range(len(self.texts)):
+            lps = self.logprobs[i]
+            cum = sum(next(iter(x.values())).logprob for x in lps) if lps else None
+            outs.append(outputs.CompletionOutput(
+                index=i, text="".join(self.texts[i]), token_ids=list(self.ids[i]),
+                cumulative_logprob=cum, logprobs=list(lps) if lps else None,
+                finish_reason=self.reasons[i]))
+        return outputs.RequestOutput(request_id=request_id, prompt=p.prompt,
+                                     prompt_token_ids=list(self.prompt_ids),
+                                     prompt_logprobs=None, outputs=outs, finished=False)
+
+
+@dataclass
+class EngineArgs:
+    """vLLM's engine arguments, for LLMEngine.from_engine_args (and LLM(**vars(args))).
+    None leaves the library's default; pagellm's own config fields go in `extra` by name
+    (max_num_blocks, memory_limit_bytes, ...)."""
+    model: str = ""
+    tokenizer: Optional[str] = None
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    block_size: Optional[int] = None
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    max_model_len: Optional[int] = None
+    enable_prefix_caching: Optional[bool] = None
+    enable_chunked_prefill: Optional[bool] = None
+    gpu_memory_utilization: Optional[float] = None
+    num_gpu_blocks_override: Optional[int] = None
+    long_prefill_token_threshold: Optional[int] = None
+    seed: Optional[int] = 0
+    chat_template: Optional[str] = None
+    backend: str = "cpu"
+    threads: Optional[int] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_kwargs(self) -> Dict[str, Any]:
+        """The arguments LLMEngine and LLM take: the fields set, and extra's."""
+        if not self.model:
+            raise ValueError("EngineArgs.model is required")
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name != "extra" and getattr(self, f.name) is not None}
+        out.update(self.extra)
+        return out

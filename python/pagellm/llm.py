@@ -191,11 +191,7 @@ class LLM:
                 raise TypeError(f"prompt {i}: not a str")
             return L.pl_engine_submit_request(e, text.encode(), cparams, byref(out_id))
 
-        def prompt_len(e, i):
-            text, ids = items[i]
-            return len(ids) if ids is not None else len(self._tokenize(e, text))
-
-        return self._run([t for t, _ in items], params, prios, submit, prompt_len, use_tqdm)
+        return self._run([t for t, _ in items], params, prios, submit, use_tqdm)
 
     def chat(self, messages: Union[Conversation, Sequence[Conversation]],
              sampling_params: Optional[Union[SamplingParams,
@@ -231,10 +227,7 @@ class LLM:
                 return L.pl_engine_submit_chat_json(e, jsons[i], o.ptr, cparams,
                                                     byref(out_id))
 
-            def prompt_len(e, i):
-                return len(self.get_tokenizer().encode(texts[i], add_special_tokens=False))
-
-            return self._run(texts, params, prios, submit, prompt_len, use_tqdm)
+            return self._run(texts, params, prios, submit, use_tqdm)
 
     # ---- the batch loop -----------------------------------------------------------------
 
@@ -245,8 +238,7 @@ class LLM:
         return _lib.take_ids(ids, n.value)
 
     def _run(self, texts: List[Optional[str]], params: List[SamplingParams], prios: List[int],
-             submit: Callable, prompt_len: Callable,
-             use_tqdm: bool) -> List[outputs.RequestOutput]:
+             submit: Callable, use_tqdm: bool) -> List[outputs.RequestOutput]:
         """Submits every prompt, steps until all finished, and returns their outputs in
         order. On any failure (a refused prompt, Ctrl-C) what was submitted is aborted and
         drained, so the engine is left empty."""
@@ -254,22 +246,19 @@ class LLM:
         n = len(texts)
         results: List[Optional[outputs.RequestOutput]] = [None] * n
         pending: Dict[int, Tuple[int, Pending]] = {}
-        structs: Dict[Tuple[int, Optional[int]], Any] = {}
-        prio_of: Dict[Tuple[int, Optional[int]], int] = {}
+        structs: Dict[int, Any] = {}
+        prio_of: Dict[int, int] = {}
         bar = None
         with self._step_lock, h as e:
             try:
                 for i in range(n):
                     sp = params[i]
-                    override = None
-                    if sp.max_tokens is None:
-                        override = max(1, self.model_info.max_model_len - prompt_len(e, i))
                     # one C struct per distinct SamplingParams (submit copies it): the
                     # per-request fields are set on it before each submit
-                    key = (id(sp), override)
+                    key = id(sp)
                     cs = structs.get(key)
                     if cs is None:
-                        cs = structs[key] = sp.to_c(max_tokens=override)
+                        cs = structs[key] = sp.to_c()
                         prio_of[key] = 0
                     if prios[i] != prio_of[key]:
                         cs.set("priority", prios[i])

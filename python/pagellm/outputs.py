@@ -67,7 +67,8 @@ class RequestMetrics:
 
 @dataclass
 class RequestOutput:
-    """A finished request: its prompt and its n outputs."""
+    """A request's prompt and its n outputs: whole once finished; from LLMEngine.step(), what
+    each output holds so far (vLLM's cumulative outputs) until then."""
     request_id: str
     prompt: Optional[str]
     prompt_token_ids: List[int]
@@ -95,7 +96,7 @@ class StreamDelta:
 
 @dataclass
 class StepOutput:
-    """One LLMEngine.step(): new text per sequence and the requests that finished."""
+    """One LLMEngine.step_deltas(): new text per sequence and the requests that finished."""
     deltas: List[StreamDelta] = field(default_factory=list)
     finished: List[RequestOutput] = field(default_factory=list)
     num_scheduled_seqs: int = 0
@@ -150,7 +151,15 @@ class ModelInfo:
     weight_type: str
     tensor_parallel_size: int  # ranks the model is split over (1: none)
     distributed: str           # how they talk ("threads: 2 ranks, ..."); "" with one rank
-    kv_sizing: str
+    kv_sizing: str = ""
+    format: str = ""                      # "gguf", "safetensors", "llama2.c", "dummy"
+    tokenizer_path: Optional[str] = None  # None: no tokenizer
+    tokenizer_kind: Optional[str] = None  # "sentencepiece" or "bpe"
+    n_chat_templates: int = 0
+    chat_template_override: bool = False
+    tied_embeddings: bool = False
+    rope_theta: float = 0.0
+    norm_eps: float = 0.0
 
 
 # ---- from C -------------------------------------------------------------------------------
@@ -204,9 +213,14 @@ def completion_output(c: _lib.Completion, decode: Decoder, stop_reason=None) -> 
                             stop_reason=stop_reason)
 
 
-def prompt_logprobs(c: _lib.Completion, decode: Decoder) -> Optional[PromptLogprobs]:
-    if not c.prompt_logprobs:
+def prompt_logprobs(c: _lib.Completion, decode: Decoder,
+                    asked: bool = True) -> Optional[PromptLogprobs]:
+    """vLLM's prompt_logprobs: None when not asked for; else one entry per prompt token, None
+    for the first (a one-token prompt gives [None])."""
+    if not asked:
         return None
+    if not c.prompt_logprobs:
+        return [None] if c.n_prompt_ids else None
     out: PromptLogprobs = [None]  # the first prompt token has nothing to predict it
     out += logprobs_list(c.prompt_logprobs, c.n_prompt_logprobs, decode)
     return out

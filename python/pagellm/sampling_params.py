@@ -5,16 +5,15 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _fields, _lib
 
-# vLLM's name -> pagellm's field (pagellm.h PL_SAMPLING_PARAMS_FIELDS). priority is an
-# argument of LLM.generate / LLMEngine.add_request, as in vLLM.
-_C_NAMES = {
-    "n": "n", "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-    "repetition_penalty": "repetition_penalty", "temperature": "temperature", "top_p": "top_p",
-    "top_k": "top_k", "min_p": "min_p", "seed": "seed", "stop": "stop",
-    "stop_token_ids": "stop_ids", "ignore_eos": "ignore_eos", "max_tokens": "max_tokens",
-    "min_tokens": "min_tokens", "logprobs": "logprobs", "prompt_logprobs": "prompt_logprobs",
-}
-_MAX_TOKENS_NONE = 16777216  # max_tokens=None: checked against the field's maximum
+# vLLM's names: the library's fields, or their aliases (stop_token_ids for stop_ids:
+# pagellm.h PL_SAMPLING_PARAMS_ALIASES). priority is an argument of LLM.generate /
+# LLMEngine.add_request, as in vLLM.
+_C_NAMES = (
+    "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p",
+    "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens",
+    "min_tokens", "logprobs", "prompt_logprobs", "skip_special_tokens",
+    "include_stop_str_in_output", "logit_bias",
+)
 
 
 class SamplingParams:
@@ -40,10 +39,14 @@ class SamplingParams:
         logprobs: per output token, the log-probabilities of the sampled token and of the
             `logprobs` most likely ones (0..20); None: none.
         prompt_logprobs: the same for every prompt token after the first.
+        skip_special_tokens: special tokens in the output add no text (vLLM's default).
+        include_stop_str_in_output: keep the stop string that ended the output in its text.
+        logit_bias: {token id: bias} added to the logits before sampling, each in
+            [-100, 100] (OpenAI's logit_bias).
         **kwargs: any other field of pagellm's sampling table by its name.
 
     Invalid values raise ValueError with the library's message, e.g.
-    "sampling.top_p = 0: must be in (0, 1]". Priority is not a field here: it is an
+    "top_p = 0: must be in (0, 1]". Priority is not a field here: it is an
     argument of LLM.generate and LLMEngine.add_request, as in vLLM.
     """
 
@@ -55,7 +58,8 @@ class SamplingParams:
                  stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
                  max_tokens: Optional[int] = 16, min_tokens: int = 0,
                  logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None,
-                 **kwargs: Any):
+                 skip_special_tokens: bool = True, include_stop_str_in_output: bool = False,
+                 logit_bias: Optional[Dict[int, float]] = None, **kwargs: Any):
         self.n = n
         self.presence_penalty = presence_penalty
         self.frequency_penalty = frequency_penalty
@@ -68,19 +72,28 @@ class SamplingParams:
         self.stop: List[str] = [stop] if isinstance(stop, str) else list(stop or [])
         self.stop_token_ids: List[int] = list(stop_token_ids or [])
         self.ignore_eos = ignore_eos
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens < 1:
+            # the library's 0 ("what the context leaves") is None here, as in vLLM
+            raise _lib.InvalidArgumentError(
+                f"max_tokens = {max_tokens}: must be >= 1 (None: as many as max_model_len "
+                f"leaves)", -1, "PL_ERR_INVALID_ARGUMENT")
         self.max_tokens = max_tokens
         self.min_tokens = min_tokens
         self.logprobs = logprobs
         self.prompt_logprobs = prompt_logprobs
+        self.skip_special_tokens = skip_special_tokens
+        self.include_stop_str_in_output = include_stop_str_in_output
+        self.logit_bias: Optional[Dict[int, float]] = (
+            {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None)
         t = _fields.table("sampling_params")
-        mapped = set(_C_NAMES.values()) | {"priority"}
+        mapped = {t.field_name(k) for k in _C_NAMES} | {"priority"}
         self.extra: Dict[str, Any] = {}
         for k, v in kwargs.items():
             if k == "priority":
                 raise TypeError("SamplingParams() got an unexpected keyword argument "
                                 "'priority' (give it to LLM.generate or "
                                 "LLMEngine.add_request, as in vLLM)")
-            if k not in t or k in mapped:
+            if k not in t or t.field_name(k) in mapped:
                 hint = ""
                 if k not in t:  # the library's message suggests the closest name
                     try:
@@ -92,19 +105,22 @@ class SamplingParams:
             self.extra[k] = v
         self.to_c().close()  # checks every value as submit would
 
-    def to_c(self, max_tokens: Optional[int] = None) -> _fields.CStruct:
-        """This as a pl_sampling_params (close() it after the submit that copies it).
-        max_tokens replaces a None max_tokens."""
+    def to_c(self) -> _fields.CStruct:
+        """This as a pl_sampling_params (close() it after the submit that copies it). A None
+        max_tokens is the library's 0: as many as max_model_len leaves after the prompt."""
         s = _fields.CStruct("sampling_params")
         try:
-            for py, c in _C_NAMES.items():
+            for py in _C_NAMES:
+                c = py
                 v = getattr(self, py)
                 if py == "max_tokens" and v is None:
-                    v = max_tokens if max_tokens is not None else _MAX_TOKENS_NONE
+                    v = 0
                 elif py in ("logprobs", "prompt_logprobs") and v is None:
                     v = -1
                 elif py in ("stop", "stop_token_ids"):
                     v = list(v) if v else None
+                elif py == "logit_bias":
+                    v = {str(k): b for k, b in v.items()} if v else None
                 s.set(c, v)
             for k, v in self.extra.items():
                 s.set(k, v)

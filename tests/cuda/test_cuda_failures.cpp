@@ -26,6 +26,7 @@ Test(cuda_failures, no_device_is_a_clear_error) {
     pl_backend *be = (pl_backend *)&be; /* must come back NULL */
     cr_assert_eq(pl_backend_cuda_create(nullptr, &be), PL_ERR_BACKEND);
     cr_assert_null(be);
+    cr_assert(has(pl_last_error(), "no CUDA device found"), "%s", pl_last_error());
     cr_assert(has(pl_last_error(), "cudaGetDeviceCount"), "%s", pl_last_error());
     cr_assert(has(pl_last_error(), "no CUDA-capable device"), "%s", pl_last_error());
     cuemu::set_device_count(1);

@@ -33,16 +33,17 @@ def test_sampling_params_take_vllms_names_and_defaults():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(top_p=0), "sampling.top_p = 0: must be in (0, 1]"),
-    (dict(temperature=-1), "sampling.temperature = -1: must be in [0, 1000000]"),
-    (dict(n=0), "sampling.n = 0: must be in [1, 64]"),
-    (dict(max_tokens=0), "sampling.max_tokens = 0: must be in [1, 16777216]"),
-    (dict(min_tokens=20, max_tokens=10), "sampling.min_tokens = 20: must be in [0, max_tokens]"),
-    (dict(logprobs=21), "sampling.logprobs = 21: must be in [-1, 20]"),
-    (dict(stop=[""]), "sampling.stop"),
-    (dict(stop_token_ids=[-1]), "sampling.stop_ids"),
-    (dict(presence_penalty=3), "sampling.presence_penalty = 3"),
-    (dict(temperature="hot"), "sampling.temperature"),
+    (dict(top_p=0), "top_p = 0: must be in (0, 1]"),
+    (dict(temperature=-1), "temperature = -1: must be in [0, 1000000]"),
+    (dict(n=0), "n = 0: must be in [1, 64]"),
+    (dict(max_tokens=0), "max_tokens = 0: must be >= 1"),
+    (dict(max_tokens=2 ** 30), "max_tokens = 1073741824: must be in [0, 16777216]"),
+    (dict(min_tokens=20, max_tokens=10), "min_tokens = 20: must be in [0, max_tokens]"),
+    (dict(logprobs=21), "logprobs = 21: must be in [-1, 20]"),
+    (dict(stop=[""]), "stop"),
+    (dict(stop_token_ids=[-1]), "stop_token_ids[0]"),
+    (dict(presence_penalty=3), "presence_penalty = 3"),
+    (dict(temperature="hot"), "temperature: "),
 ])
 def test_bad_sampling_values_raise_valueerror_with_the_librarys_message(kwargs, message):
     with pytest.raises(ValueError) as e:
@@ -77,11 +78,11 @@ def test_tensor_parallel_threads_give_one_rank_s_tokens():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(block_size=24), "config.block_size = 24: must be a power of two"),
-    (dict(gpu_memory_utilization=0), "config.memory_threshold = 0: must be in (0, 1]"),
-    (dict(dtype="float8"), "config.weight_dtype"),
-    (dict(backend="tpu"), "config.backend"),
-    (dict(max_num_seqs=-1), "config.max_num_seqs = -1"),
+    (dict(block_size=24), "block_size = 24: must be a power of two"),
+    (dict(gpu_memory_utilization=0), "gpu_memory_utilization = 0: must be in (0, 1]"),
+    (dict(dtype="float8"), "dtype: "),
+    (dict(backend="tpu"), "backend: "),
+    (dict(max_num_seqs=-1), "max_num_seqs = -1"),
 ])
 def test_bad_engine_values_raise_valueerror_with_the_librarys_message(kwargs, message):
     with pytest.raises(ValueError) as e:
@@ -182,3 +183,28 @@ def test_metrics_count_what_ran(tiny):
     assert after.output_tokens - before.output_tokens == 10
     assert after.prompt_tokens - before.prompt_tokens == 5
     assert after.kv_blocks_total == 64
+
+
+def test_sampling_params_skip_special_stop_string_and_logit_bias():
+    """vLLM's skip_special_tokens, include_stop_str_in_output and logit_bias reach the
+    library: a +100 bias forces a token, BOS's text shows only when special tokens are kept,
+    and the stop string stays in the text when asked."""
+    import os
+    tok = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                       "tok512_hf")
+    with LLM("dummy:tiny", tokenizer=tok, threads=1, max_num_blocks=64) as llm:
+        def gen(**kw):
+            return llm.generate(["Once upon a time"], SamplingParams(temperature=0, **kw),
+                                use_tqdm=False)[0].outputs[0]
+        forced = gen(max_tokens=3, logit_bias={1: 100})
+        assert forced.token_ids == [1, 1, 1] and forced.text == ""
+        assert gen(max_tokens=3, logit_bias={1: 100}, skip_special_tokens=False).text == \
+            "<s><s><s>"
+        whole = gen(max_tokens=8).text
+        stop = whole[3:5]
+        at = whole.find(stop)
+        assert gen(max_tokens=8, stop=[stop]).text == whole[:at]
+        kept = gen(max_tokens=8, stop=[stop], include_stop_str_in_output=True)
+        assert kept.text == whole[:at + len(stop)] and kept.stop_reason == stop
+    with pytest.raises(ValueError, match=r"logit_bias.*\[-100, 100\]"):
+        SamplingParams(logit_bias={5: 500})

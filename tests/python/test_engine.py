@@ -42,7 +42,7 @@ def test_deltas_add_up_to_the_outputs(stories):
         assert outs["b"].outputs[0].text == ref[1].outputs[0].text
 
 
-def test_step_reports_deltas_and_finished_requests():
+def test_step_deltas_reports_deltas_and_finished_requests():
     with LLMEngine(**TINY) as eng:
         assert eng.add_request(None, [1, 2, 3],
                                SamplingParams(max_tokens=3, ignore_eos=True)) == "1"
@@ -51,15 +51,15 @@ def test_step_reports_deltas_and_finished_requests():
         assert rid == "x" and eng.get_num_unfinished_requests() == 2
         with pytest.raises(ValueError, match="already in use"):
             eng.add_request("x", [1])
-        first = eng.step()
+        first = eng.step_deltas()
         assert first.num_scheduled_seqs == 2 and first.num_scheduled_tokens == 5
         assert sorted(d.request_id for d in first.deltas) == ["1", "x"]
         finished = []
         while eng.has_unfinished_requests():
-            finished += eng.step().finished
+            finished += eng.step_deltas().finished
         assert [f.request_id for f in finished] == ["x", "1"]
         assert [len(f.outputs[0].token_ids) for f in finished] == [2, 3]
-        assert eng.step().deltas == []  # nothing to do: returns at once
+        assert eng.step_deltas().deltas == []  # nothing to do: returns at once
 
 
 def test_check_health_passes_on_a_working_engine_and_fails_once_closed():
@@ -79,8 +79,9 @@ def test_abort_finishes_a_request_wherever_it_is():
         eng.add_request("short", [7, 8], SamplingParams(max_tokens=4, ignore_eos=True))
         outs = {}
         for _ in range(5):
-            for o in eng.step().finished:
-                outs[o.request_id] = o
+            for o in eng.step():
+                if o.finished:
+                    outs[o.request_id] = o
         eng.abort_request(["long", "waiting", "unknown"])
         eng.abort_request("long")  # twice: ignored
         for d in eng.stream():
@@ -181,3 +182,67 @@ def test_the_gil_is_released_while_the_library_computes():
         assert spent > 0.05, "the step was too short to tell"
         assert longest[0] < spent / 2, \
             f"the other thread stopped for {longest[0]:.3f} s of a {spent:.3f} s step"
+
+
+def test_step_is_vllms_loop():
+    """vLLM's `for out in engine.step(): if out.finished:` loop: every request comes out
+    finished exactly once, equal to LLM.generate's output; before that each step's output
+    holds the ids so far (a prefix of the final ones) with the prompt's ids."""
+    from pagellm import EngineArgs
+    args = EngineArgs(model="dummy:tiny", kv_cache_dtype="float32", threads=1,
+                      extra={"max_num_blocks": 256})
+    params = SamplingParams(n=2, temperature=0.7, seed=5, max_tokens=6, ignore_eos=True)
+    prompts = {"a": [1, 2, 3], "b": [4, 5, 6, 7]}
+    with LLMEngine.from_engine_args(args) as eng:
+        for rid, ids in prompts.items():
+            eng.add_request(rid, ids, params)
+        done, partial = {}, {}
+        steps = 0
+        while eng.has_unfinished_requests():
+            steps += 1
+            for out in eng.step():
+                assert out.request_id not in done, "a request came out finished twice"
+                assert out.prompt_token_ids == prompts[out.request_id]
+                if out.finished:
+                    done[out.request_id] = out
+                else:
+                    assert len(out.outputs) == 2
+                    partial.setdefault(out.request_id, []).append(
+                        [list(o.token_ids) for o in out.outputs])
+        assert sorted(done) == ["a", "b"] and steps >= 6
+    with LLM(**args.to_kwargs()) as llm:
+        ref = llm.generate([prompts["a"], prompts["b"]], params, use_tqdm=False)
+    for rid, r in zip("ab", ref):
+        assert [o.token_ids for o in done[rid].outputs] == [o.token_ids for o in r.outputs]
+        for snapshot in partial[rid]:
+            for got, final in zip(snapshot, done[rid].outputs):
+                assert final.token_ids[:len(got)] == got
+        # the snapshots grow one token a step
+        lens = [len(s[0]) for s in partial[rid]]
+        assert lens == list(range(1, len(lens) + 1))
+
+
+def test_engine_args_are_vllms_names():
+    from pagellm import EngineArgs
+    with pytest.raises(ValueError, match="model"):
+        EngineArgs().to_kwargs()
+    a = EngineArgs(model="dummy:tiny", max_num_batched_tokens=64, gpu_memory_utilization=0.5,
+                   extra={"max_num_blocks": 32})
+    kw = a.to_kwargs()
+    assert kw["max_num_batched_tokens"] == 64 and kw["max_num_blocks"] == 32
+    assert "tokenizer" not in kw  # None: the library's default
+    with LLMEngine.from_engine_args(a) as eng:
+        assert eng.capacity(8, 8) > 0
+
+
+def test_prompt_logprobs_of_a_one_token_prompt_is_a_list():
+    """vLLM gives [None] (the first token has nothing to predict it), not None."""
+    with LLM(**TINY) as llm:
+        one = llm.generate([[7]], SamplingParams(max_tokens=1, prompt_logprobs=1),
+                           use_tqdm=False)[0]
+        two = llm.generate([[7, 8]], SamplingParams(max_tokens=1, prompt_logprobs=1),
+                           use_tqdm=False)[0]
+        none = llm.generate([[7]], SamplingParams(max_tokens=1), use_tqdm=False)[0]
+    assert one.prompt_logprobs == [None]
+    assert two.prompt_logprobs[0] is None and 8 in two.prompt_logprobs[1]
+    assert none.prompt_logprobs is None

@@ -110,9 +110,24 @@ Test(server_request, prompts_come_as_text_ids_or_batches) {
                                  "\"n\": 4}", 400, "n");
 }
 
+Test(server_request, vllms_extra_sampling_fields_reach_the_params) {
+    pl_srv_request r = parse_ok(PL_SRV_COMPLETION,
+        "{\"prompt\": \"hi\", \"logit_bias\": {\"5\": -100, \"7\": 2.5}, "
+        "\"skip_special_tokens\": false, \"include_stop_str_in_output\": true}");
+    cr_assert_eq(r.sp.n_logit_bias, 2);
+    cr_assert(!r.sp.skip_special_tokens && r.sp.include_stop_str_in_output);
+    pl_srv_request_free(&r);
+}
+
 Test(server_request, refusals_name_the_field_with_the_library_message) {
     pl_srv_error e = parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 0}", 400, "top_p");
     cr_assert(strstr(e.message, "(0, 1]"), "%s", e.message);
+    /* the request's own names, never the library's */
+    cr_assert_str_eq(e.message, "top_p = 0: must be in (0, 1]");
+    e = parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"stop_token_ids\": [-1]}", 400,
+                  "stop_token_ids");
+    cr_assert(!strncmp(e.message, "stop_token_ids[0]: must be a token id", 37), "%s", e.message);
+    cr_assert(!strstr(e.message, "sampling.") && !strstr(e.message, "stop_ids"), "%s", e.message);
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"temperature\": \"hot\"}", 400, "temperature");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"n\": 9}", 400, "n");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"n\": 65}", 400, "n");
@@ -125,7 +140,9 @@ Test(server_request, refusals_name_the_field_with_the_library_message) {
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"model\": 3}", 400, "model");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"suffix\": \"x\"}", 400, "suffix");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"best_of\": 2}", 400, "best_of");
-    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"logit_bias\": {\"1\": 2}}", 400, "logit_bias");
+    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"logit_bias\": {\"1\": 200}}", 400,
+              "logit_bias");
+    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"logit_bias\": [1]}", 400, "logit_bias");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": {}}", 400, "stream_options");
     parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": "
                                  "{\"include_usage\": 1}}", 400, "stream_options.include_usage");

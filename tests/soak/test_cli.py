@@ -244,7 +244,7 @@ def check_refused_line(tmp):
     report("text mode without a tokenizer prints ids, numbered as in JSON", problems, args, err)
 
     # the same file on standard input
-    rc, out2, err = run(args + ["--json", "--prompts", "-"], stdin=MIXED)
+    rc, out2, err = run(args[:-2] + ["--json", "--prompts", "-"], stdin=MIXED)
     problems = [] if rc == 1 else [f"exit {rc}, want 1"]
     recs2 = json_records(out2, problems)
     strip = lambda r: {k: (v.get("output_token_ids"), v.get("error")) for k, v in r.items()}
@@ -402,7 +402,7 @@ def main():
         ("min_tokens above max_tokens", "minmax.jsonl",
          '{"prompt_token_ids": [1], "max_tokens": 2, "min_tokens": 5}\n', "minmax.jsonl:1: "),
         ("a sampling field beyond the old list", "lp.jsonl",
-         '{"prompt_token_ids": [1], "logprobs": 99}\n', "lp.jsonl:1: sampling.logprobs"),
+         '{"prompt_token_ids": [1], "logprobs": 99}\n', "lp.jsonl:1: logprobs = 99"),
         ("n out of range", "n.jsonl", '{"prompt_token_ids": [1], "n": 1000}\n', "n"),
     ]
     for name, fname, text, needle in cases:
@@ -428,7 +428,7 @@ def main():
     # a sampling value out of range is the file's fault: refused while reading, with its line
     check("prompts file: sampling value refused", ["generate", "--model", "dummy:tiny",
           "--prompts", jsonl("topp.jsonl", '{"prompt_token_ids": [1], "top_p": 0}\n')],
-          2, ["topp.jsonl:1: sampling.top_p = 0: must be in (0, 1]"])
+          2, ["topp.jsonl:1: top_p = 0: must be in (0, 1]"])
 
     # flags
     flag_cases = [
@@ -467,18 +467,19 @@ def main():
     check("unknown command", ["frobnicate"], 2, ["frobnicate"])
     check("long-prefill-threshold without chunked prefill", ["generate", "--model", "dummy:tiny",
           "--no-chunked-prefill", "--long-prefill-threshold", "10"] + ids, None,
-          ["long_prefill_threshold", "chunked prefill"])
-    check("max-num-seqs alone lowers the batch", ["generate", "-m", "dummy:tiny", "-n", "2",
+          ["--long-prefill-threshold = 10", "chunked prefill", "--enable-chunked-prefill"])
+    check("max-num-seqs alone lowers the batch", ["generate", "-m", "dummy:tiny", "--max-tokens", "2",
           "--max-num-seqs", "4", "--temperature", "0"] + ids, 0, [])
     check("block size not a power of two", ["generate", "--model", "dummy:tiny",
                                             "--block-size", "24"] + ids, None, ["block"])
     check("max-model-len beyond the model", ["generate", "--model", "dummy:tiny",
                                              "--max-model-len", "100000"] + ids, None,
-          ["max_model_len"])
+          ["--max-model-len = 100000"])
     check("prompt id outside the vocabulary", ["generate", "--model", "dummy:tiny",
                                                "--prompt-ids", "1,512"], 1, ["vocabulary"])
     check("request longer than max_model_len", ["generate", "--model", "dummy:tiny",
-                                                "--max-tokens", "1000"] + ids, 1, ["max_model_len"])
+                                                "--max-tokens", "1000"] + ids, 1,
+          ["--max-tokens (1000) exceeds --max-model-len"])
 
     # the memory limit: weights that do not fit are refused with both numbers (64K = 65536)
     check("memory limit below the weights", ["generate", "--model", "dummy:tiny",
@@ -486,7 +487,7 @@ def main():
           weights_over_limit(65536))
     check("explicit KV pool beyond the memory limit", ["generate", "--model", "dummy:tiny",
           "--memory-limit", "16MiB", "--max-num-blocks", "100000"] + ids, 1,
-          ["memory_limit_bytes = 16777216", "max_num_blocks = 100000", "weights", "workspace"])
+          ["--memory-limit = 16777216", "--max-num-blocks = 100000", "weights", "workspace"])
     check("memory limit the model fits", ["generate", "--model", "dummy:tiny", "--memory-limit",
                                           "256M", "--max-tokens", "3", "--temperature", "0",
                                           "--json"] + ids, 0, [])

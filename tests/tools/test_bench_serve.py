@@ -598,6 +598,28 @@ def case_progress_tty():
     check("Serving Benchmark Result" in stdout and "\r" not in stdout, "stdout")
 
 
+def case_save_result():
+    """vLLM's --save-result / --result-dir / --result-filename: the JSON --output-json writes,
+    under vLLM's default name in the directory (made when missing)."""
+    with Mock() as mock:
+        p, js, rows = serve(mock, ["--num-prompts", 3, "--input-len", 4, "--output-len", 2,
+                                   "--save-result", "--result-dir", tmp("results"),
+                                   "--max-concurrency", 2, "--request-rate", 10])
+        files = os.listdir(tmp("results"))
+        check(len(files) == 1 and re.fullmatch(
+            r"openai-10\.0qps-concurrency2-mock-model-\d{8}-\d{6}\.json", files[0]),
+            f"--save-result wrote {files}")
+        with open(os.path.join(tmp("results"), files[0]), encoding="utf-8") as f:
+            saved = json.load(f)
+        check(saved["completed"] == 3 and saved["total_input_tokens"] == js["total_input_tokens"]
+              and saved["ttfts"] == js["ttfts"], "the saved JSON differs from --output-json's")
+        check(f"results saved to {tmp('results')}/{files[0]}" in p.stderr, "the path is not said")
+        run(["--base-url", mock.url, "--num-prompts", 2, "--input-len", 4, "--output-len", 2,
+             "--save_result", "--result-dir", tmp("results"), "--result-filename", "r.json"])
+        with open(tmp("results/r.json"), encoding="utf-8") as f:
+            check(json.load(f)["completed"] == 2, "--result-filename")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

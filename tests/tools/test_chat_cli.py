@@ -21,6 +21,9 @@ family_NAME      llama3, mistral, qwen2, qwen3 as downloaded (random weights, th
                  dataset reader counts the same prompt ids)
 chat_commands    blank lines, /reset (the same reply as the first turn again), /exit
 chat_interrupt   SIGINT stops the reply being streamed; the chat goes on
+chat_context     a history near the context's end: replies cut at what is left, said once
+chat_terminal    on a pseudo-terminal: line editing (arrow keys), history (up arrow), Ctrl-C
+                 while typing, a line ending in a backslash; --multiline-input over a pipe
 Exit 0 pass, 1 fail, 77 skip.
 """
 import json
@@ -449,6 +452,125 @@ def case_chat_interrupt():
           f"the stopped reply is not a cut of the whole one ({len(out)} vs {len(full)} chars)")
 
 
+def prompt_ids_of(flags, content):
+    """The prompt ids of a one-message chat, from `generate --messages` (the path the chat's
+    line reading does not touch)."""
+    out, _ = run(["generate"] + flags + ["--json", "--max-tokens", "1", "--messages",
+                                         write("one.json", [{"role": "user",
+                                                             "content": content}])])
+    return json.loads(out.splitlines()[0])["prompt_token_ids"]
+
+
+class Pty:
+    """`pagellm chat` on a pseudo-terminal: keys in, what the terminal shows out."""
+
+    def __init__(self, args):
+        import pty
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.environ["HOME"] = TMP  # no ~/.editrc of the user's
+            os.execv(PAGELLM, [PAGELLM] + args)
+        self.seen = b""
+
+    def read_until(self, pred, timeout=60):
+        end = time.time() + timeout
+        while not pred(self.seen.decode("utf-8", "replace")):
+            r, _, _ = select.select([self.fd], [], [], max(0.0, end - time.time()))
+            check(r, f"the terminal showed, within {timeout} s:\n{self.seen[-2000:]!r}")
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:
+                chunk = b""
+            check(chunk, f"the chat ended early; the terminal showed:\n{self.seen[-2000:]!r}")
+            self.seen += chunk
+        return self.seen.decode("utf-8", "replace")
+
+    def records(self):
+        return [json.loads(l.strip("\r").lstrip("> ")) for l in
+                self.seen.decode("utf-8", "replace").split("\n") if "{" in l and "turn" in l]
+
+    def prompts(self):
+        return self.seen.count(b"> ")
+
+    def send(self, keys, wait_prompt=True):
+        n = self.prompts()
+        os.write(self.fd, keys)
+        if wait_prompt:
+            self.read_until(lambda t: t.count("> ") > n)
+
+    def finish(self):
+        _, status = os.waitpid(self.pid, 0)
+        os.close(self.fd)
+        return os.waitstatus_to_exitcode(status)
+
+
+def case_chat_context():
+    """Once the history leaves less than --max-tokens of the context the reply is cut at what
+    is left, said once, instead of every turn failing; without --max-tokens a reply may use
+    all that is left."""
+    d, info = write_family("mistral", [{"role": "user", "content": USER_1}])
+    flags = ["--model", d, "--temperature", "0", "--kv-dtype", "f32", "--ignore-eos",
+             "--max-model-len", "96", "--json"]
+    out, err = run(["chat"] + flags + ["--max-tokens", "24"], stdin=f"{USER_1}\n" * 4,
+                   expect_rc=None)
+    recs = [json.loads(l) for l in out.splitlines()]
+    check(len(recs) >= 2, f"replies stopped before the context was full: {out}\n{err}")
+    for r in recs:
+        n = len(r["prompt_token_ids"]) + len(r["output_token_ids"])
+        check(n <= 96, f"turn {r['turn']}: {n} tokens in a 96-token context")
+    check(len(recs[0]["output_token_ids"]) == 24, "the first reply was cut")
+    cut = [r for r in recs if len(r["output_token_ids"]) < 24]
+    check(cut and len(cut[0]["prompt_token_ids"]) + len(cut[0]["output_token_ids"]) == 96,
+          f"no reply was cut at the context's end: {[len(r['output_token_ids']) for r in recs]}")
+    check(err.count("replies are cut at what is left") == 1, f"said {err.count('cut')}x:\n{err}")
+    check("leaves no room for output in --max-model-len (96" in err or len(recs) == 4,
+          f"a prompt filling the context: {err}")
+    # no --max-tokens: the first reply fills what the context leaves (EOS is ignored)
+    out, _ = run(["chat"] + flags, stdin=f"{USER_1}\n")
+    r = json.loads(out.splitlines()[0])
+    check(len(r["prompt_token_ids"]) + len(r["output_token_ids"]) == 96,
+          f"without --max-tokens the reply got {len(r['output_token_ids'])} tokens")
+
+
+def case_chat_terminal():
+    """Line editing, history, Ctrl-C while typing and continued lines on a terminal (libedit);
+    --multiline-input over a pipe."""
+    d, info = write_family("mistral", [{"role": "user", "content": USER_1}])
+    flags = engine_flags(d)
+    want = prompt_ids_of(flags, USER_1)
+    t = Pty(["chat"] + flags + ["--json"])
+    t.read_until(lambda s: "> " in s)
+    # "Name three colurs.", the cursor moved back four (left arrow) and "o" typed
+    typo = USER_1.replace("colours", "colurs")
+    t.send(typo.encode() + b"\x1b[D" * 4 + b"o\r")
+    t.send(b"garbage, then Ctrl-C", wait_prompt=False)
+    time.sleep(0.3)
+    t.send(b"\x03")
+    t.send(b"/reset\r")
+    t.send(b"\x1b[A\r")  # the up arrow: the last message sent, again
+    t.send(b"/reset\r")
+    t.send(b"first line\\\rsecond line\r")
+    os.write(t.fd, b"/exit\r")
+    try:
+        t.read_until(lambda s: False, timeout=30)
+    except Failure:
+        pass  # the terminal closes when the chat exits
+    rc = t.finish()
+    recs = t.records()
+    check(rc == 0, f"exit {rc}; the terminal showed:\n{t.seen[-2000:]!r}")
+    check(len(recs) == 3, f"3 replies expected (Ctrl-C drops the line typed): {recs}")
+    check(recs[0]["prompt_token_ids"] == want, "the edited line is not the message intended")
+    check(recs[1]["prompt_token_ids"] == want, "the up arrow did not give the last message")
+    check(recs[2]["prompt_token_ids"] == prompt_ids_of(flags, "first line\nsecond line"),
+          "a line ending in \\ did not go on to the next")
+    # --multiline-input over a pipe: lines until an empty one are one message
+    out, _ = run(["chat"] + flags + ["--json", "--multiline-input"],
+                 stdin="first line\nsecond line\n\n/exit\n")
+    recs = [json.loads(l) for l in out.splitlines()]
+    check(len(recs) == 1 and recs[0]["prompt_token_ids"] ==
+          prompt_ids_of(flags, "first line\nsecond line"), f"--multiline-input: {out}")
+
+
 def main():
     global PAGELLM, TOOL, TMP
     if len(sys.argv) != 4:
@@ -456,7 +578,8 @@ def main():
     PAGELLM, TOOL, case = sys.argv[1:]
     cases = {"tokenize_oracle": case_tokenize_oracle, "detokenize": case_detokenize,
              "messages": case_messages, "errors": case_errors,
-             "chat_commands": case_chat_commands, "chat_interrupt": case_chat_interrupt}
+             "chat_commands": case_chat_commands, "chat_interrupt": case_chat_interrupt,
+             "chat_terminal": case_chat_terminal, "chat_context": case_chat_context}
     for fam in ("llama3", "mistral", "qwen2", "qwen3"):
         cases["family_" + fam] = lambda fam=fam: case_family(fam)
     if case not in cases:

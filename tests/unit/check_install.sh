@@ -4,12 +4,14 @@
 # - pkg-config --cflags gives the include directory and nothing else (pagellm.h includes only
 #   libc headers: no dependency's include directory belongs there);
 # - a program built with `pkg-config --cflags --libs pagellm` runs on the shared library;
-# - the same program linked against the static archive with `pkg-config --static --libs`
-#   runs, without libpagellm.so and without any CUDA library;
+# - the same program linked with `pkg-config --cflags --libs pagellm-static` (the README's
+#   command) runs, without libpagellm.so and without any CUDA library;
 # - the installed pagellm runs, and its man page is installed;
 # - the installed Python package imports and generates, loading the installed library through
-#   the path meson install recorded (no PAGELLM_LIBRARY), and `pip install ./python` gives a
-#   package that finds the installed library through the loader path.
+#   the path meson install recorded (no PAGELLM_LIBRARY), and `pip install ./python` in a fresh
+#   virtual environment, with no package index and no flags (the README's command), gives a
+#   package that finds the installed library through the loader path and leaves no build
+#   folder in the source.
 # Usage: check_install.sh BUILD_DIR SOURCE_DIR PYTHON
 set -euo pipefail
 build="$1"
@@ -30,7 +32,7 @@ libdir="$(dirname "$(find "$root" -name 'libpagellm.so' | head -n 1)")"
 cflags="$(pkg-config --cflags pagellm)"
 [ "$(echo $cflags)" = "-I$incdir" ] ||
   { echo "pkg-config --cflags pagellm gives '$cflags', expected '-I$incdir' alone"; exit 1; }
-static_libs="$(pkg-config --static --libs pagellm)"
+static_libs="$(pkg-config --libs pagellm-static)"
 case "$static_libs" in
 *cublas* | *cudart* | *cuda*) echo "static link flags name CUDA: $static_libs"; exit 1 ;;
 esac
@@ -50,9 +52,9 @@ case "$(LD_LIBRARY_PATH="$libdir" ldd "$tmp/example")" in
 *) echo "not linked to libpagellm.so"; exit 1 ;;
 esac
 
-# static: the archive in place of -lpagellm, the private flags for what it needs
+# static: exactly as the README says
 cc -std=c11 -Wall -Werror $san "$src/tests/unit/install_example.c" -o "$tmp/example_static" \
-  $cflags ${static_libs/-lpagellm/-l:libpagellm.a}
+  $(pkg-config --cflags --libs pagellm-static)
 "$tmp/example_static"
 case "$(ldd "$tmp/example_static")" in
 *libpagellm.so*) echo "the static program loads libpagellm.so"; exit 1 ;;
@@ -104,13 +106,21 @@ if [ -n "${PAGELLM_TEST_MODELS:-}" ]; then
     { echo "Python: $(cat "$tmp/story.txt")"; echo "CLI: $(cat "$tmp/cli.txt")"; exit 1; }
 fi
 
-# pip install from a copy of the checkout (setuptools builds in the source folder), against
-# the installed library found through the loader path
+# pip install from a copy of the checkout into a fresh virtual environment, as the README says
+# (no index: nothing may be downloaded), against the installed library found through the
+# loader path. The venv's interpreter is the system's (python3-venv).
 cp -r "$src/python" "$tmp/pysrc"
-"$py" -m pip install --quiet --no-build-isolation --no-deps --no-index \
-  --target "$tmp/pipsite" "$tmp/pysrc" >"$tmp/pip.log" 2>&1 ||
-  { cat "$tmp/pip.log"; echo "pip install ./python failed"; exit 1; }
-[ ! -e "$tmp/pipsite/pagellm/_install.py" ] || { echo "pip installed meson's _install.py"; exit 1; }
-PYTHONPATH="$tmp/pipsite" LD_LIBRARY_PATH="$libdir" "$py" "$tmp/use.py" "$libdir" >/dev/null ||
+rm -rf "$tmp/pysrc/build" "$tmp/pysrc"/*.egg-info
+"$py" -m venv "$tmp/venv" >"$tmp/venv.log" 2>&1 ||
+  { cat "$tmp/venv.log"; echo "python3 -m venv failed (python3-venv)"; exit 1; }
+(cd "$tmp" && "$tmp/venv/bin/pip" install --quiet --no-index "$tmp/pysrc") >"$tmp/pip.log" 2>&1 ||
+  { cat "$tmp/pip.log"; echo "pip install ./python failed in a fresh venv"; exit 1; }
+pipsite="$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+[ -e "$pipsite/pagellm/__init__.py" ] || { echo "pip did not install the package"; exit 1; }
+[ ! -e "$pipsite/pagellm/_install.py" ] || { echo "pip installed meson's _install.py"; exit 1; }
+for left in "$tmp/pysrc/build" "$tmp/pysrc/pagellm.egg-info"; do
+  [ ! -e "$left" ] || { echo "pip install left $left in the source"; exit 1; }
+done
+LD_LIBRARY_PATH="$libdir" "$tmp/venv/bin/python" "$tmp/use.py" "$libdir" >/dev/null ||
   { echo "the pip-installed package failed"; exit 1; }
 echo "install check passed"

@@ -152,7 +152,7 @@ static int bad_sampling(bad_sp *b) {
         stmt;                                                                                  \
         b[n++].field = f;                                                                      \
     } while (0)
-    BAD("max_tokens", x->max_tokens = 0);
+    BAD("max_tokens", x->max_tokens = -1);
     BAD("max_tokens", x->max_tokens = -7);
     BAD("min_tokens", x->min_tokens = -1);
     BAD("min_tokens", (x->max_tokens = 4, x->min_tokens = 5));

@@ -212,7 +212,8 @@ static size_t member_size(const pl_field *f) {
     case PL_FIELD_STRING: return sizeof(char *);
     case PL_FIELD_ENUM: return sizeof(int);
     case PL_FIELD_IDS:
-    case PL_FIELD_STRINGS: return sizeof(void *);
+    case PL_FIELD_STRINGS:
+    case PL_FIELD_BIAS: return sizeof(void *);
     case PL_FIELD_OPT_U64: return sizeof(uint64_t);
     }
     return 0;
@@ -232,7 +233,7 @@ static void check_table(const char *what, const pl_field *f, size_t n, size_t st
                   what, f[i].name);
         bool numeric = f[i].kind == PL_FIELD_INT || f[i].kind == PL_FIELD_DOUBLE ||
                        f[i].kind == PL_FIELD_FLOAT || f[i].kind == PL_FIELD_IDS ||
-                       f[i].kind == PL_FIELD_STRINGS;
+                       f[i].kind == PL_FIELD_STRINGS || f[i].kind == PL_FIELD_BIAS;
         if (numeric) cr_assert(f[i].range.is_set, "%s.%s: a range", what, f[i].name);
         if (f[i].range.is_set) cr_assert_leq(f[i].range.min, f[i].range.max);
         cr_assert_eq(f[i].choices != NULL, f[i].kind == PL_FIELD_ENUM, "%s.%s", what, f[i].name);

@@ -156,7 +156,7 @@ Test(sampler, validation_names_the_field) {
         static const int32_t neg_id = -3;
         static const char *const empty[] = {""};
         switch (i) {
-        case 0: p.max_tokens = 0; break;
+        case 0: p.max_tokens = -1; break;
         case 1: p.temperature = -1.0f; break;
         case 2: p.top_p = 1.5f; break;
         case 3: p.top_k = -2; break;

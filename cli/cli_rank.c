@@ -14,7 +14,7 @@ int cli_rank_role(const char *cmd, const pl_engine_config *cfg) {
     pl_status s = pl_engine_config_is_worker(cfg, &worker);
     if (s != PL_OK) {
         fprintf(stderr, "pagellm %s: %s\n", cmd, pl_last_error_as(PL_NAMING_FLAG));
-        return s == PL_ERR_INVALID_ARGUMENT ? 2 : 1;
+        return 1; /* as the engine's own refusal of the config would (2 is for usage) */
     }
     if (!worker) return 0;
     /* Signals are rank 0's to act on (a drain needs the others to keep stepping); a worker

@@ -231,7 +231,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
 
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,
-                            .block_size = c->block_size};
+                            .block_size = c->block_size, .context_len = e->max_model_len};
     PL_TRY(size_pool(e, &lim, &lim.n_blocks));
     e->n_blocks = lim.n_blocks;
     PL_TRY(pl_kv_pool_create(c->block_size, lim.n_blocks, c->enable_prefix_caching, &e->pool));

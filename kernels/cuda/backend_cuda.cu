@@ -210,6 +210,7 @@ static void cuda_destroy(pl_backend *be) {
         cudaFree(c->wdeq);
         cudaFree(c->attn_part);
         cudaFree(c->wstage);
+        cudaFree(c->moe);
         for (int i = 0; i < 2; i++)
             if (c->half_free[i]) cudaEventDestroy(c->half_free[i]);
         if (c->pinned) cudaFreeHost(c->pinned);
@@ -245,8 +246,13 @@ static const pl_backend_ops cuda_ops = {
     /* .copy_blocks = */ pl_cuda_copy_blocks,
     /* .matmul_group = */ NULL, /* one cuBLAS call per product: the stream keeps them queued */
     /* .add_bias = */ pl_cuda_add_bias,
+    /* .moe_route = */ pl_cuda_moe_route,
+    /* .moe_matmul = */ pl_cuda_moe_matmul,
+    /* .moe_combine = */ pl_cuda_moe_combine,
+    /* .gelu_mul = */ pl_cuda_gelu_mul,
+    /* .scale = */ pl_cuda_scale,
 };
-static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 22,
+static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 27,
               "pl_backend_ops changed: update cuda_ops (positional initialiser)");
 
 /* Creates the device objects of c; on failure the caller destroys what exists. */

@@ -145,6 +145,9 @@ pl_status pl_ref_check_attention_sizes(const pl_attn_batch *b) {
     if (!isfinite(b->scale))
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: scale %g is not finite",
                        (double)b->scale);
+    if (!(b->softcap >= 0.0f) || isinf(b->softcap))
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: softcap %g must be finite and >= 0",
+                       (double)b->softcap);
     if (b->sliding_window < 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "attention: sliding_window %d < 0 (0 means no window)", b->sliding_window);
@@ -309,6 +312,11 @@ static const pl_backend_ops ref_ops = {
     .gather_rows = pl_ref_gather_rows,
     .copy_blocks = pl_ref_copy_blocks,
     .add_bias = pl_ref_add_bias,
+    .moe_route = pl_ref_moe_route,
+    .moe_matmul = pl_ref_moe_matmul,
+    .moe_combine = pl_ref_moe_combine,
+    .gelu_mul = pl_ref_gelu_mul,
+    .scale = pl_ref_scale,
 };
 
 pl_status pl_backend_ref_create(const pl_backend_options *opt, pl_backend **out) {

@@ -46,6 +46,22 @@ Test(families, mistral_matches_the_dense_reference, .timeout = 240) {
 }
 Test(families, qwen2_matches_the_dense_reference, .timeout = 240) { check_arch(PL_ARCH_QWEN2); }
 Test(families, qwen3_matches_the_dense_reference, .timeout = 240) { check_arch(PL_ARCH_QWEN3); }
+Test(families, mixtral_matches_the_dense_reference, .timeout = 240) {
+    check_arch(PL_ARCH_MIXTRAL);
+}
+Test(families, qwen2_moe_matches_the_dense_reference, .timeout = 240) {
+    check_arch(PL_ARCH_QWEN2_MOE);
+}
+Test(families, qwen3_moe_matches_the_dense_reference, .timeout = 240) {
+    check_arch(PL_ARCH_QWEN3_MOE);
+}
+Test(families, gemma2_matches_the_dense_reference, .timeout = 240) {
+    check_arch(PL_ARCH_GEMMA2);
+}
+Test(families, gemma3_matches_the_dense_reference, .timeout = 240) {
+    check_arch(PL_ARCH_GEMMA3);
+}
+Test(families, phi3_matches_the_dense_reference, .timeout = 240) { check_arch(PL_ARCH_PHI3); }
 
 // ----------------------------------------------------------------------------
 // the features change the tokens

@@ -38,14 +38,19 @@ static void assert_complete(const pl_backend_ops *o) {
     ENTRY(add_bias);
     ENTRY(gather_rows);
     ENTRY(copy_blocks);
+    ENTRY(moe_route);
+    ENTRY(moe_matmul);
+    ENTRY(moe_combine);
+    ENTRY(gelu_mul);
+    ENTRY(scale);
 #undef ENTRY
-    /* The table is exactly name + the 20 function pointers checked above + the optional
+    /* The table is exactly name + the 25 function pointers checked above + the optional
      * matmul_group (the cpu backend has it, ref runs the parts one by one). */
     if (!strcmp(o->name, "cpu"))
         cr_assert_not_null((const void *)(uintptr_t)o->matmul_group, "cpu: matmul_group is NULL");
     else
         cr_assert_null((const void *)(uintptr_t)o->matmul_group, "%s: matmul_group", o->name);
-    cr_assert_eq(sizeof(pl_backend_ops), sizeof(const char *) + 21 * sizeof(void (*)(void)),
+    cr_assert_eq(sizeof(pl_backend_ops), sizeof(const char *) + 26 * sizeof(void (*)(void)),
                  "pl_backend_ops grew: add the new entries to this test");
 }
 

@@ -379,6 +379,26 @@ static void same_config(const pl_model_config *a, const pl_model_config *b) {
     cr_assert_float_eq(a->norm_eps, b->norm_eps, 0);
     cr_assert_float_eq(a->rope_theta, b->rope_theta, 0);
     cr_assert_eq(a->sliding_window, b->sliding_window);
+    cr_assert_eq(a->swa_pattern, b->swa_pattern);
+    cr_assert_float_eq(a->rope_theta_local, b->rope_theta_local, 0);
+    cr_assert_eq(a->n_experts, b->n_experts);
+    cr_assert_eq(a->n_experts_used, b->n_experts_used);
+    cr_assert_eq(a->expert_hidden_dim, b->expert_hidden_dim);
+    cr_assert_eq(a->shared_hidden_dim, b->shared_hidden_dim);
+    cr_assert_eq(a->norm_topk_prob, b->norm_topk_prob);
+    cr_assert_float_eq(a->attn_softcap, b->attn_softcap, 0);
+    cr_assert_float_eq(a->final_softcap, b->final_softcap, 0);
+    if (a->query_pre_attn_scalar > 0.0f || b->query_pre_attn_scalar > 0.0f)
+        cr_assert_float_eq(a->query_pre_attn_scalar, b->query_pre_attn_scalar, 0);
+    cr_assert_eq(a->rope_scaling, b->rope_scaling);
+    if (a->rope_scaling == PL_ROPE_SCALING_LONGROPE) {
+        cr_assert_eq(a->rope_original_max_pos, b->rope_original_max_pos);
+        cr_assert_float_eq(a->rope_attn_factor, b->rope_attn_factor, 0);
+        for (int j = 0; j < a->head_dim / 2; j++) {
+            cr_assert_float_eq(a->rope_long_factors[j], b->rope_long_factors[j], 0);
+            cr_assert_float_eq(a->rope_short_factors[j], b->rope_short_factors[j], 0);
+        }
+    }
     cr_assert_eq(a->tied_embeddings, b->tied_embeddings);
     cr_assert_eq(a->bos_id, b->bos_id);
     cr_assert_eq(a->n_eos, b->n_eos);
@@ -400,7 +420,9 @@ static void round_trip(const pl_model *m, const char *dir) {
         pl_model *got;
         cr_assert_eq(load(path, PL_DTYPE_AUTO, &got), PL_OK, "%s", pl_last_error());
         same_config(&m->cfg, &got->cfg);
-        int want_layout = m->cfg.arch == PL_ARCH_QWEN2 || m->cfg.arch == PL_ARCH_QWEN3 ? 1 : 0;
+        /* llama.cpp's "normal" rope for its llama files, "neox" for every other family */
+        int want_layout = m->cfg.arch == PL_ARCH_LLAMA || m->cfg.arch == PL_ARCH_MISTRAL ||
+                          m->cfg.arch == PL_ARCH_MIXTRAL ? 0 : 1;
         cr_assert_eq(got->cfg.rope_layout, want_layout);
         cr_assert_eq(pl_model_weight(got, PL_T_ATTN_Q, 0)->type, types[i]);
         cr_assert_eq(pl_model_weight(got, PL_T_ATTN_NORM, 0)->type, PL_WTYPE_F32,
@@ -607,8 +629,9 @@ Test(gguf, model_level_refusals) {
     expect_load_fail(bad, PL_ERR_FORMAT, "token_embd.weight", "ne");
     rewrite(src, bad, &(edit){.set_u32_key = "llama.rope.dimension_count", .set_u32 = 16});
     expect_load_fail(bad, PL_ERR_UNSUPPORTED, "partial rotary", NULL);
+    /* experts make a llama file Mixtral's, which then needs its other expert keys */
     rewrite(src, bad, &(edit){.set_u32_key = "llama.expert_count", .set_u32 = 8});
-    expect_load_fail(bad, PL_ERR_UNSUPPORTED, "mixture-of-experts", NULL);
+    expect_load_fail(bad, PL_ERR_FORMAT, "llama.expert_used_count", "missing");
     rewrite(src, bad, &(edit){.set_u32_key = "tokenizer.ggml.eos_token_id", .set_u32 = 5000});
     expect_load_fail(bad, PL_ERR_FORMAT, "tokenizer.ggml.eos_token_id", NULL);
     rewrite(src, bad, &(edit){.set_u32_key = "general.architecture", .set_u32 = 1});

@@ -16,7 +16,8 @@
  *      past the chunk count returns at once. One warp per output feature of the chunk's
  *      expert reads that weight row once (lanes over the row: coalesced; quantised rows in
  *      32-element pieces through quant.cuh, as qmatmul.cu's GEMV) against the chunk's rows of
- *      x, gathered through the order, and writes each slot's output.
+ *      x, gathered through the order (rounded to f16/bf16 for such weights, as matmul.cu
+ *      rounds them before cuBLAS), and writes each slot's output.
  * A decode step of k experts is so one sort plus one launch per part, each expert's weights
  * read once; prefill chunks re-read an expert's rows once per kRows slots (a GEMV, not a
  * tensor-core GEMM: the next step for large batches).
@@ -171,6 +172,14 @@ static __device__ __forceinline__ void row_piece(const uint8_t *__restrict__ row
     }
 }
 
+/* x as the product sees it: rounded to the weights' type for f16/bf16 weights (as matmul.cu
+ * converts activations before cuBLAS), f32 for f32 and the quantised types (as qmatmul.cu). */
+template <int T> static __device__ __forceinline__ float act(float x) {
+    if constexpr (T == PL_WTYPE_F16) return __half2float(__float2half_rn(x));
+    else if constexpr (T == PL_WTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(x));
+    else return x;
+}
+
 template <int T>
 static __global__ void __launch_bounds__(kWarps * 32)
 moe_gemv_kernel(float *__restrict__ out, const float *__restrict__ x, int x_div,
@@ -202,7 +211,7 @@ moe_gemv_kernel(float *__restrict__ out, const float *__restrict__ x, int x_div,
             if (r < n) {
                 const float *xp = xr[r] + 32 * p;
                 float s = 0.f;
-                for (int i = 0; i < len; i++) s += v[i] * xp[i];
+                for (int i = 0; i < len; i++) s += v[i] * act<T>(xp[i]);
                 acc[r] += s;
             }
         }

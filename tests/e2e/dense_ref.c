@@ -187,12 +187,17 @@ static void rmsnorm(float *o, const float *x, const pl_weight *w, int n, float e
 static void matvec_rows(dense_ref *d, float *o, const float *x, const pl_weight *w,
                         const pl_weight *b, int row0, int n) {
     bool round = d->round_inputs && (w->type == PL_WTYPE_F16 || w->type == PL_WTYPE_BF16);
+    /* the CUDA backend keeps an f32 matrix (a router) as f16: weights and inputs rounded */
+    bool f32_as_f16 = d->round_inputs && w->type == PL_WTYPE_F32;
     for (int i = 0; i < n; i++) {
         get_row(w, row0 + i, d->row);
+        if (f32_as_f16)
+            for (int j = 0; j < w->cols; j++) d->row[j] = pl_f16_to_f32(pl_f32_to_f16(d->row[j]));
         double acc = 0;
         for (int j = 0; j < w->cols; j++) {
             float xj = x[j];
-            if (round && w->type == PL_WTYPE_F16) xj = pl_f16_to_f32(pl_f32_to_f16(xj));
+            if ((round && w->type == PL_WTYPE_F16) || f32_as_f16)
+                xj = pl_f16_to_f32(pl_f32_to_f16(xj));
             if (round && w->type == PL_WTYPE_BF16) xj = pl_bf16_to_f32(pl_f32_to_bf16(xj));
             acc += (double)d->row[j] * xj;
         }

@@ -374,6 +374,9 @@ static pl_status parse_gemma(const char *path, json_t *root, const pl_arch_info 
                              pl_model_config *c) {
     PL_TRY(get_float(path, root, "", "query_pre_attn_scalar", false, (float)c->head_dim,
                      &c->query_pre_attn_scalar));
+    if (!(c->query_pre_attn_scalar > 0.0f) || isinf(c->query_pre_attn_scalar))
+        return pl_fail(PL_ERR_FORMAT, "%s: query_pre_attn_scalar = %g must be positive and "
+                       "finite", path, (double)c->query_pre_attn_scalar);
     PL_TRY(get_softcap(path, root, "attn_logit_softcapping", &c->attn_softcap));
     PL_TRY(get_softcap(path, root, "final_logit_softcapping", &c->final_softcap));
     if (arch->arch == PL_ARCH_GEMMA3 && c->swa_pattern > 1)

@@ -533,6 +533,8 @@ typedef struct edit {
     const char *extra;       /* add this tensor (a copy of attn_norm of layer 0's shape) */
     const char *set_u32_key; /* replace this key by set_u32 */
     uint32_t set_u32;
+    const char *set_f32_key; /* replace this key by set_f32 */
+    float set_f32;
 } edit;
 
 static void rewrite(const char *src, const char *dst, const edit *e) {
@@ -547,9 +549,11 @@ static void rewrite(const char *src, const char *dst, const edit *e) {
         const pl_gguf_kv *kv = &g.kv[i];
         if (e->drop_key && pl_gguf_str_eq(kv->key, e->drop_key)) continue;
         if (e->set_u32_key && pl_gguf_str_eq(kv->key, e->set_u32_key)) continue;
+        if (e->set_f32_key && pl_gguf_str_eq(kv->key, e->set_f32_key)) continue;
         cr_assert_eq(pl_gguf_add_kv_copy(w, kv), PL_OK);
     }
     if (e->set_u32_key) cr_assert_eq(pl_gguf_add_u32(w, e->set_u32_key, e->set_u32), PL_OK);
+    if (e->set_f32_key) cr_assert_eq(pl_gguf_add_f32(w, e->set_f32_key, e->set_f32), PL_OK);
     void *zeros = calloc(1, 1 << 20);
     for (size_t i = 0; i < g.n_tensors; i++) {
         const pl_gguf_tensor *t = &g.tensors[i];
@@ -584,6 +588,66 @@ static void expect_load_fail(const char *path, pl_status code, const char *n1, c
     cr_assert(strstr(pl_last_error(), path), "names the file: %s", pl_last_error());
     if (n1) cr_assert(strstr(pl_last_error(), n1), "\"%s\" lacks \"%s\"", pl_last_error(), n1);
     if (n2) cr_assert(strstr(pl_last_error(), n2), "\"%s\" lacks \"%s\"", pl_last_error(), n2);
+}
+
+/* The families' GGUF keys and tensors: each refusal names the key or the tensor. */
+Test(gguf, family_refusals) {
+    const char *dir = pl_test_tmpdir();
+    char src[600], bad[600];
+    snprintf(src, sizeof src, "%s/src.gguf", dir);
+    snprintf(bad, sizeof bad, "%s/bad.gguf", dir);
+    const pl_arch archs[] = {PL_ARCH_QWEN2_MOE, PL_ARCH_GEMMA2, PL_ARCH_PHI3, PL_ARCH_MIXTRAL};
+    for (int a = 0; a < 4; a++) {
+        pl_model_config c;
+        pl_fixture_family_config(archs[a], 1, &c);
+        pl_model *m = pl_fixture_model(&c, 2);
+        save(m, PL_WTYPE_F32, src);
+        pl_model_free(m);
+        pl_model *ok;
+        cr_assert_eq(load(src, PL_DTYPE_AUTO, &ok), PL_OK, "%s", pl_last_error());
+        pl_model_free(ok);
+        switch (archs[a]) {
+        case PL_ARCH_QWEN2_MOE:
+            rewrite(src, bad, &(edit){.set_u32_key = "qwen2moe.expert_used_count", .set_u32 = 9});
+            expect_load_fail(bad, PL_ERR_FORMAT, "qwen2moe.expert_used_count = 9",
+                             "qwen2moe.expert_count = 6");
+            rewrite(src, bad, &(edit){.drop_tensor = "blk.1.ffn_down_exps.weight"});
+            expect_load_fail(bad, PL_ERR_NOT_FOUND, "blk.1.ffn_down_exps.weight", NULL);
+            /* the stack of another expert count */
+            rewrite(src, bad, &(edit){.set_u32_key = "qwen2moe.expert_count", .set_u32 = 5});
+            expect_load_fail(bad, PL_ERR_FORMAT, "ffn_gate_inp.weight", "[36, 5]");
+            rewrite(src, bad, &(edit){.drop_key = "qwen2moe.expert_shared_feed_forward_length"});
+            expect_load_fail(bad, PL_ERR_FORMAT, "expert_shared_feed_forward_length", "missing");
+            rewrite(src, bad, &(edit){.rename_from = "blk.0.ffn_up_exps.weight",
+                                      .rename_to = "blk.0.ffn_up.weight"});
+            expect_load_fail(bad, PL_ERR_FORMAT, "blk.0.ffn_up.weight", "not part of");
+            break;
+        case PL_ARCH_GEMMA2:
+            rewrite(src, bad, &(edit){.set_f32_key = "gemma2.attn_logit_softcapping",
+                                      .set_f32 = 0.0f});
+            expect_load_fail(bad, PL_ERR_FORMAT, "gemma2.attn_logit_softcapping", "divides");
+            rewrite(src, bad, &(edit){.set_u32_key = "gemma2.attention.sliding_window",
+                                      .set_u32 = 4096});
+            expect_load_fail(bad, PL_ERR_FORMAT, "gemma2.attention.sliding_window = 4096",
+                             "context_length = 256");
+            rewrite(src, bad, &(edit){.drop_tensor = "blk.1.post_ffw_norm.weight"});
+            expect_load_fail(bad, PL_ERR_NOT_FOUND, "blk.1.post_ffw_norm.weight", NULL);
+            break;
+        case PL_ARCH_PHI3:
+            rewrite(src, bad, &(edit){.drop_tensor = "rope_factors_short.weight"});
+            expect_load_fail(bad, PL_ERR_FORMAT, "rope_factors_long.weight",
+                             "without rope_factors_short.weight");
+            rewrite(src, bad, &(edit){.drop_tensor = "blk.0.attn_qkv.weight"});
+            expect_load_fail(bad, PL_ERR_NOT_FOUND, "blk.0.attn_q.weight", NULL);
+            break;
+        default: /* Mixtral: a llama file with experts */
+            rewrite(src, bad, &(edit){.set_u32_key = "llama.expert_used_count", .set_u32 = 0});
+            expect_load_fail(bad, PL_ERR_FORMAT, "llama.expert_used_count = 0", NULL);
+            break;
+        }
+    }
+    pl_fixture_remove_dir(dir);
+    PL_ASSERT_NO_LEAKS();
 }
 
 Test(gguf, model_level_refusals) {

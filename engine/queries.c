@@ -140,6 +140,12 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
     };
     info.weight_type = e->weight_type;
     count_params(m, &info.n_params, &info.weight_bytes);
+    info.n_experts = c->n_experts;
+    info.n_experts_used = c->n_experts_used;
+    uint64_t total, active;
+    pl_model_config_params(c, &total, &active);
+    /* n_params counts what is loaded (a tied output once), as the config's total does */
+    info.n_active_params = info.n_params - (total - active);
     info.max_concurrency = (double)info.kv_tokens / (double)e->max_model_len;
     pl_fields_fill_out(dst, dst_size, &info, sizeof info);
     return PL_OK;

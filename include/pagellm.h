@@ -708,6 +708,12 @@ typedef struct pl_model_info {
      * each holds, most first, joined by '+': "f16", "q8_0", "q4_k+q6_k" (a Q4_K_M file),
      * "q4_0+f16" (rows that fell back). Engine-owned, valid until pl_engine_destroy. */
     const char *weight_type;
+    /* Mixture of experts: routed experts per layer and the ones each token runs (0, 0 for a
+     * dense model). */
+    int n_experts, n_experts_used;
+    uint64_t n_active_params;   /* of n_params, those one token uses: n_params for a dense
+                                   model; of the routed experts' n_experts_used / n_experts
+                                   (Qwen3-30B-A3B: 3.3B of 30.5B) */
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */
@@ -930,8 +936,10 @@ static inline void pl_engine_get_profile(const pl_engine *e, pl_profile *out) {
 }
 PL_API void pl_engine_reset_profile(pl_engine *e);
 
-/* Bytes of matrix weights the model streams per forward pass, and parameters in matrix
- * products per token (2x this = matmul FLOPs per token): for roofline figures. */
+/* Bytes of matrix weights the model streams per forward pass of one token, and parameters in
+ * matrix products per token (2x this = matmul FLOPs per token): for roofline figures. A
+ * mixture of experts counts the n_experts_used of n_experts experts a token runs (the
+ * active weights: what batch-1 decode reads). */
 PL_API size_t pl_engine_weight_bytes(const pl_engine *e);
 PL_API size_t pl_engine_matmul_params(const pl_engine *e);
 

@@ -153,7 +153,9 @@ class ModelInfoC(Structure):
                 ("hidden_dim", c_int), ("kv_bytes_per_token", c_size_t),
                 ("block_size", c_int), ("kv_blocks", c_int), ("kv_tokens", c_uint64),
                 ("max_batch_size", c_int), ("max_num_seqs", c_int),
-                ("max_concurrency", c_double), ("weight_type", c_char_p)]
+                ("max_concurrency", c_double), ("weight_type", c_char_p),
+                ("n_experts", c_int), ("n_experts_used", c_int),
+                ("n_active_params", c_uint64)]
 
 
 # Which ctypes struct mirrors which C struct (for the layout test).

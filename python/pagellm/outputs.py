@@ -148,6 +148,9 @@ class ModelInfo:
     max_num_seqs: int
     max_concurrency: float
     weight_type: str
+    n_experts: int
+    n_experts_used: int
+    n_active_params: int
 
 
 # ---- from C -------------------------------------------------------------------------------

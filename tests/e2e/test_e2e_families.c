@@ -176,3 +176,37 @@ Test(families, mistral_window_shorter_than_the_sequence, .timeout = 240) {
                                 .sliding_window = 24});
     PL_ASSERT_NO_LEAKS();
 }
+
+// ----------------------------------------------------------------------------
+// model facts of a mixture of experts
+
+/* The Mixtral fixture (tied): dim 32, 4 heads and 2 KV heads of 8, 4 experts of 40, 2 per
+ * token, vocab 91, 2 layers. Per layer: norms 2 x 32, q 32x32, k and v 16x32, o 32x32,
+ * router 4x32, experts 4 x 3 x 40x32 (2 of them active); the embedding once (tied), the
+ * final norm. */
+Test(families, model_info_counts_active_parameters) {
+    family_run f;
+    family_setup(&f, &(family_case){.arch = PL_ARCH_MIXTRAL, .variant = 0, .seed = 11},
+                 PL_DTYPE_AUTO, false);
+    pl_engine_config ec;
+    pl_engine_config_default(&ec);
+    ec.model_path = f.dir;
+    ec.backend = PL_BACKEND_REF;
+    pl_engine *e = e2e_engine(&ec);
+    pl_model_info info;
+    cr_assert_eq(pl_engine_model_info(e, &info), PL_OK);
+    const uint64_t attn = 32 * 32 + 2 * 16 * 32 + 32 * 32, router = 4 * 32;
+    const uint64_t expert = 3 * 40 * 32, embd = 91 * 32;
+    cr_assert_str_eq(info.architecture, "mixtral");
+    cr_assert_eq(info.n_experts, 4);
+    cr_assert_eq(info.n_experts_used, 2);
+    cr_assert_eq(info.n_params, embd + 2 * (2 * 32 + attn + router + 4 * expert) + 32);
+    cr_assert_eq(info.n_active_params, embd + 2 * (2 * 32 + attn + router + 2 * expert) + 32);
+    /* what a decode step reads: the products of every layer, 2 of the 4 experts, and the
+     * output projection (the tied embedding, once) */
+    cr_assert_eq(pl_engine_matmul_params(e), 2 * (attn + router + 2 * expert) + embd);
+    cr_assert_eq(pl_engine_weight_bytes(e), 4 * pl_engine_matmul_params(e));
+    pl_engine_destroy(e);
+    family_teardown(&f);
+    PL_ASSERT_NO_LEAKS();
+}

@@ -21,6 +21,20 @@ const char *family_name(const family_case *fc) {
     return buf;
 }
 
+/* Router rows 4 and 6 become copies of row 1 and all three are tripled: the three lead every
+ * token's choice with equal logits, so with two per token the tie decides between 4 and 6. */
+static void plant_router_tie(pl_model *m) {
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const pl_weight *w = pl_model_weight(m, PL_T_FFN_GATE_INP, l);
+        cr_assert(w->data && w->type == PL_WTYPE_F32 && w->rows > 6);
+        float *r = (float *)w->data;
+        int D = w->cols;
+        for (int i = 0; i < D; i++) r[1 * D + i] *= 3.0f;
+        memcpy(r + 4 * D, r + 1 * D, (size_t)D * sizeof *r);
+        memcpy(r + 6 * D, r + 1 * D, (size_t)D * sizeof *r);
+    }
+}
+
 void family_setup(family_run *f, const family_case *fc, pl_dtype weights, bool round_inputs) {
     memset(f, 0, sizeof *f);
     f->fc = *fc;
@@ -30,6 +44,7 @@ void family_setup(family_run *f, const family_case *fc, pl_dtype weights, bool r
     if (fc->sliding_window > 0) c.sliding_window = fc->sliding_window;
     pl_model *m = pl_fixture_family_model(&c, fc->seed);
     cr_assert(m, "%s: fixture model", family_name(fc));
+    if (fc->router_tie) plant_router_tie(m);
     const char *tmp = pl_test_tmpdir();
     cr_assert(tmp);
     snprintf(f->dir, sizeof f->dir, "%s", tmp);
@@ -86,7 +101,8 @@ void family_teardown(family_run *f) {
     pl_fixture_remove_dir(f->dir);
 }
 
-void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_at_a_time) {
+static void check_engine(const family_run *f, pl_backend_kind backend, bool one_at_a_time,
+                         int n_blocks) {
     pl_engine_config ec;
     pl_engine_config_default(&ec);
     ec.model_path = f->dir;
@@ -94,7 +110,7 @@ void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_
     ec.weight_dtype = f->weights;
     ec.kv_dtype = PL_DTYPE_F32;
     ec.block_size = 4;
-    ec.max_num_blocks = 512;
+    ec.max_num_blocks = n_blocks;
     ec.max_total_tokens = 32;
     ec.n_threads = 2;
     pl_engine *e = e2e_engine(&ec);
@@ -112,6 +128,20 @@ void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_
         cr_assert_eq(got.len[i], FAMILY_OUT, "%s: prompt %d gave %d tokens", what, i, got.len[i]);
     cr_assert(e2e_outputs_equal(what, &f->want, &got), "%s: tokens differ from the dense "
               "reference (stderr has the first)", what);
+    if (n_blocks < 512) {
+        pl_metrics m;
+        pl_engine_metrics(e, &m);
+        cr_assert_gt(m.preemptions, 0, "%s: a pool of %d blocks preempted nothing", what,
+                     n_blocks);
+    }
     e2e_outputs_free(&got);
     pl_engine_destroy(e);
+}
+
+void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_at_a_time) {
+    check_engine(f, backend, one_at_a_time, 512);
+}
+
+void family_check_engine_pool(const family_run *f, pl_backend_kind backend, int n_blocks) {
+    check_engine(f, backend, false, n_blocks);
 }

@@ -198,9 +198,11 @@ typedef enum pl_overflow_policy {
 #define PL_ENGINE_CONFIG_FIELDS(X)                                                             \
     X(STRING, const char *, model_path, NULL, PL_RANGE_NONE, "--model", 'm', "PATH",           \
       "model (required): a llama2.c .bin file, a Hugging Face directory (config.json + "       \
-      "safetensors: Llama, Mistral, Qwen2, Qwen3), a GGUF file (llama, qwen2, qwen3; its "     \
-      "own tokenizer), or dummy:NAME for seeded random weights (dummy:tiny, dummy:stories15m, "  \
-      "dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b)")                             \
+      "safetensors: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Gemma 2, "    \
+      "Gemma 3, Phi-3), a GGUF file (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, " \
+      "phi3; its own tokenizer), or dummy:NAME for seeded random weights (dummy:tiny, "        \
+      "dummy:stories15m, dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b, "           \
+      "dummy:mixtral-mini)")                                                                    \
     X(STRING, const char *, tokenizer_path, NULL, PL_RANGE_NONE, "--tokenizer", 0, "PATH",     \
       "tokenizer: a tokenizer.json (tokenizer_config.json read beside it), a directory "     \
       "holding one, a SentencePiece .model, or a GGUF file's vocabulary; unset: the model's "  \

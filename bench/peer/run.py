@@ -35,7 +35,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LOCK = "/tmp/pagellm-bench.lock"
 # token counts per shape: (decode N, prefill P, batched prompt BP, batched output BG); the
 # TinyLlama shape is ~10x the work per token on 2 cores, so its counts are smaller
-COUNTS = {"stories110m": (128, 128, 64, 64), "tinyllama-1.1b": (32, 128, 32, 16)}
+COUNTS = {"stories110m": (128, 128, 64, 64), "tinyllama-1.1b": (32, 128, 32, 16),
+          "mixtral-mini": (64, 128, 32, 32)}
 
 
 def sh(cmd, timeout=1800):

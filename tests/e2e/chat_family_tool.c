@@ -9,10 +9,10 @@
  *       family needs PAGELLM_TEST_MODELS and it is unset.
  *   chat_family_tool greedy DIR N ID,ID,...
  *       prints the dense reference's N greedy tokens after the prompt ids, comma-separated.
- *   chat_family_tool family MODEL_TYPE DIR SEED [TOKENIZER_DIR]
+ *   chat_family_tool family MODEL_TYPE DIR SEED [TOKENIZER_DIR VOCAB]
  *       writes the random model of test_e2e_families.c of that family (config.json's
  *       model_type: mixtral, qwen2_moe, gemma2, ...) in Hugging Face form; with TOKENIZER_DIR,
- *       with a vocabulary of 512 and that directory's tokenizer.json (and
+ *       with a vocabulary of VOCAB (the tokenizer's) and that directory's tokenizer.json (and
  *       tokenizer_config.json) beside it.
  *
  * Exit 0, or 1 with the reason on stderr.
@@ -97,7 +97,8 @@ static bool copy_file(const char *from, const char *to) {
     return ok;
 }
 
-static int cmd_family(const char *type, const char *dir, const char *seed, const char *tok) {
+static int cmd_family(const char *type, const char *dir, const char *seed, const char *tok,
+                      int vocab) {
     const pl_arch_info *a = pl_arch_by_model_type(type);
     if (!a) {
         fprintf(stderr, "chat_family_tool: unknown model_type %s\n", type);
@@ -105,7 +106,7 @@ static int cmd_family(const char *type, const char *dir, const char *seed, const
     }
     pl_model_config c;
     pl_fixture_family_config(a->arch, 1, &c);
-    if (tok) c.vocab_size = 512;
+    if (tok) c.vocab_size = vocab;
     pl_model *m = pl_fixture_family_model(&c, strtoull(seed, NULL, 10));
     bool ok = m && pl_fixture_write_hf(m, dir, NULL);
     pl_model_free(m);
@@ -122,12 +123,13 @@ static int cmd_family(const char *type, const char *dir, const char *seed, const
 }
 
 int main(int argc, char **argv) {
-    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "family"))
-        return cmd_family(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : NULL);
+    if ((argc == 5 || argc == 7) && !strcmp(argv[1], "family"))
+        return cmd_family(argv[2], argv[3], argv[4], argc == 7 ? argv[5] : NULL,
+                          argc == 7 ? atoi(argv[6]) : 0);
     if (argc == 6 && !strcmp(argv[1], "write")) return cmd_write(argv[2], argv[3], argv[4], argv[5]);
     if (argc == 5 && !strcmp(argv[1], "greedy")) return cmd_greedy(argv[2], argv[3], argv[4]);
     fprintf(stderr, "usage: chat_family_tool write FAMILY DIR SEED MESSAGES.json\n"
                     "       chat_family_tool greedy DIR N ID,ID,...\n"
-                    "       chat_family_tool family MODEL_TYPE DIR SEED [TOKENIZER_DIR]\n");
+                    "       chat_family_tool family MODEL_TYPE DIR SEED [TOKENIZER_DIR VOCAB]\n");
     return 1;
 }

@@ -105,13 +105,14 @@ typedef struct pl_cpu_ctx {
 
 /* The best ISA this machine supports. */
 pl_cpu_isa pl_cpu_detect_isa(void);
-const char *pl_cpu_isa_name(pl_cpu_isa isa);
+const char *pl_cpu_isa_name(pl_cpu_isa isa); /* ctx.c */
 
 /* As pl_backend_cpu_create, but never using an ISA above `isa` (tests and benchmarks run every
  * code path on one machine). Asking for more than the machine has gives the machine's best. */
 pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa isa,
                                     pl_backend **out);
 
+/* ctx.c: what the ops share. */
 /* Grows every thread's scratch to at least n_floats and the int scratch to n_ints. */
 pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints);
 

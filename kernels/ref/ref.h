@@ -56,7 +56,9 @@ pl_status pl_ref_gelu_mul(pl_backend *be, float *out, const float *gate, const f
                           size_t n);
 pl_status pl_ref_scale(pl_backend *be, float *x, size_t n, float scale, float cap);
 
-/* ---- argument checks shared by host backends (kernels/ref/backend_ref.c) ---- */
+/* ---- argument checks shared by host backends (kernels/ref/check.c) ---- */
+/* f32, f16 or bf16: the storage types the host backends keep weights and KV in. */
+bool pl_ref_dtype_ok(pl_dtype t);
 /* embed and matmul also check that the weight type has a row in util/wtype.h and that a row
  * (dim, d_in) is a whole number of its blocks. */
 pl_status pl_ref_check_embed(const float *out, const int32_t *ids, int n_tokens,

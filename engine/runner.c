@@ -479,8 +479,15 @@ static pl_status shared_expert(pl_runner *r, int T, int l) {
     return matmul(r, r->shared_gate, r->xb, dw(r, PL_T_FFN_GATE_INP_SHEXP, l), T, c->dim, 1);
 }
 
+/* An expert product's FLOPs (every slot) and bytes: the weights of at most min(slots,
+ * n_experts) experts (which ones, the host does not know: the ids stay on the backend). */
 static void count_moe(pl_runner *r, int slots, int d_in, int d_out, pl_wtype wt) {
-    if (r->profiling) count_matmul(r, slots, d_in, d_out, wt);
+    if (!r->profiling) return;
+    const pl_wtype_traits *t = pl_wtype_traits_of(wt);
+    int experts = slots < r->m->cfg.n_experts ? slots : r->m->cfg.n_experts;
+    r->prof.matmul_flops += 2.0 * slots * d_in * (double)d_out;
+    r->prof.matmul_bytes += experts * (double)d_in * d_out * t->block_bytes / t->block_elems +
+                            4.0 * slots * ((double)d_in + d_out);
 }
 
 /* The routed experts: r->xb (T, dim) -> r->xb2 (T, dim), each token through its k experts,

@@ -8,6 +8,8 @@
  * each expert's weights are streamed once per step whatever number of tokens chose it:
  *   - an expert's rows are gathered into a contiguous block, and its outputs scattered back,
  *     unless it has one slot: then x and out are used where they lie (decode copies nothing);
+ *     the scratch holds one expert's rows at a time (the busiest expert's count), not the
+ *     step's;
  *   - consecutive experts that read the same x (one token's slots in the gate/up product)
  *     share one matmul_group call of up to PL_MATMUL_MAX_PARTS parts, so a decode step's
  *     gate and up products for two experts are one pool dispatch.
@@ -50,13 +52,14 @@ pl_status pl_cpu_moe_combine(pl_backend *be, float *out, const float *y, const f
     return PL_OK;
 }
 
-/* Scratch for one moe_matmul: the slots sorted by expert and the gathered rows. Grown on
- * demand, kept in the context (one caller at a time). */
+/* Scratch for one moe_matmul: the slots sorted by expert, and one expert's gathered rows and
+ * outputs (the largest expert's count of rows). Grown on demand, kept in the context (one
+ * caller at a time). */
 typedef struct moe_scratch {
     int32_t *order;  /* (n_slots) slots by expert */
     int32_t *start;  /* (n_experts + 1) first position of each expert in order */
-    float *xg;       /* (n_slots, d_in) gathered rows */
-    float *og;       /* (n_slots, sum of d_out) gathered outputs */
+    float *xg;       /* (max_rows, d_in) an expert's gathered rows */
+    float *og;       /* (max_rows, sum of d_out) its outputs */
 } moe_scratch;
 
 static pl_status grow(void **p, size_t *cap, size_t need) {
@@ -109,37 +112,42 @@ pl_status pl_cpu_moe_matmul(pl_backend *be, const pl_matmul_part *parts, int n_p
     moe_scratch m;
     PL_TRY(grow((void **)&c->moe_ints, &c->moe_ints_cap,
                 ((size_t)n_slots + (size_t)n_experts + 1) * sizeof(int32_t)));
-    PL_TRY(grow((void **)&c->moe_floats, &c->moe_floats_cap,
-                (size_t)n_slots * ((size_t)d_in + out_cols) * sizeof(float)));
     m.order = c->moe_ints;
     m.start = m.order + n_slots;
-    m.xg = c->moe_floats;
-    m.og = m.xg + (size_t)n_slots * d_in;
 
     /* counting sort of the slots by expert (stable: slots keep their order in an expert) */
     memset(m.start, 0, ((size_t)n_experts + 1) * sizeof *m.start);
     for (int s = 0; s < n_slots; s++) m.start[ids[s] + 1]++;
-    for (int e = 0; e < n_experts; e++) m.start[e + 1] += m.start[e];
+    size_t max_rows = 0;
+    for (int e = 0; e < n_experts; e++) {
+        if ((size_t)m.start[e + 1] > max_rows) max_rows = (size_t)m.start[e + 1];
+        m.start[e + 1] += m.start[e];
+    }
     for (int s = 0; s < n_slots; s++) m.order[m.start[ids[s]]++] = s;
     for (int e = n_experts; e > 0; e--) m.start[e] = m.start[e - 1];
     m.start[0] = 0;
+    if (max_rows > 1)
+        PL_TRY(grow((void **)&c->moe_floats, &c->moe_floats_cap,
+                    max_rows * ((size_t)d_in + out_cols) * sizeof(float)));
+    m.xg = c->moe_floats;
+    m.og = m.xg + max_rows * (size_t)d_in;
 
     pending p = {.n = 0};
     for (int e = 0; e < n_experts; e++) {
         int n = m.start[e + 1] - m.start[e];
         if (n == 0) continue;
         const int32_t *slots = m.order + m.start[e];
-        const float *xe;
-        if (n == 1) {
-            xe = x + (size_t)(slots[0] / x_div) * d_in;
-        } else {
-            float *xg = m.xg + (size_t)m.start[e] * d_in;
+        /* one slot: x and out where they lie, batched with the other experts on the same x;
+         * several: gathered, multiplied at once and scattered before the next expert */
+        const float *xe = x + (size_t)(slots[0] / x_div) * d_in;
+        if (n > 1) {
+            PL_TRY(flush(be, &p, d_in));
             for (int j = 0; j < n; j++)
-                memcpy(xg + (size_t)j * d_in, x + (size_t)(slots[j] / x_div) * d_in,
-                       (size_t)d_in * sizeof *xg);
-            xe = xg;
+                memcpy(m.xg + (size_t)j * d_in, x + (size_t)(slots[j] / x_div) * d_in,
+                       (size_t)d_in * sizeof *m.xg);
+            xe = m.xg;
         }
-        float *og = m.og + (size_t)m.start[e] * out_cols;
+        float *og = m.og;
         for (int i = 0; i < n_parts; i++) {
             const pl_wtype_traits *t = pl_wtype_traits_of(parts[i].w_type);
             size_t row_bytes = (size_t)d_in / (size_t)t->block_elems * (size_t)t->block_bytes;
@@ -149,15 +157,9 @@ pl_status pl_cpu_moe_matmul(pl_backend *be, const pl_matmul_part *parts, int n_p
             og += (size_t)n * q.d_out;
             PL_TRY(add(be, &p, &q, xe, n, d_in));
         }
-    }
-    PL_TRY(flush(be, &p, d_in));
-
-    /* scatter the grouped outputs of the experts with several slots */
-    for (int e = 0; e < n_experts; e++) {
-        int n = m.start[e + 1] - m.start[e];
-        if (n < 2) continue;
-        const int32_t *slots = m.order + m.start[e];
-        const float *og = m.og + (size_t)m.start[e] * out_cols;
+        if (n == 1) continue;
+        PL_TRY(flush(be, &p, d_in));
+        og = m.og;
         for (int i = 0; i < n_parts; i++) {
             int d_out = parts[i].d_out;
             for (int j = 0; j < n; j++)
@@ -166,5 +168,6 @@ pl_status pl_cpu_moe_matmul(pl_backend *be, const pl_matmul_part *parts, int n_p
             og += (size_t)n * d_out;
         }
     }
+    PL_TRY(flush(be, &p, d_in));
     return PL_OK;
 }

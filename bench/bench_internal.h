@@ -169,7 +169,8 @@ const char *pl_bench_build_describe(bool warn);
 int pl_bench_online_cpus(void);
 /* Creates the engine, printing the error (exit status 1) on failure. */
 int pl_bench_engine_create(const char *cmd, const pl_engine_config *cfg, pl_engine **out);
-/* "Model: NAME (15.2M matmul params, 60.7 MB of matmul weights; 2 threads, build ...)". */
+/* "Model: NAME (f32; 15.2M matmul params, 60.7 MB of matmul weights per token[; 2 of 8
+ * experts per token: ...M of ...M params active]; 2 threads, build ...)". */
 void pl_bench_print_model(FILE *f, const pl_engine_config *cfg, const pl_engine *e,
                           const char *build);
 json_t *pl_bench_model_json(const pl_engine_config *cfg, const pl_engine *e);

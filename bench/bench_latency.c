@@ -100,7 +100,8 @@ static void bw_report(const bw_track *b, long long iters, json_t *root) {
     printf("Read bandwidth around the iterations (GB/s, 3 x %zu MiB, %s loads, %d threads):",
            b->m.array_bytes >> 20, b->m.isa, b->m.n_threads);
     for (long long k = 0; k <= iters; k++) printf(" %.2f", b->read_gbs[k]);
-    printf("\nWeight streaming (weight bytes per decode step / median TPOT) per iteration:");
+    printf("\nWeight streaming (weight bytes per decode step, a mixture of experts' active "
+           "ones / median TPOT) per iteration:");
     for (long long k = 0; k < iters; k++)
         printf(" %.2f GB/s (%.1f%%)", b->weight_gbs[k], 100.0 * b->ratio[k]);
     printf("\nWeight streaming: median %.2f GB/s = %.1f%% of the bandwidth around each "

@@ -115,10 +115,15 @@ void pl_bench_print_model(FILE *f, const pl_engine_config *cfg, const pl_engine 
                           const char *build) {
     pl_model_info info;
     pl_engine_model_info(e, &info);
-    fprintf(f, "Model: %s (%s; %.1fM matmul params, %.1f MB of matmul weights; %d threads, "
-            "build %s)\n", cfg->model_path, info.weight_type,
+    char experts[160] = "";
+    if (info.n_experts > 0) /* only the chosen experts are read: the figures are active ones */
+        snprintf(experts, sizeof experts, "; %d of %d experts per token: %.1fM of %.1fM params "
+                 "active", info.n_experts_used, info.n_experts,
+                 (double)info.n_active_params * 1e-6, (double)info.n_params * 1e-6);
+    fprintf(f, "Model: %s (%s; %.1fM matmul params, %.1f MB of matmul weights per token%s; %d "
+            "threads, build %s)\n", cfg->model_path, info.weight_type,
             (double)pl_engine_matmul_params(e) * 1e-6,
-            (double)pl_engine_weight_bytes(e) * 1e-6,
+            (double)pl_engine_weight_bytes(e) * 1e-6, experts,
             cfg->n_threads ? cfg->n_threads : pl_bench_online_cpus(), build);
     if (info.tensor_parallel_size > 1) fprintf(f, "Tensor parallel: %s\n", info.distributed);
 }
@@ -131,6 +136,10 @@ json_t *pl_bench_model_json(const pl_engine_config *cfg, const pl_engine *e) {
     pl_model_info info;
     pl_engine_model_info(e, &info);
     json_object_set_new(o, "weight_type", json_string(info.weight_type));
+    json_object_set_new(o, "params", json_integer((json_int_t)info.n_params));
+    json_object_set_new(o, "active_params", json_integer((json_int_t)info.n_active_params));
+    json_object_set_new(o, "experts", json_integer(info.n_experts));
+    json_object_set_new(o, "experts_per_token", json_integer(info.n_experts_used));
     return o;
 }
 

@@ -145,7 +145,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
         PL_TRY(pl_tp_start(c, e->model, e->be, &e->tp));
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,
-                            .block_size = c->block_size};
+                            .block_size = c->block_size, .context_len = e->max_model_len};
     pl_status st = load_tokenizer(e, tokenizer_path);
     if (st == PL_OK) st = pl_chat_state_init(&e->chat, e->tok, chat_template);
     if (st == PL_OK) st = pl_rank_reserve(e->model, e->be, &lim);

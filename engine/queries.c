@@ -165,6 +165,12 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
     info.tensor_parallel_size = e->cfg.tensor_parallel_size;
     info.distributed = e->tp ? e->tp->info : "";
     info.kv_sizing = e->kv_sizing;
+    info.n_experts = c->n_experts;
+    info.n_experts_used = c->n_experts_used;
+    uint64_t total, active;
+    pl_model_config_params(c, &total, &active);
+    /* n_params counts the whole model (a tied output once), as the config's total does */
+    info.n_active_params = info.n_params - (total - active);
     info.max_concurrency = (double)info.kv_tokens / (double)e->max_model_len;
     pl_fields_fill_out(dst, dst_size, &info, sizeof info);
     return PL_OK;

@@ -2,10 +2,19 @@
  * engine/runner.c - the layer loop: one flattened batch of prefill chunks and decode tokens
  * through the model on a backend, reading and writing KV through block tables.
  *
- *   embed -> [ rmsnorm -> q,k,v (+ biases: Qwen2) (-> per-head q/k rmsnorm: Qwen3) -> rope ->
- *              kv_store -> paged attention (sliding window: Mistral) -> wo -> add+rmsnorm ->
- *              gate,up -> silu*mul -> down -> add+rmsnorm(next) ] x n_layers
- *         -> gather the sampled rows -> output projection -> logits to host
+ *   embed (x sqrt(dim): Gemma) -> [ rmsnorm -> attention block -> (post-norm: Gemma) ->
+ *        add+rmsnorm -> FFN block -> (post-norm: Gemma) -> add+rmsnorm(next) ] x n_layers
+ *        -> gather the sampled rows -> output projection (-> soft-cap: Gemma 2) -> logits
+ *   attention block: q,k,v (+ biases: Qwen2) (-> per-head q/k rmsnorm: Qwen3, Gemma 3) ->
+ *        rope (the layer's frequencies) -> kv_store -> paged attention (the layer's window,
+ *        scale and soft-cap) -> wo
+ *   FFN block, dense: gate,up -> silu*mul (gelu*mul: Gemma) -> down
+ *   FFN block, experts (moe_block): router logits -> top-k -> gate,up of each token's k
+ *        experts (one grouped op) -> silu*mul -> down (grouped) -> weighted sum (+ the
+ *        sigmoid-gated shared expert: Qwen2-MoE)
+ *
+ * Each family-specific piece is one function (attention_block, dense_ffn, moe_block,
+ * shared_expert) reading the architecture row, so the loop itself stays the same for all.
  *
  * The weights are uploaded and freed by one loop over the model's tensor slots (model/arch.h):
  * norms and biases as f32 buffers, matrices through the backend's upload_weight, a tied
@@ -63,7 +72,7 @@ struct pl_runner {
     uint64_t comm_ns;   /* inside collectives during the last run */
 
     dev_weight *w;   /* (pl_model_n_slots) as the model's slots (pl_model_slot) */
-    float *inv_freq; /* (head_dim / 2) */
+    float *inv_freq; /* (n_layers, head_dim / 2): each layer's rotary frequencies */
     void *kv_cache;
 
     /* workspace, (rows, width) each */
@@ -74,8 +83,13 @@ struct pl_runner {
     float *k;    /* (max_tokens, n_kv_heads * head_dim) */
     float *v;    /* (max_tokens, n_kv_heads * head_dim) */
     float *att;  /* (max_tokens, n_heads * head_dim) */
-    float *hb;   /* (max_tokens, hidden_dim) */
-    float *hb2;  /* (max_tokens, hidden_dim) */
+    float *hb;   /* (max_tokens, ffn_rows) FFN gate: hidden_dim, or k x expert_hidden_dim */
+    float *hb2;  /* (max_tokens, ffn_rows) FFN up */
+    /* experts (NULL without): router logits (max_tokens, n_experts); the chosen experts and
+     * their weights (max_tokens, k); the experts' outputs (max_tokens * k, dim); the shared
+     * expert's output (max_tokens, dim) and gate logit (max_tokens) */
+    float *router, *moe_w, *moe_y, *shared, *shared_gate;
+    int32_t *moe_ids;
     float *xs;   /* (max_seqs, dim) sampled rows */
     float *logits; /* (max_seqs, vocab) */
     /* per-step metadata in backend memory */
@@ -102,11 +116,30 @@ size_t pl_runner_kv_block_bytes(const pl_model_config *cfg, int block_size, pl_d
            (size_t)cfg->head_dim * pl_dtype_size(kv_dtype);
 }
 
+/* Floats per token of the FFN's gate and up buffers: the dense FFN's width, the k experts'
+ * slots, or the shared expert's, whichever is widest. */
+static size_t ffn_rows(const pl_model_config *c) {
+    const pl_arch_info *a = pl_arch_get(c->arch);
+    if (!a->moe) return (size_t)c->hidden_dim;
+    size_t n = (size_t)c->n_experts_used * (size_t)c->expert_hidden_dim;
+    return a->shared_expert && (size_t)c->shared_hidden_dim > n ? (size_t)c->shared_hidden_dim : n;
+}
+
+/* Floats per token of the experts' other buffers (0 without experts); ids count as floats. */
+static size_t moe_floats(const pl_model_config *c) {
+    const pl_arch_info *a = pl_arch_get(c->arch);
+    if (!a->moe) return 0;
+    size_t k = (size_t)c->n_experts_used;
+    return (size_t)c->n_experts + 2 * k + k * (size_t)c->dim +
+           (a->shared_expert ? (size_t)c->dim + 1 : 0);
+}
+
 static size_t workspace_floats(const pl_model_config *c, const pl_runner_limits *lim) {
     size_t T = (size_t)lim->max_tokens, S = (size_t)lim->max_seqs;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    return T * (3 * (size_t)c->dim + 2 * qd + 2 * kvd + 2 * (size_t)c->hidden_dim) +
-           S * ((size_t)c->dim + (size_t)c->vocab_size);
+    return T * (3 * (size_t)c->dim + 2 * qd + 2 * kvd + 2 * ffn_rows(c) + moe_floats(c)) +
+           S * ((size_t)c->dim + (size_t)c->vocab_size) +
+           (size_t)c->n_layers * (size_t)(c->head_dim / 2);
 }
 
 size_t pl_runner_batch_bytes(const pl_runner_limits *lim) {
@@ -220,11 +253,28 @@ void pl_runner_destroy(pl_runner *r) {
     be->ops->free(be, r->kv_cache);
     void *bufs[] = {r->x, r->xb, r->xb2, r->q, r->k, r->v, r->att, r->hb, r->hb2, r->xs,
                     r->logits, r->d_ids, r->d_pos, r->d_qstart, r->d_ctx, r->d_tables,
-                    r->d_rows, r->d_pairs, r->d_slots, r->d_gather};
+                    r->d_rows, r->d_pairs, r->d_slots, r->d_gather, r->router, r->moe_w,
+                    r->moe_y, r->shared, r->shared_gate, r->moe_ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
     pl_free(r->h_stage);
     pl_free(r->h_gather);
     pl_free(r);
+}
+
+/* Each layer's rotary frequencies: Gemma 3's local layers have their own theta, longrope
+ * picks its factors by the context served. */
+static pl_status upload_rope(pl_runner *r) {
+    const pl_model_config *c = &r->m->cfg;
+    size_t half = (size_t)(c->head_dim / 2), n = (size_t)c->n_layers * half;
+    int ctx = r->lim.context_len > 0 ? r->lim.context_len : c->max_seq_len;
+    float *inv = pl_malloc(n * sizeof *inv);
+    if (!inv) return pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: rope frequencies");
+    for (int l = 0; l < c->n_layers; l++)
+        pl_model_rope_inv_freq_layer(c, l, ctx, inv + (size_t)l * half);
+    pl_status s = balloc(r, n * sizeof(float), "rope frequencies", (void **)&r->inv_freq);
+    if (s == PL_OK) s = r->be->ops->upload(r->be, r->inv_freq, inv, n * sizeof(float));
+    pl_free(inv);
+    return s;
 }
 
 static pl_status upload_model(pl_runner *r) {
@@ -240,24 +290,18 @@ static pl_status upload_model(pl_runner *r) {
         pl_tensor_role role = pl_model_slot_role(c, s, &layer);
         if (!pl_model_stores_tensor(c, role) && !(role == PL_T_OUTPUT && own_output)) continue;
         const pl_weight *w = &m->w[s];
+        const char *name = pl_tensor_hf_name(c->arch, role);
         if (!w->data)
             return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: tensor %s of layer %d has no data",
-                           m->name, pl_tensor_spec_of(role)->hf, layer);
+                           m->name, name, layer);
         pl_status st = up_weight(r, w, pl_tensor_spec_of(role)->rows == PL_DIM_NONE, &r->w[s]);
-        if (st != PL_OK) return pl_fail_prefix(st, "%s: uploading %s", m->name,
-                                               pl_tensor_spec_of(role)->hf);
+        if (st != PL_OK) return pl_fail_prefix(st, "%s: uploading %s", m->name, name);
     }
     if (!own_output) {
         *dw(r, PL_T_OUTPUT, 0) = *dw(r, PL_T_TOKEN_EMBD, 0);
         dw(r, PL_T_OUTPUT, 0)->alias = true;
     }
-    float inv[1024];
-    if (c->head_dim / 2 > 1024)
-        return pl_fail(PL_ERR_UNSUPPORTED, "head_dim %d > 2048", c->head_dim);
-    pl_model_rope_inv_freq(c, inv);
-    PL_TRY(balloc(r, (size_t)(c->head_dim / 2) * sizeof(float), "rope frequencies",
-                  (void **)&r->inv_freq));
-    return r->be->ops->upload(r->be, r->inv_freq, inv, (size_t)(c->head_dim / 2) * sizeof(float));
+    return upload_rope(r);
 }
 
 static pl_status alloc_workspace(pl_runner *r) {
@@ -273,8 +317,8 @@ static pl_status alloc_workspace(pl_runner *r) {
         {(void **)&r->k, T * kvd * F, "keys"},
         {(void **)&r->v, T * kvd * F, "values"},
         {(void **)&r->att, T * qd * F, "attention output"},
-        {(void **)&r->hb, T * c->hidden_dim * F, "ffn gate"},
-        {(void **)&r->hb2, T * c->hidden_dim * F, "ffn up"},
+        {(void **)&r->hb, T * ffn_rows(c) * F, "ffn gate"},
+        {(void **)&r->hb2, T * ffn_rows(c) * F, "ffn up"},
         {(void **)&r->xs, S * c->dim * F, "sampled rows"},
         {(void **)&r->logits, S * (size_t)r->vocab_stride * F, "logits"},
 #define DEVICE(name, type, dev, cap, used) {(void **)&r->dev, (cap) * sizeof(type), #name},
@@ -283,7 +327,16 @@ static pl_status alloc_workspace(pl_runner *r) {
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         PL_TRY(balloc(r, plan[i].n, plan[i].what, plan[i].p));
-    return PL_OK;
+    const pl_arch_info *a = pl_arch_get(c->arch);
+    if (!a->moe) return PL_OK;
+    size_t k = (size_t)c->n_experts_used;
+    PL_TRY(balloc(r, T * (size_t)c->n_experts * F, "router logits", (void **)&r->router));
+    PL_TRY(balloc(r, T * k * F, "expert weights", (void **)&r->moe_w));
+    PL_TRY(balloc(r, T * k * sizeof(int32_t), "expert ids", (void **)&r->moe_ids));
+    PL_TRY(balloc(r, T * k * (size_t)c->dim * F, "expert outputs", (void **)&r->moe_y));
+    if (!a->shared_expert) return PL_OK;
+    PL_TRY(balloc(r, T * (size_t)c->dim * F, "shared expert output", (void **)&r->shared));
+    return balloc(r, T * F, "shared expert gate", (void **)&r->shared_gate);
 }
 
 /* The buffers collectives need: the gathered logits, and a host stage for a device backend
@@ -486,6 +539,9 @@ static pl_status logits_of_rows(pl_runner *r, const int32_t *d_rows, int n, floa
     const pl_model_config *c = &r->lc;
     OP(PL_OP_LOGITS, be->ops->gather_rows(be, r->xs, r->xb, d_rows, n, c->dim));
     PL_TRY(matmul(r, r->logits, r->xs, dw(r, PL_T_OUTPUT, 0), n, c->dim, r->vocab_local));
+    if (c->final_softcap > 0.0f) /* elementwise: each rank caps its own rows of the vocabulary */
+        OP(PL_OP_LOGITS, be->ops->scale(be, r->logits, (size_t)n * r->vocab_local, 1.0f,
+                                        c->final_softcap));
     if (r->comm && (r->comm->size > 1 || r->comm->device)) {
         PL_TRY(gather_logits(r, n, out_logits));
         return be->ops->sync(be);
@@ -494,68 +550,156 @@ static pl_status logits_of_rows(pl_runner *r, const int32_t *d_rows, int n, floa
     return be->ops->sync(be);
 }
 
+/* One layer's attention over the batch: r->xb (normalised input) -> r->xb2 (T, dim). */
+static pl_status attention_block(pl_runner *r, const pl_runner_batch *b, int l, pl_attn_batch *ab) {
+    const pl_model_config *c = &r->lc;
+    const pl_arch_info *arch = pl_arch_get(c->arch);
+    pl_backend *be = r->be;
+    int T = b->n_tokens, D = c->dim, hd = c->head_dim;
+    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    size_t layer_elems = pl_kv_layer_elems(&r->kv), esz = pl_dtype_size(r->kv.dtype);
+    char *kc = (char *)r->kv_cache + 2 * (size_t)l * layer_elems * esz;
+    char *vc = kc + layer_elems * esz;
+
+    const pl_matmul_part qkv[] = {part(r->q, dw(r, PL_T_ATTN_Q, l), qd),
+                                  part(r->k, dw(r, PL_T_ATTN_K, l), kvd),
+                                  part(r->v, dw(r, PL_T_ATTN_V, l), kvd)};
+    PL_TRY(matmul_group(r, qkv, 3, r->xb, T, D));
+    if (arch->qkv_bias) { /* a linear layer's bias: timed with the products */
+        OP(PL_OP_MATMUL, be->ops->add_bias(be, r->q, dvec(r, PL_T_ATTN_Q_BIAS, l), T, qd));
+        OP(PL_OP_MATMUL, be->ops->add_bias(be, r->k, dvec(r, PL_T_ATTN_K_BIAS, l), T, kvd));
+        OP(PL_OP_MATMUL, be->ops->add_bias(be, r->v, dvec(r, PL_T_ATTN_V_BIAS, l), T, kvd));
+    }
+    if (arch->qk_norm) { /* each head of q and k normalised over head_dim, in place */
+        OP(PL_OP_NORM, be->ops->rmsnorm(be, r->q, r->q, dvec(r, PL_T_ATTN_Q_NORM, l),
+                                        T * c->n_heads, hd, c->norm_eps));
+        OP(PL_OP_NORM, be->ops->rmsnorm(be, r->k, r->k, dvec(r, PL_T_ATTN_K_NORM, l),
+                                        T * c->n_kv_heads, hd, c->norm_eps));
+    }
+    const float *inv_freq = r->inv_freq + (size_t)l * (size_t)(hd / 2);
+    OP(PL_OP_ROPE, be->ops->rope(be, r->q, r->k, r->d_pos, inv_freq, T, c->n_heads,
+                                 c->n_kv_heads, hd, (pl_rope_layout)c->rope_layout));
+    OP(PL_OP_KV_STORE, be->ops->kv_store(be, kc, vc, r->k, r->v, r->d_slots, T, c->n_kv_heads,
+                                         hd, r->lim.block_size));
+    ab->sliding_window = pl_model_layer_windowed(c, l) ? c->sliding_window : 0;
+    OP(PL_OP_ATTENTION, be->ops->attention(be, r->att, r->q, kc, vc, ab));
+    PL_TRY(matmul(r, r->xb2, r->att, dw(r, PL_T_ATTN_OUT, l), T, qd, D));
+    return all_reduce(r, r->xb2, (size_t)T * D); /* the heads of every rank */
+}
+
+/* gate (T * width) = act(gate) * up, the architecture's activation. */
+static pl_status gated_act(pl_runner *r, float *gate, const float *up, size_t n) {
+    pl_backend *be = r->be;
+    if (pl_arch_get(r->lc.arch)->act == PL_ACT_GELU_TANH)
+        OP(PL_OP_ACTIVATION, be->ops->gelu_mul(be, gate, gate, up, n));
+    else
+        OP(PL_OP_ACTIVATION, be->ops->silu_mul(be, gate, gate, up, n));
+    return PL_OK;
+}
+
+/* A gated FFN of width F from gate, up and down (the dense one or the shared expert):
+ * r->xb (T, dim) -> out (T, dim). */
+static pl_status gated_ffn(pl_runner *r, int T, const dev_weight *gate, const dev_weight *up,
+                           const dev_weight *down, int F, float *out) {
+    int D = r->lc.dim;
+    const pl_matmul_part gate_up[] = {part(r->hb, gate, F), part(r->hb2, up, F)};
+    PL_TRY(matmul_group(r, gate_up, 2, r->xb, T, D));
+    PL_TRY(gated_act(r, r->hb, r->hb2, (size_t)T * F));
+    return matmul(r, out, r->hb, down, T, F, D);
+}
+
+static pl_status dense_ffn(pl_runner *r, int T, int l) {
+    return gated_ffn(r, T, dw(r, PL_T_FFN_GATE, l), dw(r, PL_T_FFN_UP, l),
+                     dw(r, PL_T_FFN_DOWN, l), r->lc.hidden_dim, r->xb2);
+}
+
+/* Qwen2-MoE's shared expert: r->shared (T, dim) and its gate logit r->shared_gate (T). */
+static pl_status shared_expert(pl_runner *r, int T, int l) {
+    const pl_model_config *c = &r->lc;
+    PL_TRY(gated_ffn(r, T, dw(r, PL_T_FFN_GATE_SHEXP, l), dw(r, PL_T_FFN_UP_SHEXP, l),
+                     dw(r, PL_T_FFN_DOWN_SHEXP, l), c->shared_hidden_dim, r->shared));
+    return matmul(r, r->shared_gate, r->xb, dw(r, PL_T_FFN_GATE_INP_SHEXP, l), T, c->dim, 1);
+}
+
+/* An expert product's FLOPs (every slot) and bytes: the weights of at most min(slots,
+ * n_experts) experts (which ones, the host does not know: the ids stay on the backend). */
+static void count_moe(pl_runner *r, int slots, int d_in, int d_out, pl_wtype wt) {
+    if (!r->profiling) return;
+    const pl_wtype_traits *t = pl_wtype_traits_of(wt);
+    int experts = slots < r->lc.n_experts ? slots : r->lc.n_experts;
+    r->prof.matmul_flops += 2.0 * slots * d_in * (double)d_out;
+    r->prof.matmul_bytes += experts * (double)d_in * d_out * t->block_bytes / t->block_elems +
+                            4.0 * slots * ((double)d_in + d_out);
+}
+
+/* The routed experts: r->xb (T, dim) -> r->xb2 (T, dim), each token through its k experts,
+ * weighted (plus the shared expert where the architecture has one). */
+static pl_status moe_block(pl_runner *r, int T, int l) {
+    const pl_model_config *c = &r->lc;
+    const pl_arch_info *arch = pl_arch_get(c->arch);
+    pl_backend *be = r->be;
+    int D = c->dim, E = c->n_experts, K = c->n_experts_used, F = c->expert_hidden_dim;
+    if (arch->shared_expert) PL_TRY(shared_expert(r, T, l));
+    PL_TRY(matmul(r, r->router, r->xb, dw(r, PL_T_FFN_GATE_INP, l), T, D, E));
+    OP(PL_OP_ACTIVATION, be->ops->moe_route(be, r->moe_ids, r->moe_w, r->router, T, E, K,
+                                            c->norm_topk_prob));
+    const dev_weight *g = dw(r, PL_T_FFN_GATE_EXPS, l), *u = dw(r, PL_T_FFN_UP_EXPS, l),
+                     *d = dw(r, PL_T_FFN_DOWN_EXPS, l);
+    const pl_matmul_part gate_up[] = {part(r->hb, g, F), part(r->hb2, u, F)};
+    count_moe(r, T * K, D, F, g->type);
+    count_moe(r, T * K, D, F, u->type);
+    OP(PL_OP_MATMUL, be->ops->moe_matmul(be, gate_up, 2, r->xb, K, r->moe_ids, T * K, E, D));
+    PL_TRY(gated_act(r, r->hb, r->hb2, (size_t)T * K * F));
+    const pl_matmul_part down = part(r->moe_y, d, D);
+    count_moe(r, T * K, F, D, d->type);
+    OP(PL_OP_MATMUL, be->ops->moe_matmul(be, &down, 1, r->hb, 1, r->moe_ids, T * K, E, F));
+    OP(PL_OP_ACTIVATION, be->ops->moe_combine(be, r->xb2, r->moe_y, r->moe_w, T, K, D,
+                                              arch->shared_expert ? r->shared : NULL,
+                                              r->shared_gate));
+    return PL_OK;
+}
+
 /* The forward pass of b on this rank (with the collectives of a group). */
 static pl_status forward(pl_runner *r, const pl_runner_batch *b, float *out_logits) {
     PL_TRY(check_batch(r, b));
     const pl_model_config *c = &r->lc;
+    const pl_arch_info *arch = pl_arch_get(c->arch);
     pl_backend *be = r->be;
-    int T = b->n_tokens, D = c->dim, H = c->hidden_dim, hd = c->head_dim;
-    int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-    size_t layer_elems = pl_kv_layer_elems(&r->kv), esz = pl_dtype_size(r->kv.dtype);
+    int T = b->n_tokens, D = c->dim;
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    size_t esz = pl_dtype_size(r->kv.dtype);
 
     PL_TRY(upload_batch(r, b));
     if (b->n_copies > 0)
         OP(PL_OP_COPY, be->ops->copy_blocks(be, r->kv_cache, &r->kv, r->d_pairs, b->n_copies));
 
-    const pl_arch_info *arch = pl_arch_get(c->arch);
     pl_attn_batch ab = {
         .n_seqs = b->n_seqs, .n_tokens = T, .query_start = r->d_qstart,
         .context_lens = r->d_ctx, .block_tables = r->d_tables,
         .max_blocks_per_seq = r->lim.max_blocks_per_seq, .max_query_len = b->max_query_len,
         .max_context_len = b->max_context_len, .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads, .head_dim = hd, .block_size = r->lim.block_size,
-        .scale = 1.0f / sqrtf((float)hd), .sliding_window = c->sliding_window,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .block_size = r->lim.block_size,
+        .scale = pl_model_attn_scale(c), .softcap = c->attn_softcap,
     };
     const dev_weight *embd = dw(r, PL_T_TOKEN_EMBD, 0);
 
     OP(PL_OP_EMBED, be->ops->embed(be, r->x, r->d_ids, T, embd->data, embd->type, D));
+    if (arch->gemma) /* Gemma scales the embeddings by sqrt(hidden_size) */
+        OP(PL_OP_EMBED, be->ops->scale(be, r->x, (size_t)T * D, sqrtf((float)D), 0.0f));
     OP(PL_OP_NORM, be->ops->rmsnorm(be, r->xb, r->x, dvec(r, PL_T_ATTN_NORM, 0), T, D,
                                     c->norm_eps));
     for (int l = 0; l < c->n_layers; l++) {
-        char *kc = (char *)r->kv_cache + 2 * (size_t)l * layer_elems * esz;
-        char *vc = kc + layer_elems * esz;
-
-        const pl_matmul_part qkv[] = {part(r->q, dw(r, PL_T_ATTN_Q, l), qd),
-                                      part(r->k, dw(r, PL_T_ATTN_K, l), kvd),
-                                      part(r->v, dw(r, PL_T_ATTN_V, l), kvd)};
-        PL_TRY(matmul_group(r, qkv, 3, r->xb, T, D));
-        if (arch->qkv_bias) { /* a linear layer's bias: timed with the products */
-            OP(PL_OP_MATMUL, be->ops->add_bias(be, r->q, dvec(r, PL_T_ATTN_Q_BIAS, l), T, qd));
-            OP(PL_OP_MATMUL, be->ops->add_bias(be, r->k, dvec(r, PL_T_ATTN_K_BIAS, l), T, kvd));
-            OP(PL_OP_MATMUL, be->ops->add_bias(be, r->v, dvec(r, PL_T_ATTN_V_BIAS, l), T, kvd));
-        }
-        if (arch->qk_norm) { /* each head of q and k normalised over head_dim, in place */
-            OP(PL_OP_NORM, be->ops->rmsnorm(be, r->q, r->q, dvec(r, PL_T_ATTN_Q_NORM, l),
-                                            T * c->n_heads, hd, c->norm_eps));
-            OP(PL_OP_NORM, be->ops->rmsnorm(be, r->k, r->k, dvec(r, PL_T_ATTN_K_NORM, l),
-                                            T * c->n_kv_heads, hd, c->norm_eps));
-        }
-        OP(PL_OP_ROPE, be->ops->rope(be, r->q, r->k, r->d_pos, r->inv_freq, T, c->n_heads,
-                                     c->n_kv_heads, hd, (pl_rope_layout)c->rope_layout));
-        OP(PL_OP_KV_STORE, be->ops->kv_store(be, kc, vc, r->k, r->v, r->d_slots, T,
-                                             c->n_kv_heads, hd, r->lim.block_size));
-        OP(PL_OP_ATTENTION, be->ops->attention(be, r->att, r->q, kc, vc, &ab));
-        PL_TRY(matmul(r, r->xb2, r->att, dw(r, PL_T_ATTN_OUT, l), T, qd, D));
-        PL_TRY(all_reduce(r, r->xb2, (size_t)T * D));
+        PL_TRY(attention_block(r, b, l, &ab));
+        if (arch->post_norms)
+            OP(PL_OP_NORM, be->ops->rmsnorm(be, r->xb2, r->xb2, dvec(r, PL_T_ATTN_POST_NORM, l),
+                                            T, D, c->norm_eps));
         OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, dvec(r, PL_T_FFN_NORM, l),
                                             T, D, c->norm_eps));
-
-        const pl_matmul_part gate_up[] = {part(r->hb, dw(r, PL_T_FFN_GATE, l), H),
-                                          part(r->hb2, dw(r, PL_T_FFN_UP, l), H)};
-        PL_TRY(matmul_group(r, gate_up, 2, r->xb, T, D));
-        OP(PL_OP_ACTIVATION, be->ops->silu_mul(be, r->hb, r->hb, r->hb2, (size_t)T * H));
-        PL_TRY(matmul(r, r->xb2, r->hb, dw(r, PL_T_FFN_DOWN, l), T, H, D));
+        PL_TRY(arch->moe ? moe_block(r, T, l) : dense_ffn(r, T, l));
         PL_TRY(all_reduce(r, r->xb2, (size_t)T * D));
+        if (arch->post_norms)
+            OP(PL_OP_NORM, be->ops->rmsnorm(be, r->xb2, r->xb2, dvec(r, PL_T_FFN_POST_NORM, l),
+                                            T, D, c->norm_eps));
         const float *next = l + 1 < c->n_layers ? dvec(r, PL_T_ATTN_NORM, l + 1)
                                                 : dvec(r, PL_T_OUTPUT_NORM, 0);
         OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, next, T, D, c->norm_eps));

@@ -64,6 +64,8 @@ typedef struct pl_runner_limits {
     int max_blocks_per_seq; /* ceil(max_model_len / block_size) */
     int n_blocks;           /* KV pool blocks */
     int block_size;
+    int context_len;        /* the longest sequence served (max_model_len; 0 = the model's):
+                               longrope picks its factors by it */
 } pl_runner_limits;
 
 typedef struct pl_runner pl_runner;

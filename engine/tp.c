@@ -133,7 +133,7 @@ static pl_runner_limits limits_of(const pl_engine_config *c, const pl_model *m) 
     int len = c->max_model_len ? c->max_model_len : m->cfg.max_seq_len;
     return (pl_runner_limits){.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                               .max_blocks_per_seq = (len + c->block_size - 1) / c->block_size,
-                              .block_size = c->block_size};
+                              .block_size = c->block_size, .context_len = len};
 }
 
 static pl_plan_limits plan_limits(const pl_runner_limits *lim, const pl_model *m) {

@@ -243,9 +243,11 @@ typedef struct pl_logit_bias {
 #define PL_ENGINE_CONFIG_FIELDS(X)                                                             \
     X(STRING, const char *, model_path, NULL, PL_RANGE_NONE, "--model", 'm', "PATH",           \
       "model (required): a llama2.c .bin file, a Hugging Face directory (config.json + "       \
-      "safetensors: Llama, Mistral, Qwen2, Qwen3), a GGUF file (llama, qwen2, qwen3; its "     \
-      "own tokenizer), or dummy:NAME for seeded random weights (dummy:tiny, dummy:stories15m, "  \
-      "dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b)")                             \
+      "safetensors: Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, Gemma 2, "    \
+      "Gemma 3, Phi-3), a GGUF file (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, " \
+      "phi3; its own tokenizer), or dummy:NAME for seeded random weights (dummy:tiny, "        \
+      "dummy:stories15m, dummy:stories110m, dummy:tinyllama-1.1b, dummy:llama2-7b, "           \
+      "dummy:mixtral-mini)")                                                                    \
     X(STRING, const char *, tokenizer_path, NULL, PL_RANGE_NONE, "--tokenizer", 0, "PATH",     \
       "tokenizer: a tokenizer.json (tokenizer_config.json read beside it), a directory "     \
       "holding one, a SentencePiece .model, or a GGUF file's vocabulary; unset: the model's "  \
@@ -922,6 +924,12 @@ typedef struct pl_model_info {
     bool chat_template_override; /* config.chat_template replaced the tokenizer's */
     bool tied_embeddings;       /* the output projection is the embedding */
     double rope_theta, norm_eps;
+    /* Mixture of experts: routed experts per layer and the ones each token runs (0, 0 for a
+     * dense model). */
+    int n_experts, n_experts_used;
+    uint64_t n_active_params;   /* of n_params, those one token uses: n_params for a dense
+                                   model; of the routed experts' n_experts_used / n_experts
+                                   (Qwen3-30B-A3B: 3.3B of 30.5B) */
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */
@@ -1210,8 +1218,10 @@ static inline void pl_engine_get_profile(const pl_engine *e, pl_profile *out) {
 }
 PL_API void pl_engine_reset_profile(pl_engine *e);
 
-/* Bytes of matrix weights the model streams per forward pass, and parameters in matrix
- * products per token (2x this = matmul FLOPs per token): for roofline figures. */
+/* Bytes of matrix weights the model streams per forward pass of one token, and parameters in
+ * matrix products per token (2x this = matmul FLOPs per token): for roofline figures. A
+ * mixture of experts counts the n_experts_used of n_experts experts a token runs (the
+ * active weights: what batch-1 decode reads). */
 PL_API size_t pl_engine_weight_bytes(const pl_engine *e);
 PL_API size_t pl_engine_matmul_params(const pl_engine *e);
 

@@ -91,6 +91,9 @@ typedef struct pl_attn_batch {
                                     positions p - sliding_window + 1 .. p (Mistral; the Hugging
                                     Face / vLLM rule). Negative: PL_ERR_INVALID_ARGUMENT. A
                                     window >= max_context_len gives the same bits as 0. */
+    float softcap;               /* host: 0 = none; else each score s (after scale) becomes
+                                    tanh(s / softcap) * softcap before the softmax (Gemma 2).
+                                    Negative or not finite: PL_ERR_INVALID_ARGUMENT. */
 } pl_attn_batch;
 
 /* The first position a query at position pos attends to under sliding_window (0: none). */
@@ -205,6 +208,44 @@ typedef struct pl_backend_ops {
      * afterwards tells what is left for the KV cache and such steps allocate nothing. The
      * engine calls it once, before it sizes the KV pool. */
     pl_status (*reserve)(pl_backend *be, const pl_backend_reserve *r);
+
+    /* ---- mixture of experts ---- */
+    /* The router's choice for each of n_tokens rows of logits (n_tokens, n_experts): the k
+     * experts of the largest logits, largest first, a tie going to the lower expert index (as
+     * torch.topk on the CPU); ids (n_tokens, k) int32 their indices, weights (n_tokens, k)
+     * their softmax probabilities over all n_experts, divided by the k chosen ones' sum when
+     * norm (which is the softmax over the chosen k). 1 <= k <= n_experts. */
+    pl_status (*moe_route)(pl_backend *be, int32_t *ids, float *weights, const float *logits,
+                           int n_tokens, int n_experts, int k, bool norm);
+
+    /* Grouped expert products, one op for every expert of the step: for each slot s of
+     * n_slots (a slot is (token, j-th chosen expert), s = token * k + j) with e = ids[s]
+     * (0 <= e < n_experts; out of range: undefined), parts[i].out (n_slots, d_out) row s =
+     * x[s / x_div] (d_in) @ W_e^T, where parts[i].w stacks n_experts matrices (d_out, d_in)
+     * of w_type along its rows (expert e's at rows e * d_out). x_div is k when each token's
+     * row feeds its k slots (gate and up), 1 when each slot has its own row (down). The
+     * backend groups the slots by expert so each expert's weights are read once per step
+     * (and, on CUDA, without one launch per expert). 1 .. PL_MATMUL_MAX_PARTS parts. */
+    pl_status (*moe_matmul)(pl_backend *be, const pl_matmul_part *parts, int n_parts,
+                            const float *x, int x_div, const int32_t *ids, int n_slots,
+                            int n_experts, int d_in);
+
+    /* out (n_tokens, dim) = sum_j weights[t * k + j] * y[t * k + j] over the k slots of each
+     * token (y: (n_tokens * k, dim)), plus sigmoid(shared_gate[t]) * shared[t] when shared is
+     * not NULL (shared: (n_tokens, dim), shared_gate: (n_tokens); Qwen2-MoE's shared expert). */
+    pl_status (*moe_combine)(pl_backend *be, float *out, const float *y, const float *weights,
+                             int n_tokens, int k, int dim, const float *shared,
+                             const float *shared_gate);
+
+    /* ---- Gemma ---- */
+    /* out (n) = gelu_tanh(gate) * up, gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+     * x^3))) (PyTorch's gelu approximate="tanh"). out may alias gate. */
+    pl_status (*gelu_mul)(pl_backend *be, float *out, const float *gate, const float *up,
+                          size_t n);
+
+    /* x (n) in place: x = scale * x, then with cap > 0 x = tanh(x / cap) * cap (Gemma's
+     * embeddings times sqrt(dim); its final logit soft-capping). cap < 0: invalid. */
+    pl_status (*scale)(pl_backend *be, float *x, size_t n, float scale, float cap);
 } pl_backend_ops;
 
 struct pl_backend {

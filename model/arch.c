@@ -40,14 +40,43 @@ static const pl_tensor_spec k_tensors[PL_T_COUNT] = {
                           L "self_attn.k_norm.weight", B "attn_k_norm.weight", NULL, -1, -1},
     [PL_T_ATTN_OUT] = {PL_T_ATTN_OUT, PL_DIM_EMBD, PL_DIM_Q, PL_WHEN_ALWAYS, M,
                        L "self_attn.o_proj.weight", B "attn_output.weight", "wo", 5, 7},
+    [PL_T_ATTN_POST_NORM] = {PL_T_ATTN_POST_NORM, N, PL_DIM_EMBD, PL_WHEN_POST_NORMS, F,
+                             L "post_attention_layernorm.weight", B "post_attention_norm.weight",
+                             NULL, -1, -1},
     [PL_T_FFN_NORM] = {PL_T_FFN_NORM, N, PL_DIM_EMBD, PL_WHEN_ALWAYS, F,
                        L "post_attention_layernorm.weight", B "ffn_norm.weight", "rms_ffn", 6, 1},
-    [PL_T_FFN_GATE] = {PL_T_FFN_GATE, PL_DIM_FFN, PL_DIM_EMBD, PL_WHEN_ALWAYS, M,
+    [PL_T_FFN_GATE] = {PL_T_FFN_GATE, PL_DIM_FFN, PL_DIM_EMBD, PL_WHEN_DENSE_FFN, M,
                        L "mlp.gate_proj.weight", B "ffn_gate.weight", "w1", 7, 8},
-    [PL_T_FFN_DOWN] = {PL_T_FFN_DOWN, PL_DIM_EMBD, PL_DIM_FFN, PL_WHEN_ALWAYS, M,
+    [PL_T_FFN_DOWN] = {PL_T_FFN_DOWN, PL_DIM_EMBD, PL_DIM_FFN, PL_WHEN_DENSE_FFN, M,
                        L "mlp.down_proj.weight", B "ffn_down.weight", "w2", 8, 9},
-    [PL_T_FFN_UP] = {PL_T_FFN_UP, PL_DIM_FFN, PL_DIM_EMBD, PL_WHEN_ALWAYS, M,
+    [PL_T_FFN_UP] = {PL_T_FFN_UP, PL_DIM_FFN, PL_DIM_EMBD, PL_WHEN_DENSE_FFN, M,
                      L "mlp.up_proj.weight", B "ffn_up.weight", "w3", 9, 10},
+    [PL_T_FFN_POST_NORM] = {PL_T_FFN_POST_NORM, N, PL_DIM_EMBD, PL_WHEN_POST_NORMS, F,
+                            L "post_feedforward_layernorm.weight", B "post_ffw_norm.weight",
+                            NULL, -1, -1},
+    [PL_T_FFN_GATE_INP] = {PL_T_FFN_GATE_INP, PL_DIM_EXPERTS, PL_DIM_EMBD, PL_WHEN_MOE, F,
+                           L "mlp.gate.weight", B "ffn_gate_inp.weight", NULL, -1, -1},
+    [PL_T_FFN_GATE_EXPS] = {PL_T_FFN_GATE_EXPS, PL_DIM_EXP_FFN, PL_DIM_EMBD, PL_WHEN_MOE, M,
+                            L "mlp.experts.%d.gate_proj.weight", B "ffn_gate_exps.weight", NULL,
+                            -1, -1, true},
+    [PL_T_FFN_DOWN_EXPS] = {PL_T_FFN_DOWN_EXPS, PL_DIM_EMBD, PL_DIM_EXP_FFN, PL_WHEN_MOE, M,
+                            L "mlp.experts.%d.down_proj.weight", B "ffn_down_exps.weight", NULL,
+                            -1, -1, true},
+    [PL_T_FFN_UP_EXPS] = {PL_T_FFN_UP_EXPS, PL_DIM_EXP_FFN, PL_DIM_EMBD, PL_WHEN_MOE, M,
+                          L "mlp.experts.%d.up_proj.weight", B "ffn_up_exps.weight", NULL, -1,
+                          -1, true},
+    [PL_T_FFN_GATE_INP_SHEXP] = {PL_T_FFN_GATE_INP_SHEXP, PL_DIM_ONE, PL_DIM_EMBD,
+                                 PL_WHEN_SHARED_EXPERT, F, L "mlp.shared_expert_gate.weight",
+                                 B "ffn_gate_inp_shexp.weight", NULL, -1, -1},
+    [PL_T_FFN_GATE_SHEXP] = {PL_T_FFN_GATE_SHEXP, PL_DIM_SHEXP_FFN, PL_DIM_EMBD,
+                             PL_WHEN_SHARED_EXPERT, M, L "mlp.shared_expert.gate_proj.weight",
+                             B "ffn_gate_shexp.weight", NULL, -1, -1},
+    [PL_T_FFN_DOWN_SHEXP] = {PL_T_FFN_DOWN_SHEXP, PL_DIM_EMBD, PL_DIM_SHEXP_FFN,
+                             PL_WHEN_SHARED_EXPERT, M, L "mlp.shared_expert.down_proj.weight",
+                             B "ffn_down_shexp.weight", NULL, -1, -1},
+    [PL_T_FFN_UP_SHEXP] = {PL_T_FFN_UP_SHEXP, PL_DIM_SHEXP_FFN, PL_DIM_EMBD,
+                           PL_WHEN_SHARED_EXPERT, M, L "mlp.shared_expert.up_proj.weight",
+                           B "ffn_up_shexp.weight", NULL, -1, -1},
     [PL_T_OUTPUT_NORM] = {PL_T_OUTPUT_NORM, N, PL_DIM_EMBD, PL_WHEN_ALWAYS, F,
                           "model.norm.weight", "output_norm.weight", "rms_final", 10, 2},
     [PL_T_OUTPUT] = {PL_T_OUTPUT, PL_DIM_VOCAB, PL_DIM_EMBD, PL_WHEN_UNTIED, M,
@@ -60,12 +89,48 @@ static const pl_tensor_spec k_tensors[PL_T_COUNT] = {
 #undef L
 #undef B
 
+/* An architecture's names for a role where they differ from the table's (NULL: the table's). */
+typedef struct arch_rename {
+    pl_arch arch;
+    pl_tensor_role role;
+    const char *hf, *gguf;
+} arch_rename;
+
+#define L "model.layers.%d."
+static const arch_rename k_renames[] = {
+    /* Mixtral: the router and the experts under block_sparse_moe, w1/w2/w3 as in Mistral's
+     * own checkpoints */
+    {PL_ARCH_MIXTRAL, PL_T_FFN_GATE_INP, L "block_sparse_moe.gate.weight", NULL},
+    {PL_ARCH_MIXTRAL, PL_T_FFN_GATE_EXPS, L "block_sparse_moe.experts.%d.w1.weight", NULL},
+    {PL_ARCH_MIXTRAL, PL_T_FFN_DOWN_EXPS, L "block_sparse_moe.experts.%d.w2.weight", NULL},
+    {PL_ARCH_MIXTRAL, PL_T_FFN_UP_EXPS, L "block_sparse_moe.experts.%d.w3.weight", NULL},
+    /* Gemma: post_attention_layernorm is the attention output's norm; the FFN's input norm is
+     * pre_feedforward_layernorm */
+    {PL_ARCH_GEMMA2, PL_T_FFN_NORM, L "pre_feedforward_layernorm.weight", NULL},
+    {PL_ARCH_GEMMA3, PL_T_FFN_NORM, L "pre_feedforward_layernorm.weight", NULL},
+};
+#undef L
+
+/* hf_class, model_type, gguf, qkv_bias, qk_norm, sliding_window, moe, shared_expert,
+ * post_norms, gemma, fused, act */
 static const pl_arch_info k_archs[PL_ARCH_COUNT] = {
     [PL_ARCH_LLAMA] = {PL_ARCH_LLAMA, "LlamaForCausalLM", "llama", "llama", false, false, false},
     [PL_ARCH_MISTRAL] = {PL_ARCH_MISTRAL, "MistralForCausalLM", "mistral", "llama", false, false,
                          true},
     [PL_ARCH_QWEN2] = {PL_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "qwen2", true, false, false},
     [PL_ARCH_QWEN3] = {PL_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "qwen3", false, true, false},
+    [PL_ARCH_MIXTRAL] = {PL_ARCH_MIXTRAL, "MixtralForCausalLM", "mixtral", "llama", false, false,
+                         true, true},
+    [PL_ARCH_QWEN2_MOE] = {PL_ARCH_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe", "qwen2moe",
+                           true, false, false, true, true},
+    [PL_ARCH_QWEN3_MOE] = {PL_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe",
+                           false, true, false, true},
+    [PL_ARCH_GEMMA2] = {PL_ARCH_GEMMA2, "Gemma2ForCausalLM", "gemma2", "gemma2", false, false,
+                        true, false, false, true, true, false, PL_ACT_GELU_TANH},
+    [PL_ARCH_GEMMA3] = {PL_ARCH_GEMMA3, "Gemma3ForCausalLM", "gemma3_text", "gemma3", false,
+                        true, true, false, false, true, true, false, PL_ACT_GELU_TANH},
+    [PL_ARCH_PHI3] = {PL_ARCH_PHI3, "Phi3ForCausalLM", "phi3", "phi3", false, false, true,
+                      false, false, false, false, true},
 };
 
 const pl_arch_info *pl_arch_get(pl_arch arch) {
@@ -85,6 +150,7 @@ const pl_arch_info *pl_arch_by_model_type(const char *name) {
 }
 
 const pl_arch_info *pl_arch_by_gguf(const char *name) {
+    /* in enum order: "llama" is Llama first (Mistral and Mixtral are told apart by keys) */
     for (int i = 0; name && i < PL_ARCH_COUNT; i++)
         if (strcmp(name, k_archs[i].gguf) == 0) return &k_archs[i];
     return NULL;
@@ -103,16 +169,47 @@ const pl_tensor_spec *pl_tensor_spec_of(pl_tensor_role role) {
     return (int)role >= 0 && (int)role < PL_T_COUNT ? &k_tensors[role] : NULL;
 }
 
-bool pl_tensor_name_match(const char *pattern, const char *name, long *layer) {
-    const char *pct = strstr(pattern, "%d");
+static const arch_rename *renamed(pl_arch arch, pl_tensor_role role) {
+    for (size_t i = 0; i < sizeof k_renames / sizeof k_renames[0]; i++)
+        if (k_renames[i].arch == arch && k_renames[i].role == role) return &k_renames[i];
+    return NULL;
+}
+
+const char *pl_tensor_hf_name(pl_arch arch, pl_tensor_role role) {
+    const pl_tensor_spec *t = pl_tensor_spec_of(role);
+    if (!t || !pl_arch_get(arch)) return NULL;
+    const arch_rename *r = renamed(arch, role);
+    return r && r->hf ? r->hf : t->hf;
+}
+
+const char *pl_tensor_gguf_name(pl_arch arch, pl_tensor_role role) {
+    const pl_tensor_spec *t = pl_tensor_spec_of(role);
+    if (!t || !pl_arch_get(arch)) return NULL;
+    const arch_rename *r = renamed(arch, role);
+    return r && r->gguf ? r->gguf : t->gguf;
+}
+
+/* Matches the digits at *p into *v (saturating at 10^8); false when there are none. */
+static bool number(const char **p, long *v) {
+    if (**p < '0' || **p > '9') return false;
+    *v = 0;
+    for (; **p >= '0' && **p <= '9'; (*p)++) *v = *v < 100000000 ? *v * 10 + (**p - '0') : 100000000;
+    return true;
+}
+
+bool pl_tensor_name_match2(const char *pattern, const char *name, long *layer, long *expert) {
+    long *out[2] = {layer, expert};
+    long scratch;
     *layer = -1;
-    if (!pct) return strcmp(pattern, name) == 0;
-    size_t pre = (size_t)(pct - pattern);
-    if (strncmp(pattern, name, pre) != 0) return false;
-    const char *p = name + pre;
-    if (*p < '0' || *p > '9') return false;
-    long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) v = v < 100000000 ? v * 10 + (*p - '0') : 100000000;
-    *layer = v;
-    return strcmp(p, pct + 2) == 0;
+    if (expert) *expert = -1;
+    const char *p = pattern, *n = name;
+    for (int k = 0;; k++) {
+        const char *pct = strstr(p, "%d");
+        if (!pct) return strcmp(p, n) == 0;
+        size_t pre = (size_t)(pct - p);
+        if (k >= 2 || strncmp(p, n, pre) != 0) return false;
+        n += pre;
+        if (!number(&n, out[k] ? out[k] : &scratch)) return false;
+        p = pct + 2;
+    }
 }

@@ -128,6 +128,55 @@ pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void 
     return PL_OK;
 }
 
+pl_status pl_model_bind_stacked(pl_model *m, pl_tensor_role role, int layer,
+                                const void *const *srcs, pl_wtype src_type, pl_wtype matrices,
+                                const char *name) {
+    int rows, cols, n = m->cfg.n_experts;
+    pl_model_tensor_shape(&m->cfg, role, &rows, &cols);
+    pl_wtype dt = pl_model_tensor_type(role, matrices == PL_WTYPE_NONE ? src_type : matrices);
+    const pl_wtype_traits *st = pl_wtype_traits_of(src_type), *tt = pl_wtype_traits_of(dt);
+    if (!st || !tt || n < 1 || rows % n != 0 || cols <= 0 || (dt != src_type && !tt->from_f32))
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: bad tensor %s (%d x %d, %s -> %s)", m->name,
+                       name, rows, cols, pl_wtype_name(src_type), pl_wtype_name(dt));
+    if (cols % st->block_elems != 0 || cols % tt->block_elems != 0)
+        return pl_fail(PL_ERR_FORMAT, "%s: tensor %s: rows of %d elements are not whole blocks "
+                       "of %s (%d) and %s (%d)", m->name, name, cols, st->name, st->block_elems,
+                       tt->name, tt->block_elems);
+    uint64_t part = (uint64_t)(rows / n) * (uint64_t)cols, part_bytes, bytes;
+    if (!pl_wtype_bytes(dt, part, &part_bytes) ||
+        !pl_model_mul_ok(part_bytes, (uint64_t)n, &bytes) || bytes > SIZE_MAX)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: tensor %s (%d x %d) is too large", m->name,
+                       name, rows, cols);
+    void *buf;
+    pl_status s = pl_model_own_alloc(m, (size_t)bytes, &buf);
+    if (s != PL_OK) return pl_fail_prefix(s, "tensor %s", name);
+    for (int e = 0; e < n; e++)
+        pl_wtype_convert((uint8_t *)buf + (size_t)e * part_bytes, dt, srcs[e], src_type,
+                         (size_t)part);
+    pl_weight *w = &m->w[pl_model_slot(&m->cfg, role, layer)];
+    *w = (pl_weight){.data = buf, .type = dt, .rows = rows, .cols = cols};
+    return PL_OK;
+}
+
+pl_status pl_model_bind_shifted(pl_model *m, pl_tensor_role role, int layer, const void *src,
+                                pl_wtype src_type, float shift, const char *name) {
+    int rows, cols;
+    pl_model_tensor_shape(&m->cfg, role, &rows, &cols);
+    const pl_wtype_traits *st = pl_wtype_traits_of(src_type);
+    if (!st || st->block_elems != 1 || rows != 1 || cols <= 0 ||
+        pl_model_tensor_type(role, PL_WTYPE_NONE) != PL_WTYPE_F32)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: tensor %s cannot be shifted", m->name,
+                       name);
+    float *buf;
+    pl_status s = pl_model_own_alloc(m, (size_t)cols * sizeof *buf, (void **)&buf);
+    if (s != PL_OK) return pl_fail_prefix(s, "tensor %s", name);
+    pl_wtype_convert(buf, PL_WTYPE_F32, src, src_type, (size_t)cols);
+    for (int i = 0; i < cols; i++) buf[i] += shift;
+    pl_weight *w = &m->w[pl_model_slot(&m->cfg, role, layer)];
+    *w = (pl_weight){.data = buf, .type = PL_WTYPE_F32, .rows = 1, .cols = cols};
+    return PL_OK;
+}
+
 // ----------------------------------------------------------------------------
 // a model with blank weights
 

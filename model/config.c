@@ -33,6 +33,42 @@ static pl_status positive_finite(pl_status code, const char *what, const char *c
                    (double)v);
 }
 
+/* Experts: all four sizes set, top-k within the experts, and none for a dense family. */
+static pl_status check_experts(const pl_model_config *c, const pl_arch_info *arch,
+                               pl_status code, const char *what, const char *const *keys) {
+    if (!arch->moe) {
+        if (c->n_experts != 0 || c->n_experts_used != 0)
+            return pl_fail(code, "%s: %s = %d, but %s has no experts", what,
+                           named(keys, "n_experts"), c->n_experts, arch->hf_class);
+        return PL_OK;
+    }
+    PL_TRY(range(code, what, keys, "n_experts", c->n_experts, 1, PL_MODEL_MAX_EXPERTS));
+    if (c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+        return pl_fail(code, "%s: %s = %d must be in [1, %s = %d]", what,
+                       named(keys, "n_experts_used"), c->n_experts_used,
+                       named(keys, "n_experts"), c->n_experts);
+    PL_TRY(range(code, what, keys, "expert_hidden_dim", c->expert_hidden_dim, 1,
+                 PL_MODEL_MAX_HIDDEN));
+    if (arch->shared_expert)
+        PL_TRY(range(code, what, keys, "shared_hidden_dim", c->shared_hidden_dim, 1,
+                     PL_MODEL_MAX_HIDDEN));
+    return PL_OK;
+}
+
+/* Gemma's scales: a soft-cap of 0 means none, so a stated cap must be positive and finite
+ * (checked where it is read: a config.json null is none, 0.0 is refused there). */
+static pl_status check_gemma(const pl_model_config *c, pl_status code, const char *what,
+                             const char *const *keys) {
+    const struct { const char *field; float v; } v[] = {
+        {"query_pre_attn_scalar", c->query_pre_attn_scalar},
+        {"attn_logit_softcapping", c->attn_softcap},
+        {"final_logit_softcapping", c->final_softcap},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i].v != 0.0f) PL_TRY(positive_finite(code, what, keys, v[i].field, v[i].v));
+    return PL_OK;
+}
+
 pl_status pl_model_config_check(const pl_model_config *c, pl_status code, const char *what,
                                 const char *const *keys) {
     const pl_arch_info *arch = pl_arch_get(c->arch);
@@ -76,6 +112,18 @@ pl_status pl_model_config_check(const pl_model_config *c, pl_status code, const 
         PL_TRY(range(code, what, keys, "rope_scaling.original_max_position_embeddings",
                      c->rope_original_max_pos, 1, PL_MODEL_MAX_SEQ));
         break;
+    case PL_ROPE_SCALING_LONGROPE:
+        PL_TRY(range(code, what, keys, "rope_scaling.original_max_position_embeddings",
+                     c->rope_original_max_pos, 1, PL_MODEL_MAX_SEQ));
+        PL_TRY(positive_finite(code, what, keys, "rope_scaling.attention_factor",
+                               c->rope_attn_factor));
+        for (int j = 0; j < c->head_dim / 2; j++) {
+            PL_TRY(positive_finite(code, what, keys, "rope_scaling.short_factor[]",
+                                   c->rope_short_factors[j]));
+            PL_TRY(positive_finite(code, what, keys, "rope_scaling.long_factor[]",
+                                   c->rope_long_factors[j]));
+        }
+        break;
     default:
         return pl_fail(code, "%s: rope_scaling = %d is not a known kind", what,
                        (int)c->rope_scaling);
@@ -84,6 +132,11 @@ pl_status pl_model_config_check(const pl_model_config *c, pl_status code, const 
     if (c->sliding_window > 0 && !arch->sliding_window)
         return pl_fail(code, "%s: sliding_window = %d, but %s has no sliding-window attention",
                        what, c->sliding_window, arch->hf_class);
+    PL_TRY(range(code, what, keys, "swa_pattern", c->swa_pattern, 0, PL_MODEL_MAX_LAYERS));
+    if (c->rope_theta_local != 0.0f)
+        PL_TRY(positive_finite(code, what, keys, "rope_theta_local", c->rope_theta_local));
+    PL_TRY(check_experts(c, arch, code, what, keys));
+    PL_TRY(check_gemma(c, code, what, keys));
     PL_TRY(range(code, what, keys, "bos_id", c->bos_id, -1, (long long)c->vocab_size - 1));
     PL_TRY(range(code, what, keys, "n_eos", c->n_eos, 0, PL_MODEL_MAX_EOS));
     for (int i = 0; i < c->n_eos; i++)
@@ -128,7 +181,36 @@ bool pl_model_config_add_eos(pl_model_config *c, int id) {
 // rotary frequencies
 
 void pl_model_rope_inv_freq(const pl_model_config *cfg, float *out) {
+    pl_model_rope_inv_freq_layer(cfg, -1, 0, out);
+}
+
+bool pl_model_layer_windowed(const pl_model_config *cfg, int layer) {
+    if (cfg->sliding_window <= 0) return false;
+    return cfg->swa_pattern <= 1 || (layer + 1) % cfg->swa_pattern != 0;
+}
+
+float pl_model_attn_scale(const pl_model_config *cfg) {
+    double s = cfg->query_pre_attn_scalar > 0.0f ? cfg->query_pre_attn_scalar : cfg->head_dim;
+    double a = cfg->rope_scaling == PL_ROPE_SCALING_LONGROPE && cfg->rope_attn_factor > 0.0f
+                   ? cfg->rope_attn_factor : 1.0;
+    return (float)(a * a / sqrt(s));
+}
+
+void pl_model_rope_inv_freq_layer(const pl_model_config *cfg, int layer, int ctx, float *out) {
     int half = cfg->head_dim / 2;
+    if (layer >= 0 && cfg->swa_pattern > 1 && cfg->rope_theta_local > 0.0f &&
+        pl_model_layer_windowed(cfg, layer)) {
+        for (int j = 0; j < half; j++)
+            out[j] = (float)pow((double)cfg->rope_theta_local, -2.0 * j / cfg->head_dim);
+        return;
+    }
+    if (cfg->rope_scaling == PL_ROPE_SCALING_LONGROPE) {
+        const float *f = ctx > cfg->rope_original_max_pos ? cfg->rope_long_factors
+                                                          : cfg->rope_short_factors;
+        for (int j = 0; j < half; j++)
+            out[j] = (float)(pow((double)cfg->rope_theta, -2.0 * j / cfg->head_dim) / f[j]);
+        return;
+    }
     /* Llama 3.1: wavelengths shorter than original_ctx / high_freq_factor keep their frequency,
      * longer than original_ctx / low_freq_factor are slowed by factor, and the band between
      * blends the two linearly in original_ctx / wavelength. */

@@ -1,6 +1,7 @@
 /*
  * model/dummy.c - "dummy:NAME" models: real shapes (tiny, the llama2.c stories models,
- * TinyLlama 1.1B, Llama 2 7B) with weights generated from a seed, for benchmarks and tests.
+ * TinyLlama 1.1B, Llama 2 7B, a small Mixtral) with weights generated from a seed, for
+ * benchmarks and tests.
  *
  * Every element is a counter-based hash of (seed, tensor, index), so generation needs no
  * state, any element can be recomputed alone, and a model in f16/bf16 is exactly the f32 model
@@ -40,19 +41,27 @@ typedef struct preset {
     int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq_len;
     int rope_layout; /* 0 interleaved (llama2.c), 1 rotate-half (HF) */
     bool tied, bos_ends_text, f32_allowed; /* bos_ends_text: llama2.c's stories */
+    pl_arch arch;                          /* 0: Llama */
+    int n_experts, n_experts_used;         /* Mixtral: experts of hidden_dim */
 } preset;
 
 static const preset k_presets[] = {
-    {"tiny", 64, 172, 2, 4, 2, 512, 512, 0, false, false, true},
-    {"stories15m", 288, 768, 6, 6, 6, 32000, 256, 0, true, true, true},
-    {"stories110m", 768, 2048, 12, 12, 12, 32000, 1024, 0, true, true, true},
-    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 1, false, false, true},
-    {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 1, false, false, false},
+#define LLAMA PL_ARCH_LLAMA, 0, 0
+    {"tiny", 64, 172, 2, 4, 2, 512, 512, 0, false, false, true, LLAMA},
+    {"stories15m", 288, 768, 6, 6, 6, 32000, 256, 0, true, true, true, LLAMA},
+    {"stories110m", 768, 2048, 12, 12, 12, 32000, 1024, 0, true, true, true, LLAMA},
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 1, false, false, true, LLAMA},
+    {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 1, false, false, false, LLAMA},
+#undef LLAMA
+    /* Mixtral 8x7B's proportions (8 experts of 3.5 x dim, 2 per token, 4:1 GQA of 128-wide
+     * heads) at dim 1024 and 8 layers: 0.7B parameters, 0.2B active; for the MoE benchmarks */
+    {"mixtral-mini", 1024, 3584, 8, 8, 2, 32000, 4096, 1, false, false, true, PL_ARCH_MIXTRAL,
+     8, 2},
 };
 #define N_PRESETS (sizeof k_presets / sizeof k_presets[0])
 
 static const char *const k_names[] = {"tiny", "stories15m", "stories110m", "tinyllama-1.1b",
-                                      "llama2-7b", NULL};
+                                      "llama2-7b", "mixtral-mini", NULL};
 
 const char *const *pl_model_dummy_names(void) { return k_names; }
 
@@ -242,8 +251,13 @@ pl_status pl_model_dummy_config(const char *name, pl_model_config *out) {
     const preset *p = find_preset(name);
     if (!p)
         return pl_fail(PL_ERR_NOT_FOUND, "dummy:%.64s: unknown preset (tiny, stories15m, "
-                       "stories110m, tinyllama-1.1b, llama2-7b)", name);
+                       "stories110m, tinyllama-1.1b, llama2-7b, mixtral-mini)", name);
     pl_model_config c = {0};
+    c.arch = p->arch;
+    c.n_experts = p->n_experts;
+    c.n_experts_used = p->n_experts_used;
+    c.expert_hidden_dim = p->n_experts ? p->hidden_dim : 0;
+    c.norm_topk_prob = p->n_experts > 0;
     c.dim = p->dim;
     c.hidden_dim = p->hidden_dim;
     c.n_layers = p->n_layers;

@@ -1,7 +1,8 @@
 /*
  * model/load_gguf.c - GGUF files (llama.cpp's format): general.architecture llama (Llama 1/2/3,
- * TinyLlama, and Mistral, which llama.cpp files as llama with a sliding window), qwen2 and
- * qwen3, memory-mapped, tensors in any type util/wtype.h has a row for (F32, F16, BF16 today).
+ * TinyLlama, Mistral, which llama.cpp files as llama with a sliding window, and Mixtral, llama
+ * with expert_count), qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3 and phi3,
+ * memory-mapped, tensors in any type util/wtype.h has a row for.
  *
  * The container is parsed and validated by gguf/ (every length, count, dim and offset checked
  * against the file). Here: the hyperparameters from the <arch>.* keys, checked by
@@ -16,6 +17,23 @@
  * used as stored and rope_layout says which: interleaved for llama, rotate-half for qwen.
  * Llama 3 scaling comes as rope_freqs.weight (gguf_rope.c); linear as rope.scaling.type.
  *
+ * What the other families add, under llama.cpp's keys and names:
+ *   - experts: <arch>.expert_count, expert_used_count, expert_feed_forward_length (llama:
+ *     feed_forward_length), expert_shared_feed_forward_length (qwen2moe), and the stacked
+ *     blk.N.ffn_{gate,up,down}_exps (ne {cols, rows, n_expert}); the chosen experts' weights
+ *     are renormalised for llama and qwen3moe, not for qwen2moe (llama.cpp's builds), unless
+ *     expert_weights_norm says otherwise.
+ *   - gemma2/gemma3: norms already stored as 1 + w (llama.cpp's converter adds the 1);
+ *     attention.sliding_window on all but every sliding_window_pattern-th layer (2 and 6 by
+ *     default); gemma2's attn_logit_softcapping and final_logit_softcapping (50 and 30 when
+ *     absent, as llama.cpp), gemma3's final one (none when absent); gemma3's local layers
+ *     rotate with rope.freq_base_swa (10000 when absent). The query scale is llama.cpp's:
+ *     head_dim, or dim / n_heads for the 27B shapes (46 and 62 layers), unless pagellm's own
+ *     attention.query_pre_attn_scalar key says otherwise.
+ *   - phi3: attn_qkv (q, k, v rows) and ffn_up (gate rows, then up rows) split at load;
+ *     longrope as rope_factors_long/short.weight, rope.scaling.attn_factor and
+ *     rope.scaling.original_context_length.
+ *
  * The end of text: tokenizer.ggml.eos_token_id, eot_token_id and eom_token_id (each when
  * present) form the EOS set; BOS is bos_token_id. The tokenizer lives in the same file: when
  * tokenizer.ggml.model is present, the model names the file itself as its tokenizer.
@@ -25,6 +43,7 @@
  * GGUF knows but this build has no weight type for is refused with the tensor and the type.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,6 +76,92 @@ static pl_status get_i(ctx *x, const char *k, bool required, int64_t dflt, int *
 
 // ----------------------------------------------------------------------------
 // hyperparameters
+
+static pl_status get_f(ctx *x, const char *k, bool required, double dflt, float *out) {
+    double v;
+    PL_TRY(pl_gguf_get_float(x->g, K(x, k), required, dflt, &v));
+    *out = (float)v;
+    return PL_OK;
+}
+
+/* head_dim / 2 floats of the tensor called name into out (absent: *found false). */
+static pl_status read_factors(ctx *x, const char *name, int half, float *out, bool *found) {
+    const pl_gguf_tensor *t = pl_gguf_tensor_find(x->g, name);
+    *found = t != NULL;
+    if (!t) return PL_OK;
+    if (t->n_dims != 1 || t->ne[0] != (uint64_t)half || pl_gguf_wtype(t->type) == PL_WTYPE_NONE ||
+        t->type->block_elems != 1)
+        return pl_fail(PL_ERR_FORMAT, "%s: %s must be %d floats (head_dim / 2)", x->path, name,
+                       half);
+    pl_wtype_convert(out, PL_WTYPE_F32, t->data, pl_gguf_wtype(t->type), (size_t)half);
+    return PL_OK;
+}
+
+#define PHI3_LONG "rope_factors_long.weight"
+#define PHI3_SHORT "rope_factors_short.weight"
+
+/* Phi-3's longrope: both factor tensors, the original context and the attention factor. */
+static pl_status read_longrope(ctx *x, pl_model_config *c) {
+    int half = c->head_dim / 2;
+    bool has_long, has_short;
+    PL_TRY(read_factors(x, PHI3_LONG, half, c->rope_long_factors, &has_long));
+    PL_TRY(read_factors(x, PHI3_SHORT, half, c->rope_short_factors, &has_short));
+    if (!has_long && !has_short) return PL_OK;
+    if (!has_long || !has_short)
+        return pl_fail(PL_ERR_FORMAT, "%s: %s without %s", x->path,
+                       has_long ? PHI3_LONG : PHI3_SHORT, has_long ? PHI3_SHORT : PHI3_LONG);
+    c->rope_scaling = PL_ROPE_SCALING_LONGROPE;
+    PL_TRY(get_i(x, "rope.scaling.original_context_length", true, 0,
+                 &c->rope_original_max_pos));
+    return get_f(x, "rope.scaling.attn_factor", false, 1.0, &c->rope_attn_factor);
+}
+
+/* The experts of a qwen2moe/qwen3moe/llama (Mixtral) file. */
+static pl_status read_experts(ctx *x, const pl_arch_info *arch, pl_model_config *c) {
+    PL_TRY(get_i(x, "expert_count", true, 0, &c->n_experts));
+    PL_TRY(get_i(x, "expert_used_count", true, 0, &c->n_experts_used));
+    if (arch->arch == PL_ARCH_MIXTRAL) c->expert_hidden_dim = c->hidden_dim;
+    else PL_TRY(get_i(x, "expert_feed_forward_length", true, 0, &c->expert_hidden_dim));
+    if (arch->shared_expert)
+        PL_TRY(get_i(x, "expert_shared_feed_forward_length", true, 0, &c->shared_hidden_dim));
+    return pl_gguf_get_bool(x->g, K(x, "expert_weights_norm"), false,
+                            arch->arch != PL_ARCH_QWEN2_MOE, &c->norm_topk_prob);
+}
+
+/* A soft-cap key: present, it must be positive (llama.cpp divides by it). */
+static pl_status read_cap(ctx *x, const char *k, double dflt, float *out) {
+    PL_TRY(get_f(x, k, false, dflt, out));
+    if (pl_gguf_find(x->g, K(x, k)) && !(*out > 0.0f && isfinite(*out)))
+        return pl_fail(PL_ERR_FORMAT, "%s: %s = %g must be positive (a soft-cap of 0 divides by "
+                       "zero)", x->path, x->key, (double)*out);
+    return PL_OK;
+}
+
+static pl_status read_gemma(ctx *x, const pl_arch_info *arch, pl_model_config *c) {
+    bool g2 = arch->arch == PL_ARCH_GEMMA2;
+    PL_TRY(get_i(x, "attention.sliding_window", false, g2 ? 4096 : 0, &c->sliding_window));
+    int pattern;
+    PL_TRY(get_i(x, "attention.sliding_window_pattern", false, g2 ? 2 : 6, &pattern));
+    if (pattern < 1 || pattern > PL_MODEL_MAX_LAYERS)
+        return pl_fail(PL_ERR_FORMAT, "%s: %s = %d is out of range", x->path, x->key, pattern);
+    c->swa_pattern = pattern == 1 ? 0 : pattern;
+    if (pattern == 1) c->sliding_window = 0;
+    if (c->sliding_window > c->max_seq_len)
+        return pl_fail(PL_ERR_FORMAT, "%s: %s.attention.sliding_window = %d is larger than the "
+                       "context (%s.context_length = %d)", x->path, x->arch, c->sliding_window,
+                       x->arch, c->max_seq_len);
+    if (g2) {
+        PL_TRY(read_cap(x, "attn_logit_softcapping", 50.0, &c->attn_softcap));
+        PL_TRY(read_cap(x, "final_logit_softcapping", 30.0, &c->final_softcap));
+    } else {
+        PL_TRY(read_cap(x, "final_logit_softcapping", 0.0, &c->final_softcap));
+        if (c->swa_pattern > 1)
+            PL_TRY(get_f(x, "rope.freq_base_swa", false, 10000.0, &c->rope_theta_local));
+    }
+    bool big = c->n_layers == (g2 ? 46 : 62); /* llama.cpp's 27B rule */
+    double dflt = big && c->n_heads > 0 ? (double)c->dim / c->n_heads : (double)c->head_dim;
+    return get_f(x, "attention.query_pre_attn_scalar", false, dflt, &c->query_pre_attn_scalar);
+}
 
 static pl_status read_rope(ctx *x, pl_model_config *c) {
     pl_gguf_str type;
@@ -117,8 +222,8 @@ static pl_status read_ids(ctx *x, pl_model_config *c) {
 
 /* The names pl_model_config_check reports fields by (filled per architecture). */
 typedef struct key_names {
-    char buf[12][96];
-    const char *pairs[26];
+    char buf[16][96];
+    const char *pairs[40];
 } key_names;
 
 static void name_keys(ctx *x, key_names *k) {
@@ -128,6 +233,9 @@ static void name_keys(ctx *x, key_names *k) {
         {"n_kv_heads", "attention.head_count_kv"}, {"head_dim", "attention.key_length"},
         {"max_seq_len", "context_length"},   {"norm_eps", "attention.layer_norm_rms_epsilon"},
         {"rope_theta", "rope.freq_base"},    {"sliding_window", "attention.sliding_window"},
+        {"n_experts", "expert_count"},       {"n_experts_used", "expert_used_count"},
+        {"expert_hidden_dim", "expert_feed_forward_length"},
+        {"shared_hidden_dim", "expert_shared_feed_forward_length"},
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
@@ -144,12 +252,14 @@ static void name_keys(ctx *x, key_names *k) {
 
 static pl_status read_config(ctx *x, const pl_arch_info *arch, pl_model_config *c) {
     memset(c, 0, sizeof *c);
-    c->arch = arch->arch;
     int experts;
     PL_TRY(get_i(x, "expert_count", false, 0, &experts));
-    if (experts > 0)
-        return pl_fail(PL_ERR_UNSUPPORTED, "%s: %s = %d: mixture-of-experts models are not "
-                       "supported", x->path, x->key, experts);
+    if (arch->arch == PL_ARCH_LLAMA && experts > 0)
+        arch = pl_arch_get(PL_ARCH_MIXTRAL); /* llama.cpp files Mixtral as llama */
+    else if (experts > 0 && !arch->moe)
+        return pl_fail(PL_ERR_UNSUPPORTED, "%s: %s = %d: %s has no experts", x->path, x->key,
+                       experts, x->arch);
+    c->arch = arch->arch;
     PL_TRY(get_i(x, "embedding_length", true, 0, &c->dim));
     PL_TRY(get_i(x, "feed_forward_length", true, 0, &c->hidden_dim));
     PL_TRY(get_i(x, "block_count", true, 0, &c->n_layers));
@@ -176,15 +286,28 @@ static pl_status read_config(ctx *x, const pl_arch_info *arch, pl_model_config *
     if (rot != c->head_dim)
         return pl_fail(PL_ERR_UNSUPPORTED, "%s: %s = %d: partial rotary embeddings (other than "
                        "the head size %d) are not supported", x->path, x->key, rot, c->head_dim);
-    PL_TRY(get_i(x, "attention.sliding_window", false, 0, &c->sliding_window));
-    if (c->sliding_window > 0) {
+    if (arch->moe) PL_TRY(read_experts(x, arch, c));
+    if (arch->gemma) {
+        PL_TRY(read_gemma(x, arch, c));
+    } else {
+        PL_TRY(get_i(x, "attention.sliding_window", false, 0, &c->sliding_window));
+        /* llama.cpp's phi3 converter states twice the context for the 128k models */
+        if (arch->arch == PL_ARCH_PHI3 && c->sliding_window >= c->max_seq_len)
+            c->sliding_window = 0;
+    }
+    if (c->sliding_window > 0 && !arch->sliding_window) {
         if (arch->arch != PL_ARCH_LLAMA)
-            return pl_fail(PL_ERR_UNSUPPORTED, "%s: %s = %d: a sliding window is not supported "
-                           "for %s", x->path, x->key, c->sliding_window, x->arch);
+            return pl_fail(PL_ERR_UNSUPPORTED, "%s: %s.attention.sliding_window = %d: a sliding "
+                           "window is not supported for %s", x->path, x->arch,
+                           c->sliding_window, x->arch);
         c->arch = PL_ARCH_MISTRAL; /* llama.cpp files Mistral as llama */
     }
-    c->rope_layout = arch->arch == PL_ARCH_LLAMA ? 0 : 1; /* see the header comment */
-    if (c->head_dim >= 2 && c->head_dim <= PL_MODEL_MAX_HEAD_DIM) PL_TRY(read_rope(x, c));
+    /* llama.cpp's "normal" rope for llama files, "neox" for the others */
+    c->rope_layout = pl_gguf_rope_interleaved(arch->arch) ? 0 : 1;
+    if (c->head_dim >= 2 && c->head_dim <= PL_MODEL_MAX_HEAD_DIM) {
+        PL_TRY(read_rope(x, c));
+        if (arch->arch == PL_ARCH_PHI3) PL_TRY(read_longrope(x, c));
+    }
 
     const pl_gguf_tensor *embd = pl_gguf_tensor_find(x->g, "token_embd.weight");
     if (!embd) return pl_fail(PL_ERR_NOT_FOUND, "%s: missing tensor token_embd.weight", x->path);
@@ -207,47 +330,87 @@ static pl_status read_config(ctx *x, const pl_arch_info *arch, pl_model_config *
 // ----------------------------------------------------------------------------
 // tensors
 
+#define PHI3_QKV "blk.%d.attn_qkv.weight"
+
+/* Whether name is one of the tensors c's architecture stores beside the table's: Llama 3's
+ * rope_freqs, Phi-3's rope factors and fused attn_qkv (its fused ffn_up has the table's
+ * name). */
+static bool extra_tensor(const pl_model_config *c, const char *name, long *layer) {
+    if (strcmp(name, ROPE_FREQS) == 0)
+        return c->arch != PL_ARCH_QWEN2 && c->arch != PL_ARCH_QWEN3;
+    if (c->arch != PL_ARCH_PHI3) return false;
+    return strcmp(name, PHI3_LONG) == 0 || strcmp(name, PHI3_SHORT) == 0 ||
+           pl_tensor_name_match(PHI3_QKV, name, layer);
+}
+
 /* Every tensor of the file is one the model takes (or rope_freqs, read above). */
 static pl_status check_unexpected(ctx *x, const pl_model_config *c) {
     for (size_t i = 0; i < x->g->n_tensors; i++) {
         char name[PL_GGUF_MAX_NAME + 1];
         const pl_gguf_tensor *t = &x->g->tensors[i];
         snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.p);
-        if (strcmp(name, ROPE_FREQS) == 0 && c->arch != PL_ARCH_QWEN2 && c->arch != PL_ARCH_QWEN3)
-            continue;
-        bool known = false;
+        long layer = -1;
+        bool known = extra_tensor(c, name, &layer);
         for (int r = 0; r < PL_T_COUNT && !known; r++) {
-            long layer;
-            if (!pl_tensor_name_match(pl_tensor_spec_of((pl_tensor_role)r)->gguf, name, &layer))
-                continue;
-            if (!pl_model_has_tensor(c, (pl_tensor_role)r)) break;
-            if (layer >= c->n_layers)
-                return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is beyond %s.block_count = %d",
-                               x->path, name, x->arch, c->n_layers);
-            known = true;
+            if (!pl_model_has_tensor(c, (pl_tensor_role)r)) continue;
+            known = pl_tensor_name_match(pl_tensor_gguf_name(c->arch, (pl_tensor_role)r), name,
+                                         &layer);
         }
         if (!known)
             return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is not part of a %s model", x->path, name,
                            pl_arch_get(c->arch)->hf_class);
+        if (layer >= c->n_layers)
+            return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is beyond %s.block_count = %d", x->path,
+                           name, x->arch, c->n_layers);
     }
     return PL_OK;
 }
 
-/* The tensor of (role, layer): present, of a type this build stores, of the config's shape. */
+/* Phi-3's fused tensors: the fused tensor a part of role lives in, its rows and the part's
+ * first row. False for any other role (and q/k/v of a file that stores them apart). */
+static bool fused_source(ctx *x, const pl_model_config *c, pl_tensor_role role, int layer,
+                         char *name, size_t cap, int *rows, int *row0) {
+    if (c->arch != PL_ARCH_PHI3) return false;
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, F = c->hidden_dim;
+    if (role == PL_T_FFN_GATE || role == PL_T_FFN_UP) {
+        snprintf(name, cap, "blk.%d.ffn_up.weight", layer);
+        *rows = 2 * F;
+        *row0 = role == PL_T_FFN_UP ? F : 0;
+        return true;
+    }
+    if (role != PL_T_ATTN_Q && role != PL_T_ATTN_K && role != PL_T_ATTN_V) return false;
+    snprintf(name, cap, PHI3_QKV, layer);
+    if (!pl_gguf_tensor_find(x->g, name)) return false;
+    *rows = qd + 2 * kvd;
+    *row0 = role == PL_T_ATTN_K ? qd : role == PL_T_ATTN_V ? qd + kvd : 0;
+    return true;
+}
+
+/* The tensor of (role, layer): present, of a type this build stores, of the config's shape
+ * (a stacked one with ne {cols, rows, n_experts}; a one-row matrix also as ne {cols}); a
+ * part of a fused tensor: that tensor, with *src_off the part's byte offset in it. */
 static pl_status find_tensor(ctx *x, const pl_model_config *c, pl_tensor_role role, int layer,
-                             const pl_gguf_tensor **out, pl_wtype *type, char *name, size_t cap) {
-    snprintf(name, cap, pl_tensor_spec_of(role)->gguf, layer);
+                             const pl_gguf_tensor **out, pl_wtype *type, char *name, size_t cap,
+                             size_t *src_off) {
+    int rows, cols, row0 = 0;
+    pl_model_tensor_shape(c, role, &rows, &cols);
+    const pl_tensor_spec *spec = pl_tensor_spec_of(role);
+    bool fused = fused_source(x, c, role, layer, name, cap, &rows, &row0);
+    if (!fused) snprintf(name, cap, pl_tensor_gguf_name(c->arch, role), layer);
+    *src_off = 0;
     const pl_gguf_tensor *t = pl_gguf_tensor_find(x->g, name);
     if (!t) return pl_fail(PL_ERR_NOT_FOUND, "%s: missing tensor %s", x->path, name);
     *type = pl_gguf_wtype(t->type);
     if (*type == PL_WTYPE_NONE)
         return pl_fail(PL_ERR_UNSUPPORTED, "%s: tensor %s: type %s is not supported by this "
                        "build", x->path, name, t->type->name);
-    int rows, cols;
-    pl_model_tensor_shape(c, role, &rows, &cols);
-    bool vector = pl_tensor_spec_of(role)->rows == PL_DIM_NONE;
+    bool vector = spec->rows == PL_DIM_NONE;
+    uint64_t E = (uint64_t)c->n_experts;
     bool ok = vector ? t->n_dims == 1 && t->ne[0] == (uint64_t)cols
-                     : t->n_dims == 2 && t->ne[0] == (uint64_t)cols && t->ne[1] == (uint64_t)rows;
+            : spec->per_expert ? t->n_dims == 3 && t->ne[0] == (uint64_t)cols &&
+                                     t->ne[1] * E == (uint64_t)rows && t->ne[2] == E
+            : (t->n_dims == 2 && t->ne[0] == (uint64_t)cols && t->ne[1] == (uint64_t)rows) ||
+                  (rows == 1 && t->n_dims == 1 && t->ne[0] == (uint64_t)cols);
     if (!ok) {
         char got[96] = "";
         for (int d = 0, o = 0; d < t->n_dims; d++)
@@ -255,8 +418,17 @@ static pl_status find_tensor(ctx *x, const pl_model_config *c, pl_tensor_role ro
         if (vector)
             return pl_fail(PL_ERR_FORMAT, "%s: tensor %s has ne [%s], the config needs [%d]",
                            x->path, name, got, cols);
+        if (spec->per_expert)
+            return pl_fail(PL_ERR_FORMAT, "%s: tensor %s has ne [%s], the config needs [%d, %d, "
+                           "%d] (cols, rows, experts)", x->path, name, got, cols,
+                           rows / c->n_experts, c->n_experts);
         return pl_fail(PL_ERR_FORMAT, "%s: tensor %s has ne [%s], the config needs [%d, %d] "
                        "(cols, rows)", x->path, name, got, cols, rows);
+    }
+    if (fused) {
+        uint64_t row_bytes = 0;
+        pl_wtype_bytes(*type, (uint64_t)cols, &row_bytes);
+        *src_off = (size_t)row0 * (size_t)row_bytes;
     }
     *out = t;
     return PL_OK;
@@ -283,7 +455,8 @@ static pl_status check_limit(ctx *x, const pl_model_config *c, pl_wtype want, ui
         const pl_gguf_tensor *t;
         pl_wtype src;
         char name[128];
-        PL_TRY(find_tensor(x, c, r, layer, &t, &src, name, sizeof name));
+        size_t off;
+        PL_TRY(find_tensor(x, c, r, layer, &t, &src, name, sizeof name, &off));
         pl_model_tensor_shape(c, r, &rows, &cols);
         uint64_t bytes;
         if (!pl_wtype_bytes(target_type(r, src, want), (uint64_t)rows * (uint64_t)cols, &bytes) ||
@@ -307,8 +480,9 @@ static pl_status bind_all(ctx *x, pl_model *m, pl_wtype want) {
         const pl_gguf_tensor *t;
         pl_wtype src;
         char name[128];
-        PL_TRY(find_tensor(x, &m->cfg, r, layer, &t, &src, name, sizeof name));
-        PL_TRY(pl_model_bind(m, r, layer, t->data, src, target_type(r, src, want), name));
+        size_t off;
+        PL_TRY(find_tensor(x, &m->cfg, r, layer, &t, &src, name, sizeof name, &off));
+        PL_TRY(pl_model_bind(m, r, layer, t->data + off, src, target_type(r, src, want), name));
     }
     pl_model_tie_output(m);
     return PL_OK;
@@ -344,7 +518,8 @@ static pl_status load(pl_model_file *f, const pl_gguf *g, const pl_model_load_op
     const pl_arch_info *arch = pl_gguf_str_eq(an, arch_name) ? pl_arch_by_gguf(arch_name) : NULL;
     if (!arch)
         return pl_fail(PL_ERR_UNSUPPORTED, "%s: general.architecture = %s is not supported "
-                       "(llama, qwen2, qwen3)", f->path, arch_name);
+                       "(llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3)", f->path,
+                       arch_name);
     x.arch = arch_name;
     pl_model_config c;
     PL_TRY(read_config(&x, arch, &c));

@@ -164,6 +164,16 @@ static bool ignorable(const char *name) {
     return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
+/* Phi-3's fused tensors: qkv_proj holds q, k and v's rows, gate_up_proj gate's then up's. */
+#define PHI3_QKV "model.layers.%d.self_attn.qkv_proj.weight"
+#define PHI3_GATE_UP "model.layers.%d.mlp.gate_up_proj.weight"
+
+static bool fused_part(const pl_model_config *c, pl_tensor_role r) {
+    return pl_arch_get(c->arch)->fused && (r == PL_T_ATTN_Q || r == PL_T_ATTN_K ||
+                                           r == PL_T_ATTN_V || r == PL_T_FFN_GATE ||
+                                           r == PL_T_FFN_UP);
+}
+
 /* Every tensor of the files is one the model takes (or an ignorable one, or an lm_head.weight
  * beside a tied embedding): a bias in a Llama checkpoint or a layer past num_hidden_layers
  * means config and weights disagree, and loading anyway would compute another model. */
@@ -174,21 +184,26 @@ static pl_status check_unexpected(const pl_model *m, const hf_files *h) {
         const char *name = h->tab.t[i].name, *file = h->paths[h->tab.t[i].file];
         if (ignorable(name)) continue;
         bool known = false;
+        long layer = -1, expert = -1;
         for (int r = 0; r < PL_T_COUNT && !known; r++) {
-            long layer;
-            if (!pl_tensor_name_match(pl_tensor_spec_of((pl_tensor_role)r)->hf, name, &layer))
+            if (!pl_model_has_tensor(c, (pl_tensor_role)r) || fused_part(c, (pl_tensor_role)r))
                 continue;
-            if (!pl_model_has_tensor(c, (pl_tensor_role)r))
-                return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is not part of a %s model", file,
-                               name, arch->hf_class);
-            if (layer >= c->n_layers)
-                return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is beyond num_hidden_layers = %d",
-                               file, name, c->n_layers);
-            known = true;
+            known = pl_tensor_name_match2(pl_tensor_hf_name(c->arch, (pl_tensor_role)r), name,
+                                          &layer, &expert);
         }
+        if (!known && arch->fused)
+            known = pl_tensor_name_match(PHI3_QKV, name, &layer) ||
+                    pl_tensor_name_match(PHI3_GATE_UP, name, &layer);
         if (!known)
             return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is not part of a %s model", file, name,
                            arch->hf_class);
+        if (layer >= c->n_layers)
+            return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is beyond num_hidden_layers = %d",
+                           file, name, c->n_layers);
+        if (expert >= c->n_experts)
+            return pl_fail(PL_ERR_FORMAT, "%s: tensor %s is beyond %s = %d", file, name,
+                           c->arch == PL_ARCH_MIXTRAL ? "num_local_experts" : "num_experts",
+                           c->n_experts);
     }
     return PL_OK;
 }
@@ -199,20 +214,16 @@ static void shape_text(char *buf, size_t n, const int64_t *shape, int rank) {
         o += snprintf(buf + o, n - (size_t)o, "%s%lld", d ? ", " : "", (long long)shape[d]);
 }
 
-/* Binds the tensor of (role, layer) from the files, checking its type and shape. */
-static pl_status bind_tensor(pl_model *m, const hf_files *h, pl_tensor_role role, int layer,
-                             pl_wtype want) {
-    char name[128];
-    snprintf(name, sizeof name, pl_tensor_spec_of(role)->hf, layer);
+/* The tensor called name, present, of a supported type and of shape [rows, cols] ([cols] for
+ * a vector). */
+static pl_status find(const pl_model *m, const hf_files *h, const char *name, bool vector,
+                      int rows, int cols, const pl_st_tensor **out) {
     const pl_st_tensor *t = pl_model_st_find(&h->tab, name);
     if (!t) return pl_fail(PL_ERR_NOT_FOUND, "%s: missing tensor %s", m->name, name);
     const char *file = h->paths[t->file];
     if (t->type == PL_WTYPE_NONE)
         return pl_fail(PL_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (supported: F32, F16, "
                        "BF16)", file, name, t->dtype);
-    int rows, cols;
-    pl_model_tensor_shape(&m->cfg, role, &rows, &cols);
-    bool vector = pl_tensor_spec_of(role)->rows == PL_DIM_NONE;
     bool ok = vector ? t->rank == 1 && t->shape[0] == cols
                      : t->rank == 2 && t->shape[0] == rows && t->shape[1] == cols;
     if (!ok) {
@@ -224,13 +235,85 @@ static pl_status bind_tensor(pl_model *m, const hf_files *h, pl_tensor_role role
         return pl_fail(PL_ERR_FORMAT, "%s: tensor %s has shape [%s], config needs [%d, %d]",
                        file, name, got, rows, cols);
     }
+    *out = t;
+    return PL_OK;
+}
+
+/* A per-expert role from its n_experts tensors: each present, of one shape and one dtype. */
+static pl_status bind_experts(pl_model *m, const hf_files *h, pl_tensor_role role, int layer,
+                              pl_wtype want) {
+    const pl_model_config *c = &m->cfg;
+    int rows, cols;
+    pl_model_tensor_shape(c, role, &rows, &cols);
+    rows /= c->n_experts;
+    const void **srcs = pl_calloc((size_t)c->n_experts, sizeof *srcs);
+    if (!srcs) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: out of memory", m->name);
+    pl_status s = PL_OK;
+    pl_wtype type = PL_WTYPE_NONE;
+    char name[160], first[160] = "";
+    for (int e = 0; s == PL_OK && e < c->n_experts; e++) {
+        snprintf(name, sizeof name, pl_tensor_hf_name(c->arch, role), layer, e);
+        const pl_st_tensor *t;
+        s = find(m, h, name, false, rows, cols, &t);
+        if (s != PL_OK) break;
+        if (e == 0) {
+            type = t->type;
+            snprintf(first, sizeof first, "%s", name);
+        } else if (t->type != type) {
+            s = pl_fail(PL_ERR_FORMAT, "%s: tensor %s is %s but %s is %s: experts of one layer "
+                        "must share a type", h->paths[t->file], name, t->dtype, first,
+                        pl_wtype_name(type));
+            break;
+        }
+        srcs[e] = t->data;
+    }
+    if (s == PL_OK) s = pl_model_bind_stacked(m, role, layer, srcs, type, want, first);
+    pl_free(srcs);
+    return s;
+}
+
+/* q/k/v or gate/up of Phi-3 from its fused tensor: the role's rows of it. */
+static pl_status bind_fused(pl_model *m, const hf_files *h, pl_tensor_role role, int layer,
+                            pl_wtype want) {
+    const pl_model_config *c = &m->cfg;
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, F = c->hidden_dim;
+    bool attn = role == PL_T_ATTN_Q || role == PL_T_ATTN_K || role == PL_T_ATTN_V;
+    char name[160];
+    snprintf(name, sizeof name, attn ? PHI3_QKV : PHI3_GATE_UP, layer);
+    const pl_st_tensor *t;
+    PL_TRY(find(m, h, name, false, attn ? qd + 2 * kvd : 2 * F, c->dim, &t));
+    int row0 = role == PL_T_ATTN_K ? qd : role == PL_T_ATTN_V ? qd + kvd
+             : role == PL_T_FFN_UP ? F : 0;
+    uint64_t row_bytes = 0;
+    pl_wtype_bytes(t->type, (uint64_t)c->dim, &row_bytes);
+    return pl_model_bind(m, role, layer, (const uint8_t *)t->data + (size_t)row0 * row_bytes,
+                         t->type, want, name);
+}
+
+/* Binds the tensor of (role, layer) from the files, checking its type and shape. */
+static pl_status bind_tensor(pl_model *m, const hf_files *h, pl_tensor_role role, int layer,
+                             pl_wtype want) {
+    const pl_tensor_spec *spec = pl_tensor_spec_of(role);
+    if (spec->per_expert) return bind_experts(m, h, role, layer, want);
+    if (fused_part(&m->cfg, role)) return bind_fused(m, h, role, layer, want);
+    char name[160];
+    snprintf(name, sizeof name, pl_tensor_hf_name(m->cfg.arch, role), layer);
+    int rows, cols;
+    pl_model_tensor_shape(&m->cfg, role, &rows, &cols);
+    bool vector = spec->rows == PL_DIM_NONE;
+    const pl_st_tensor *t;
+    PL_TRY(find(m, h, name, vector, rows, cols, &t));
+    /* Gemma's RMSNorm multiplies by (1 + w): kept as the factor itself */
+    if (vector && pl_arch_get(m->cfg.arch)->gemma)
+        return pl_model_bind_shifted(m, role, layer, t->data, t->type, 1.0f, name);
     return pl_model_bind(m, role, layer, t->data, t->type, want, name);
 }
 
 /* Tied when the config says so; also when it is silent and there is no lm_head. */
 static bool resolve_tied(const pl_model_config *c, const hf_files *h, bool tie_set) {
     return c->tied_embeddings ||
-           (!tie_set && pl_model_st_find(&h->tab, pl_tensor_spec_of(PL_T_OUTPUT)->hf) == NULL);
+           (!tie_set &&
+            pl_model_st_find(&h->tab, pl_tensor_hf_name(c->arch, PL_T_OUTPUT)) == NULL);
 }
 
 /* The memory limit, from the headers alone (no tensor byte is read yet): matrices keep the
@@ -241,7 +324,8 @@ static pl_status check_limit(const char *dir, const pl_model_config *c, const hf
     if (!limit) return PL_OK;
     pl_wtype dt = want;
     if (dt == PL_WTYPE_NONE) {
-        const pl_st_tensor *t = pl_model_st_find(&h->tab, pl_tensor_spec_of(PL_T_TOKEN_EMBD)->hf);
+        const pl_st_tensor *t =
+            pl_model_st_find(&h->tab, pl_tensor_hf_name(c->arch, PL_T_TOKEN_EMBD));
         if (!t || t->type == PL_WTYPE_NONE) return PL_OK;
         dt = t->type;
     }

@@ -36,9 +36,13 @@ typedef enum pl_rope_scaling_kind {
     PL_ROPE_SCALING_NONE = 0,
     PL_ROPE_SCALING_LINEAR = 1, /* positions divided by factor */
     PL_ROPE_SCALING_LLAMA3 = 2, /* Llama 3.1 frequency-dependent scaling */
+    PL_ROPE_SCALING_LONGROPE = 3, /* Phi-3 longrope ("su"): per-pair divisors of the
+                                     frequencies, short or long, and an attention factor */
 } pl_rope_scaling_kind;
 
 #define PL_MODEL_MAX_EOS 16
+#define PL_MODEL_MAX_HEAD_DIM 1024
+#define PL_MODEL_MAX_EXPERTS 1024
 
 typedef struct pl_model_config {
     pl_arch arch;     /* the family: which tensors exist and how they combine (model/arch.h) */
@@ -60,6 +64,29 @@ typedef struct pl_model_config {
     int rope_original_max_pos;     /* llama3 */
     int sliding_window;            /* 0 = none; else a position attends to itself and the
                                       sliding_window - 1 before it (Mistral) */
+    int swa_pattern;               /* with a window, which layers use it: 0 every layer; n > 1
+                                      all but every n-th (layer l is global when (l + 1) % n
+                                      == 0: Gemma 2's n = 2 windows the even layers, Gemma 3's
+                                      6 has 5 local to 1 global) */
+    float rope_theta_local;        /* theta of the windowed layers when swa_pattern > 1 (Gemma
+                                      3's rope_local_base_freq; unscaled); 0 = rope_theta */
+    /* longrope: inv_freq[j] = theta^(-2j/head_dim) / factor[j], the long factors when the
+     * engine's context exceeds rope_original_max_pos (llama.cpp's rule), the short ones
+     * otherwise; attention scores x rope_attn_factor^2 (cos and sin scaled by it) */
+    float rope_short_factors[PL_MODEL_MAX_HEAD_DIM / 2];
+    float rope_long_factors[PL_MODEL_MAX_HEAD_DIM / 2];
+    float rope_attn_factor;        /* longrope's (0 is taken as 1) */
+    /* mixture of experts (architectures with pl_arch_info.moe) */
+    int n_experts;                 /* routed experts per layer */
+    int n_experts_used;            /* experts each token runs (top-k), <= n_experts */
+    int expert_hidden_dim;         /* an expert's FFN inner size (moe_intermediate_size) */
+    int shared_hidden_dim;         /* the shared expert's (Qwen2-MoE) */
+    bool norm_topk_prob;           /* the chosen experts' probabilities divided by their sum
+                                      (Mixtral, Qwen3-MoE); else used as they are */
+    /* Gemma */
+    float query_pre_attn_scalar;   /* scores scaled by its -1/2 power; 0 = head_dim */
+    float attn_softcap;            /* attention scores -> tanh(s / cap) * cap; 0 = none */
+    float final_softcap;           /* logits likewise; 0 = none */
     bool tied_embeddings;          /* the output projection shares the embedding's data */
     int bos_id;                    /* -1 if none */
     int eos_ids[PL_MODEL_MAX_EOS]; /* (n_eos) ids that end a text: config.json's and
@@ -215,8 +242,17 @@ const char *const *pl_model_dummy_names(void);
 pl_status pl_model_dummy_config(const char *name, pl_model_config *out);
 
 /* Rotary inverse frequencies (head_dim / 2 floats) with the config's theta and scaling:
- * inv_freq[j] = theta^(-2j / head_dim), then scaled. */
+ * inv_freq[j] = theta^(-2j / head_dim), then scaled (longrope: the short factors). */
 void pl_model_rope_inv_freq(const pl_model_config *cfg, float *out);
+/* Those of layer `layer` for a context of ctx tokens: a windowed layer of a model with
+ * rope_theta_local uses that theta unscaled; longrope takes the long factors when ctx >
+ * rope_original_max_pos. */
+void pl_model_rope_inv_freq_layer(const pl_model_config *cfg, int layer, int ctx, float *out);
+/* Whether layer `layer` attends through the sliding window (sliding_window > 0 and the
+ * layer is not one of swa_pattern's global ones). */
+bool pl_model_layer_windowed(const pl_model_config *cfg, int layer);
+/* The attention scale: query_pre_attn_scalar^-1/2 (or head_dim^-1/2) x rope_attn_factor^2. */
+float pl_model_attn_scale(const pl_model_config *cfg);
 
 /* Bytes every weight of a model of cfg takes when its matrices are stored as `matrices` and
  * its norms and biases as f32, each tensor from a 64-byte boundary: exactly what
@@ -276,11 +312,16 @@ pl_status pl_model_save_gguf(const pl_model *m, pl_wtype type, pl_gguf_writer *w
                              const char *path);
 
 /* Bytes of the matrices decode streams per token (every matrix but the embedding, which is
- * gathered, not multiplied; a tied output projection counts once), for benchmarks. */
+ * gathered, not multiplied; a tied output projection counts once; of the experts' matrices
+ * the n_experts_used of n_experts a token runs), for benchmarks. */
 size_t pl_model_weight_bytes(const pl_model *m);
 /* Parameters in matrix products per token (2x this = matmul FLOPs per token): the elements of
- * the same matrices. */
+ * the same matrices (the experts a token runs). */
 size_t pl_model_matmul_params(const pl_model *m);
+/* Every parameter of a model of c (embedding, matrices, norms; a tied output projection
+ * once) and those one token uses (of the routed experts, n_experts_used of n_experts). */
+void pl_model_config_params(const pl_model_config *c, uint64_t *out_total,
+                            uint64_t *out_active);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,6 @@ extern "C" {
 #define PL_MODEL_MAX_HIDDEN (1 << 20)
 #define PL_MODEL_MAX_LAYERS 1024
 #define PL_MODEL_MAX_HEADS 1024
-#define PL_MODEL_MAX_HEAD_DIM 1024
 #define PL_MODEL_MAX_VOCAB (1 << 22)
 #define PL_MODEL_MAX_SEQ (1 << 24)
 
@@ -82,6 +81,15 @@ pl_status pl_model_own_file(pl_model *m, pl_model_file *f);
  * buffer owned by m. `name` is only for messages. */
 pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void *src,
                         pl_wtype src_type, pl_wtype matrices, const char *name);
+/* A per-expert tensor from n_experts separate ones (srcs[e]: expert e's (rows, cols), all of
+ * src_type), stacked into one buffer owned by m in the type pl_model_bind would give. */
+pl_status pl_model_bind_stacked(pl_model *m, pl_tensor_role role, int layer,
+                                const void *const *srcs, pl_wtype src_type, pl_wtype matrices,
+                                const char *name);
+/* An f32 vector (a norm) stored as w for x * (shift + w), as Gemma's are: bound as shift + w
+ * in a buffer owned by m. src_type: a plain float type. */
+pl_status pl_model_bind_shifted(pl_model *m, pl_tensor_role role, int layer, const void *src,
+                                pl_wtype src_type, float shift, const char *name);
 /* Ties the output projection to the embedding (same data) when m->cfg.tied_embeddings. */
 void pl_model_tie_output(pl_model *m);
 /* Walks every stored tensor of c in model order, placing each at the next 64-byte boundary;
@@ -137,6 +145,13 @@ void pl_model_rope_freq_factors(const pl_model_config *c, float *out);
  * such scaling exists. */
 pl_status pl_model_rope_from_factors(pl_model_config *c, const float *factors, int orig_ctx,
                                      const char *what);
+
+/* Whether llama.cpp rotates arch's q/k with its "normal" (interleaved) rope, so its GGUF files
+ * hold q/k rows in Meta's order: the llama files (Llama, Mistral, Mixtral); every other
+ * family uses "neox" (rotate-half, Hugging Face's order). */
+static inline bool pl_gguf_rope_interleaved(pl_arch a) {
+    return a == PL_ARCH_LLAMA || a == PL_ARCH_MISTRAL || a == PL_ARCH_MIXTRAL;
+}
 
 /* ---- the tokenizer beside a model (tokenizer_beside.c) ---- */
 /* Sets m->tokenizer_path to the first of names (NULL-terminated) that is a readable file in

@@ -7,8 +7,9 @@
  * table, not its code): the base type everywhere but the tensors whose errors cost the most,
  * which get Q6_K:
  *   - the output projection (the embedding when tied, since it is then the output too);
- *   - attn_v and ffn_down in the layers where more_bits() holds: the first and last eighth of
- *     the layers and every third layer between (half of them or so).
+ *   - attn_v and ffn_down (the experts' and the shared expert's too) in the layers where
+ *     more_bits() holds: the first and last eighth of the layers and every third layer
+ *     between (half of them or so).
  *
  * Fallback: llama.cpp's K-quants need rows of 256 elements; stories15M's are 288 wide, so a
  * K-quant asked of such a tensor is written in the 32-element type of at least as many bits
@@ -91,7 +92,8 @@ pl_wtype pl_quant_recipe_type(const pl_quant_recipe *r, const pl_model_config *c
     pl_wtype t = pl_model_tensor_type(role, r->base);
     if (r->mix && t != PL_WTYPE_F32) {
         bool output = role == PL_T_OUTPUT || (role == PL_T_TOKEN_EMBD && c->tied_embeddings);
-        bool v_down = (role == PL_T_ATTN_V || role == PL_T_FFN_DOWN) &&
+        bool v_down = (role == PL_T_ATTN_V || role == PL_T_FFN_DOWN ||
+                       role == PL_T_FFN_DOWN_EXPS || role == PL_T_FFN_DOWN_SHEXP) &&
                       more_bits(layer, c->n_layers);
         if (output || v_down) t = PL_WTYPE_Q6_K;
     }

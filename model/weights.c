@@ -25,6 +25,10 @@ static bool when_holds(const pl_model_config *c, pl_tensor_when when) {
     case PL_WHEN_UNTIED: return true; /* tied, it exists as the embedding's data */
     case PL_WHEN_QKV_BIAS: return a && a->qkv_bias;
     case PL_WHEN_QK_NORM: return a && a->qk_norm;
+    case PL_WHEN_DENSE_FFN: return a && !a->moe;
+    case PL_WHEN_MOE: return a && a->moe;
+    case PL_WHEN_SHARED_EXPERT: return a && a->shared_expert;
+    case PL_WHEN_POST_NORMS: return a && a->post_norms;
     }
     return false;
 }
@@ -48,6 +52,10 @@ int pl_model_dim(const pl_model_config *c, pl_dim d) {
     case PL_DIM_Q: return c->n_heads * c->head_dim;
     case PL_DIM_KV: return c->n_kv_heads * c->head_dim;
     case PL_DIM_HEAD: return c->head_dim;
+    case PL_DIM_ONE: return 1;
+    case PL_DIM_EXPERTS: return c->n_experts;
+    case PL_DIM_EXP_FFN: return c->expert_hidden_dim;
+    case PL_DIM_SHEXP_FFN: return c->shared_hidden_dim;
     }
     return 0;
 }
@@ -56,6 +64,8 @@ void pl_model_tensor_shape(const pl_model_config *c, pl_tensor_role r, int *rows
     const pl_tensor_spec *t = pl_tensor_spec_of(r);
     *rows = t ? pl_model_dim(c, t->rows) : 0;
     *cols = t ? pl_model_dim(c, t->cols) : 0;
+    /* within the limits: at most 2^10 experts of 2^20 rows */
+    if (t && t->per_expert) *rows *= c->n_experts;
 }
 
 pl_wtype pl_model_tensor_type(pl_tensor_role r, pl_wtype matrices) {
@@ -152,8 +162,14 @@ static bool streamed(const pl_model_config *c, pl_tensor_role r) {
     return r != PL_T_TOKEN_EMBD && t->rows != PL_DIM_NONE && pl_model_has_tensor(c, r);
 }
 
+/* The share of a tensor one token reads: the routed experts' n_experts_used / n_experts. */
+static double used_share(const pl_model_config *c, pl_tensor_role r) {
+    return pl_tensor_spec_of(r)->per_expert ? (double)c->n_experts_used / c->n_experts : 1.0;
+}
+
 size_t pl_model_weight_bytes(const pl_model *m) {
-    size_t n = 0, slots = pl_model_n_slots(&m->cfg);
+    double n = 0;
+    size_t slots = pl_model_n_slots(&m->cfg);
     for (size_t s = 0; s < slots; s++) {
         int layer;
         pl_tensor_role r = pl_model_slot_role(&m->cfg, s, &layer);
@@ -161,20 +177,38 @@ size_t pl_model_weight_bytes(const pl_model *m) {
         uint64_t bytes;
         if (streamed(&m->cfg, r) && w->data &&
             pl_wtype_bytes(w->type, (uint64_t)w->rows * (uint64_t)w->cols, &bytes))
-            n += (size_t)bytes;
+            n += (double)bytes * used_share(&m->cfg, r);
     }
-    return n;
+    return (size_t)n;
 }
 
 size_t pl_model_matmul_params(const pl_model *m) {
     const pl_model_config *c = &m->cfg;
-    size_t n = 0;
+    double n = 0;
     for (int r = 0; r < PL_T_COUNT; r++) {
         if (!streamed(c, (pl_tensor_role)r)) continue;
         int rows, cols;
         pl_model_tensor_shape(c, (pl_tensor_role)r, &rows, &cols);
-        size_t k = (size_t)rows * (size_t)cols;
-        n += pl_tensor_role_per_layer((pl_tensor_role)r) ? k * (size_t)c->n_layers : k;
+        double k = (double)rows * (double)cols * used_share(c, (pl_tensor_role)r);
+        n += pl_tensor_role_per_layer((pl_tensor_role)r) ? k * c->n_layers : k;
     }
-    return n;
+    return (size_t)n;
+}
+
+void pl_model_config_params(const pl_model_config *c, uint64_t *out_total,
+                            uint64_t *out_active) {
+    uint64_t total = 0, active = 0;
+    for (int r = 0; r < PL_T_COUNT; r++) {
+        if (!pl_model_stores_tensor(c, (pl_tensor_role)r)) continue;
+        int rows, cols;
+        pl_model_tensor_shape(c, (pl_tensor_role)r, &rows, &cols);
+        uint64_t layers = pl_tensor_role_per_layer((pl_tensor_role)r) ? (uint64_t)c->n_layers : 1;
+        uint64_t k = (uint64_t)rows * (uint64_t)cols * layers;
+        total += k;
+        /* a token runs n_experts_used of each layer's n_experts stacked matrices */
+        active += pl_tensor_spec_of((pl_tensor_role)r)->per_expert
+                      ? k / (uint64_t)c->n_experts * (uint64_t)c->n_experts_used : k;
+    }
+    *out_total = total;
+    *out_active = active;
 }

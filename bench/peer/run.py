@@ -35,7 +35,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LOCK = "/tmp/pagellm-bench.lock"
 # token counts per shape: (decode N, prefill P, batched prompt BP, batched output BG); the
 # TinyLlama shape is ~10x the work per token on 2 cores, so its counts are smaller
-COUNTS = {"stories110m": (128, 128, 64, 64), "tinyllama-1.1b": (32, 128, 32, 16)}
+COUNTS = {"stories110m": (128, 128, 64, 64), "tinyllama-1.1b": (32, 128, 32, 16),
+          "mixtral-mini": (64, 128, 32, 32)}
 
 
 def sh(cmd, timeout=1800):
@@ -62,6 +63,9 @@ class Peer:
         for b in (self.bench, self.batched):
             if not os.access(b, os.X_OK):
                 sys.exit(f"{b} is missing: run bench/peer/build_llama_cpp.sh (PAGELLM_PEER_DIR)")
+        # newer llama.cpp takes -fa on|off|auto (a bare -fa is an error there), older a bare flag
+        h = subprocess.run([self.batched, "--help"], capture_output=True, text=True)
+        self.fa_on = ["-fa", "on"] if "[on|off|auto]" in h.stdout + h.stderr else ["-fa"]
 
 
 def one_rep(a, peer, pagellm, model, shape, tmp, first_llama):
@@ -108,7 +112,7 @@ def batched_rep(a, peer, pagellm, model, shape, npl, tmp, first_llama):
         c = [peer.batched, "-m", model, "-c", ctx, "-b", "2048", "-ub", "512", "-npp", str(bp),
              "-ntg", str(bg), "-npl", str(npl), "-t", t, "-tb", t, "--output-format", "jsonl"]
         if fa:
-            c.append("-fa")
+            c += peer.fa_on
         lls.append(["sh", "-c", " ".join(_q(x) for x in c) + " > " + _q(out) + " 2>/dev/null"])
     pl_out = os.path.join(tmp, "thr.json")
     pl = [pagellm, "bench", "throughput", "--model", model, "-t", t, "--num-prompts", str(npl),

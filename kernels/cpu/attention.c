@@ -27,6 +27,8 @@
  * reads W keys whatever the context. Without a window (or W >= the context) every lo is 0 and
  * the tiles, calls and sums are those of the plain causal path, bit for bit.
  *
+ * Soft-capping (Gemma 2): a tile's scores are capped, tanh(s / c) * c, before the softmax.
+ *
  * With grouped-query heads the query vectors go through the kernels two at a time (two heads
  * of the group), so each K and V row loaded from cache serves both.
  *
@@ -498,6 +500,12 @@ static void attn_unit(void *arg, int u, int thread) {
                     Oq[e] = O + (size_t)(m0 + e) * hd;
                 }
                 J->f.scores(Sq, qv, nq, kj, n_keys, hd, b->scale, mx);
+                if (b->softcap > 0.0f) /* monotonic: the capped max is the max of the capped */
+                    for (int e = 0; e < nq; e++) {
+                        float cap = b->softcap, inv = 1.0f / cap;
+                        for (int t = 0; t < n_keys; t++) Sq[e][t] = tanhf(Sq[e][t] * inv) * cap;
+                        mx[e] = tanhf(mx[e] * inv) * cap;
+                    }
                 for (int e = 0; e < nq; e++) {
                     int m = m0 + e;
                     if (mrow[m] > mx[e]) mx[e] = mrow[m];

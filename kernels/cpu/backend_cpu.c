@@ -110,6 +110,8 @@ static void cpu_destroy(pl_backend *be) {
         pl_free(c->ints);
         pl_free_aligned(c->shared);
         pl_free_aligned(c->qbuf);
+        pl_free(c->moe_ints);
+        pl_free(c->moe_floats);
         pl_free(c);
     }
     pl_free(be);
@@ -138,6 +140,11 @@ static const pl_backend_ops cpu_ops = {
     .copy_blocks = pl_cpu_copy_blocks,
     .matmul_group = pl_cpu_matmul_group,
     .add_bias = pl_cpu_add_bias,
+    .moe_route = pl_cpu_moe_route,
+    .moe_matmul = pl_cpu_moe_matmul,
+    .moe_combine = pl_cpu_moe_combine,
+    .gelu_mul = pl_cpu_gelu_mul,
+    .scale = pl_cpu_scale,
 };
 
 /* Without the own GEMM (scalar CPUs), below gemm_min_rows activation rows streaming the

@@ -96,6 +96,11 @@ typedef struct pl_cpu_ctx {
     /* The quantised GEMV's activations (pl_cpu_qact), qbuf_cap bytes, 64-byte aligned. */
     unsigned char *qbuf;
     size_t qbuf_cap;
+    /* moe_matmul's slot order and gathered rows (moe.c), bytes of capacity each. */
+    int32_t *moe_ints;
+    size_t moe_ints_cap;
+    float *moe_floats;
+    size_t moe_floats_cap;
 } pl_cpu_ctx;
 
 /* The best ISA this machine supports. */
@@ -208,6 +213,17 @@ pl_status pl_cpu_silu_mul(pl_backend *be, float *out, const float *gate, const f
 pl_status pl_cpu_gather_rows(pl_backend *be, float *out, const float *x, const int32_t *rows,
                              int n_rows, int dim);
 pl_status pl_cpu_add_bias(pl_backend *be, float *x, const float *bias, int n_rows, int dim);
+pl_status pl_cpu_moe_route(pl_backend *be, int32_t *ids, float *weights, const float *logits,
+                           int n_tokens, int n_experts, int k, bool norm);
+pl_status pl_cpu_moe_matmul(pl_backend *be, const pl_matmul_part *parts, int n_parts,
+                            const float *x, int x_div, const int32_t *ids, int n_slots,
+                            int n_experts, int d_in);
+pl_status pl_cpu_moe_combine(pl_backend *be, float *out, const float *y, const float *weights,
+                             int n_tokens, int k, int dim, const float *shared,
+                             const float *shared_gate);
+pl_status pl_cpu_gelu_mul(pl_backend *be, float *out, const float *gate, const float *up,
+                          size_t n);
+pl_status pl_cpu_scale(pl_backend *be, float *x, size_t n, float scale, float cap);
 pl_status pl_cpu_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
                              const int32_t *pairs, int n_pairs);
 

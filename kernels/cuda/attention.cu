@@ -8,6 +8,7 @@
  * block_tables (n_seqs, max_blocks_per_seq); query head h reads KV head h / (n_heads /
  * n_kv_heads). Sequence s's query row (decode: q_len 1) is at position p = context_lens[s] - 1
  * and attends to positions lo .. p, lo = 0, or max(0, p - W + 1) with a sliding window W > 0.
+ * With a soft-cap c > 0 each score becomes tanh(score / c) * c before the softmax (Gemma 2).
  *
  * Decode kernel: grid (n_heads, n_seqs, n_parts), 128 threads = 4 warps. The block owns one
  * (head, sequence) and the context tokens of partition blockIdx.z (all of them when not split).
@@ -94,7 +95,7 @@ paged_decode_kernel(float *__restrict__ out, float *__restrict__ part_ml,
                     const int32_t *__restrict__ context_lens,
                     const int32_t *__restrict__ block_tables, int max_blocks_per_seq,
                     int n_heads, int n_kv_heads, int head_dim, int block_size, float scale,
-                    int window, int part_tokens) {
+                    int window, float softcap, int part_tokens) {
     constexpr int VD = D == 0 ? 1 : (D % 128 == 0 ? 4 : 2); /* V elements per lane per load */
     constexpr int NV = (MAXD + 32 * VD - 1) / (32 * VD);    /* V loads per lane per token */
     __shared__ __align__(16) float q_s[MAXD];
@@ -137,6 +138,7 @@ paged_decode_kernel(float *__restrict__ out, float *__restrict__ part_ml,
             const int b = t / block_size;
             row = (size_t)table[b] * block_stride + head_off + (size_t)(t - b * block_size) * hd;
             s = qk_dot<T, D>(k_cache + row, q_s, hd);
+            if (softcap > 0.f) s = tanhf(s / softcap) * softcap;
         }
         /* lane 0's token is always valid (c0 < t_end), so m_new is finite */
         const float m_new = fmaxf(m, pl_warp_max(s));
@@ -344,7 +346,8 @@ static pl_status launch_decode(pl_cuda_ctx *c, float *out, const float *q, const
     PL_CUDA_TRY(launch(kernel, grid, dim3(kThreads), 0, c->stream, out, part_ml, part_out, q,
                        (const T *)k_cache, (const T *)v_cache, b->query_start, b->context_lens,
                        b->block_tables, b->max_blocks_per_seq, b->n_heads, b->n_kv_heads,
-                       b->head_dim, b->block_size, b->scale, b->sliding_window, part_tokens));
+                       b->head_dim, b->block_size, b->scale, b->sliding_window, b->softcap,
+                       part_tokens));
     if (n_parts > 1) {
         auto reduce = b->head_dim <= kThreads       ? paged_decode_reduce_kernel<1>
                       : b->head_dim <= 2 * kThreads ? paged_decode_reduce_kernel<2>

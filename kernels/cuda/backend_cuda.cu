@@ -214,6 +214,7 @@ static void cuda_destroy(pl_backend *be) {
         cudaFree(c->attn_part);
         cudaFree(c->wstage);
         cudaFree(c->blas_ws);
+        cudaFree(c->moe);
         for (int i = 0; i < 2; i++)
             if (c->half_free[i]) cudaEventDestroy(c->half_free[i]);
         if (c->pinned) cudaFreeHost(c->pinned);
@@ -271,8 +272,13 @@ static const pl_backend_ops cuda_ops = {
     /* .matmul_group = */ NULL, /* one cuBLAS call per product: the stream keeps them queued */
     /* .add_bias = */ bound<pl_cuda_add_bias>::call,
     /* .reserve = */ bound<cuda_reserve>::call,
+    /* .moe_route = */ bound<pl_cuda_moe_route>::call,
+    /* .moe_matmul = */ bound<pl_cuda_moe_matmul>::call,
+    /* .moe_combine = */ bound<pl_cuda_moe_combine>::call,
+    /* .gelu_mul = */ bound<pl_cuda_gelu_mul>::call,
+    /* .scale = */ bound<pl_cuda_scale>::call,
 };
-static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 23,
+static_assert(sizeof(pl_backend_ops) == sizeof(void *) * 28,
               "pl_backend_ops changed: update cuda_ops (positional initialiser)");
 
 /* Creates the device objects of c; on failure the caller destroys what exists. */

@@ -40,6 +40,8 @@ struct pl_cuda_ctx {
     size_t attn_part_bytes;
     float *wstage;            /* upload_weight: one f32 chunk before conversion (freed after) */
     size_t wstage_bytes;
+    void *moe;                /* moe_matmul: the slots by expert and the chunk list (moe.cu) */
+    size_t moe_bytes;
 
     /* pinned host staging for small uploads (per-step metadata): two halves used in turn;
      * half_free[h] is recorded after the last copy out of half h was enqueued */
@@ -110,6 +112,19 @@ pl_status pl_cuda_gather_rows(pl_backend *be, float *out, const float *x, const 
                               int n_rows, int dim);
 pl_status pl_cuda_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
                               const int32_t *pairs, int n_pairs);
+pl_status pl_cuda_moe_route(pl_backend *be, int32_t *ids, float *weights,
+                                       const float *logits, int n_tokens, int n_experts, int k,
+                                       bool norm);
+pl_status pl_cuda_moe_matmul(pl_backend *be, const pl_matmul_part *parts,
+                                        int n_parts, const float *x, int x_div,
+                                        const int32_t *ids, int n_slots, int n_experts,
+                                        int d_in);
+pl_status pl_cuda_moe_combine(pl_backend *be, float *out, const float *y,
+                                         const float *weights, int n_tokens, int k, int dim,
+                                         const float *shared, const float *shared_gate);
+pl_status pl_cuda_gelu_mul(pl_backend *be, float *out, const float *gate,
+                                      const float *up, size_t n);
+pl_status pl_cuda_scale(pl_backend *be, float *x, size_t n, float scale, float cap);
 
 /* Prefill part of pl_cuda_attention (prefill_attention.cu): sequences with q_len > 1. */
 pl_status pl_cuda_prefill_attention(pl_cuda_ctx *c, pl_dtype kv_dtype, float *out,

@@ -57,7 +57,7 @@ paged_prefill_kernel(float *__restrict__ out, const float *__restrict__ q,
                      const int32_t *__restrict__ context_lens,
                      const int32_t *__restrict__ block_tables, int max_blocks_per_seq,
                      int n_heads, int n_kv_heads, int hd, int block_size, float scale,
-                     int window) {
+                     int window, float softcap) {
     constexpr int RPW = prefill_shape<MAXD>::RPW, BQ = prefill_shape<MAXD>::BQ;
     constexpr int ND = MAXD / 32; /* head_dim elements per lane */
     const int head = (int)blockIdx.y, seq = (int)blockIdx.z;
@@ -117,6 +117,7 @@ paged_prefill_kernel(float *__restrict__ out, const float *__restrict__ q,
                 }
                 if (d < hd) a0 += qr[d] * kr[d];
                 s = a0 + a1;
+                if (softcap > 0.f) s = tanhf(s / softcap) * softcap;
             }
             const float m_new = fmaxf(m[i], pl_warp_max(s));
             /* a row with no visible key yet (padding rows r >= nq; with a window, rows whose
@@ -181,7 +182,7 @@ static pl_status launch_prefill(pl_cuda_ctx *c, float *out, const float *q, cons
     PL_CUDA_TRY(launch(kernel, grid, dim3(kThreads), smem, c->stream, out, q, (const T *)k_cache,
                        (const T *)v_cache, b->query_start, b->context_lens, b->block_tables,
                        b->max_blocks_per_seq, b->n_heads, b->n_kv_heads, hd, b->block_size,
-                       b->scale, b->sliding_window));
+                       b->scale, b->sliding_window, b->softcap));
     return PL_OK;
 }
 

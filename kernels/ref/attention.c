@@ -7,7 +7,8 @@
  * h / (n_heads / n_kv_heads)):
  *   score[t] = scale * q . K[t]                for t = lo .. p, K[t] found via block_tables[s]
  *   out      = sum_t softmax(score)[t] * V[t]  (softmax with the maximum subtracted)
- * where lo = 0, or with a sliding window W > 0, lo = max(0, p - W + 1).
+ * where lo = 0, or with a sliding window W > 0, lo = max(0, p - W + 1); with a soft-cap c > 0
+ * each score is first replaced by tanh(score / c) * c.
  * Everything is accumulated in double. This is the textbook formula, not a fast one: each
  * (row, head) reads its whole context.
  */
@@ -53,6 +54,7 @@ pl_status pl_ref_attention(pl_backend *be, float *out, const float *q, const voi
                     for (int d = 0; d < hd; d++)
                         dot += (double)qh[d] * pl_load_f32(k_cache, kt, off + d);
                     score[t] = dot * b->scale;
+                    if (b->softcap > 0.0f) score[t] = tanh(score[t] / b->softcap) * b->softcap;
                     if (score[t] > mx) mx = score[t];
                 }
                 double sum = 0.0;

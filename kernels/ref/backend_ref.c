@@ -106,6 +106,11 @@ static const pl_backend_ops ref_ops = {
     .gather_rows = pl_ref_gather_rows,
     .copy_blocks = pl_ref_copy_blocks,
     .add_bias = pl_ref_add_bias,
+    .moe_route = pl_ref_moe_route,
+    .moe_matmul = pl_ref_moe_matmul,
+    .moe_combine = pl_ref_moe_combine,
+    .gelu_mul = pl_ref_gelu_mul,
+    .scale = pl_ref_scale,
 };
 
 pl_status pl_backend_ref_create(const pl_backend_options *opt, pl_backend **out) {

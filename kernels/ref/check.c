@@ -136,6 +136,9 @@ pl_status pl_ref_check_attention_sizes(const pl_attn_batch *b) {
     if (!isfinite(b->scale))
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: scale %g is not finite",
                        (double)b->scale);
+    if (!(b->softcap >= 0.0f) || isinf(b->softcap))
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "attention: softcap %g must be finite and >= 0",
+                       (double)b->softcap);
     if (b->sliding_window < 0)
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "attention: sliding_window %d < 0 (0 means no window)", b->sliding_window);

@@ -44,6 +44,17 @@ pl_status pl_ref_gather_rows(pl_backend *be, float *out, const float *x, const i
 pl_status pl_ref_add_bias(pl_backend *be, float *x, const float *bias, int n_rows, int dim);
 pl_status pl_ref_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
                              const int32_t *pairs, int n_pairs);
+pl_status pl_ref_moe_route(pl_backend *be, int32_t *ids, float *weights, const float *logits,
+                           int n_tokens, int n_experts, int k, bool norm);
+pl_status pl_ref_moe_matmul(pl_backend *be, const pl_matmul_part *parts, int n_parts,
+                            const float *x, int x_div, const int32_t *ids, int n_slots,
+                            int n_experts, int d_in);
+pl_status pl_ref_moe_combine(pl_backend *be, float *out, const float *y, const float *weights,
+                             int n_tokens, int k, int dim, const float *shared,
+                             const float *shared_gate);
+pl_status pl_ref_gelu_mul(pl_backend *be, float *out, const float *gate, const float *up,
+                          size_t n);
+pl_status pl_ref_scale(pl_backend *be, float *x, size_t n, float scale, float cap);
 
 /* ---- argument checks shared by host backends (kernels/ref/check.c) ---- */
 /* f32, f16 or bf16: the storage types the host backends keep weights and KV in. */
@@ -74,6 +85,18 @@ pl_status pl_ref_check_attention(const pl_backend *be, const float *out, const f
 pl_status pl_ref_check_copy_blocks(const pl_backend *be, const void *kv_cache,
                                    const pl_kv_layout *layout, const int32_t *pairs,
                                    int n_pairs);
+
+/* The MoE ops' sizes, NULLs and (moe_matmul) each part as a matmul of n_slots rows; ids are
+ * not read (device backends use these too). */
+pl_status pl_ref_check_moe_route(const int32_t *ids, const float *weights, const float *logits,
+                                 int n_tokens, int n_experts, int k);
+pl_status pl_ref_check_moe_matmul(const pl_matmul_part *parts, int n_parts, const float *x,
+                                  int x_div, const int32_t *ids, int n_slots, int n_experts,
+                                  int d_in);
+pl_status pl_ref_check_moe_combine(const float *out, const float *y, const float *weights,
+                                   int n_tokens, int k, int dim, const float *shared,
+                                   const float *shared_gate);
+pl_status pl_ref_check_scale(const float *x, size_t n, float scale, float cap);
 
 /* Shared by host backends: n_elems of src_type returned as is (zero copy). */
 pl_status pl_ref_host_upload_weight(pl_backend *be, const void *src, pl_wtype src_type,

@@ -167,7 +167,9 @@ class ModelInfoC(Structure):
                 ("kv_sizing", c_char_p), ("format", c_char_p), ("tokenizer_path", c_char_p),
                 ("tokenizer_kind", c_char_p), ("n_chat_templates", c_int),
                 ("chat_template_override", c_bool), ("tied_embeddings", c_bool),
-                ("rope_theta", c_double), ("norm_eps", c_double)]
+                ("rope_theta", c_double), ("norm_eps", c_double),
+                ("n_experts", c_int), ("n_experts_used", c_int),
+                ("n_active_params", c_uint64)]
 
 
 # Which ctypes struct mirrors which C struct (for the layout test).

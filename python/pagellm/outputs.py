@@ -160,6 +160,9 @@ class ModelInfo:
     tied_embeddings: bool = False
     rope_theta: float = 0.0
     norm_eps: float = 0.0
+    n_experts: int = 0
+    n_experts_used: int = 0
+    n_active_params: int = 0
 
 
 # ---- from C -------------------------------------------------------------------------------

@@ -886,6 +886,10 @@ static const attn_case k_attn_cases[] = {
  * split policy, and checks the CUDA output against ref. The inputs depend only on (ac, kv,
  * seed). With keep_cuda, the CUDA output (n_tokens x n_heads x head_dim floats, pl_malloc'd)
  * is handed to the caller. */
+/* Gemma 2's soft-cap for the attention runs (0: none), and the queries' scale: a test that
+ * sets them restores them. */
+static float g_softcap = 0.0f, g_q_scale = 1.0f;
+
 static void attention_run_window(const attn_case *ac, int window, pl_dtype kv,
                                  pl_cuda_split_mode mode, int part_tokens, uint64_t seed,
                                  float **keep_cuda) {
@@ -951,7 +955,7 @@ static void attention_run_window(const attn_case *ac, int window, pl_dtype kv,
         ctx[s] = ac->ctx[s];
     }
     const size_t nqe = (size_t)n_q * nh * hd;
-    float *q = rand_floats(&r, nqe, 1.f);
+    float *q = rand_floats(&r, nqe, g_q_scale);
 
     float *outs[2];
     void *caches[2][2];
@@ -977,6 +981,7 @@ static void attention_run_window(const attn_case *ac, int window, pl_dtype kv,
             .block_size = bs,
             .scale = 1.f / sqrtf((float)hd),
             .sliding_window = window,
+            .softcap = g_softcap,
         };
         float *dq = put(b, q, nqe * 4), *dout = put(b, NULL, nqe * 4);
         cr_assert_eq(b->ops->attention(b, dout, dq, kc, vc, &ab), PL_OK, "%s attention: %s",
@@ -1256,5 +1261,206 @@ Test(cuda_ops, copy_blocks_every_layer) {
             pl_free(got);
             drop_backends(&b);
         }
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gemma: the attention soft-cap, gelu_mul, scale
+
+/* Scores of q scaled by 4 reach tens: a cap of 3 bends every one of them, on the decode
+ * kernel (split and not) and the prefill kernel, with and without a window. */
+Test(cuda_ops, attention_softcap) {
+    g_softcap = 3.0f, g_q_scale = 4.0f;
+    for (size_t i = 0; i < sizeof k_window_cases / sizeof k_window_cases[0]; i += 2) {
+        const window_case *wc = &k_window_cases[i];
+        attention_run_window(&wc->c, wc->window, PL_DTYPE_F16, PL_CUDA_SPLIT_NEVER, 512, 900 + i,
+                             NULL);
+        attention_run_window(&wc->c, 0, PL_DTYPE_F16, PL_CUDA_SPLIT_ALWAYS, 32, 900 + i, NULL);
+    }
+    g_softcap = 0.0f, g_q_scale = 1.0f;
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, gelu_mul_and_scale) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 93);
+    const size_t sizes[] = {1, 1000, 100003};
+    for (size_t si = 0; si < 3; si++) {
+        const size_t n = sizes[si];
+        float *g = rand_floats(&r, n, 8.f), *u = rand_floats(&r, n, 2.f);
+        float *want = pl_malloc(n * 4);
+        cr_assert_eq(b.ref->ops->gelu_mul(b.ref, want, g, u, n), PL_OK);
+        float *dg = put(b.cuda, g, n * 4), *du = put(b.cuda, u, n * 4);
+        cr_assert_eq(b.cuda->ops->gelu_mul(b.cuda, dg, dg, du, n), PL_OK, "out aliases gate");
+        float *got = get_floats(b.cuda, dg, n);
+        cr_assert(pl_allclose("gelu_mul", want, got, n, TOL_SILU_ATOL, TOL_SILU_RTOL));
+        pl_free(got);
+        for (int capped = 0; capped < 2; capped++) {
+            const float cap = capped ? 5.f : 0.f;
+            memcpy(want, g, n * 4);
+            cr_assert_eq(b.ref->ops->scale(b.ref, want, n, 3.f, cap), PL_OK);
+            float *dx = put(b.cuda, g, n * 4);
+            cr_assert_eq(b.cuda->ops->scale(b.cuda, dx, n, 3.f, cap), PL_OK);
+            got = get_floats(b.cuda, dx, n);
+            cr_assert(pl_allclose("scale", want, got, n, TOL_SILU_ATOL, TOL_SILU_RTOL));
+            pl_free(got);
+            b.cuda->ops->free(b.cuda, dx);
+        }
+        pl_free(g), pl_free(u), pl_free(want);
+        b.cuda->ops->free(b.cuda, dg);
+        b.cuda->ops->free(b.cuda, du);
+    }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mixture of experts
+
+Test(cuda_ops, moe_route_ties_and_nan) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 94);
+    /* 70 experts (more than a warp's lanes: each lane scans several), 9 tokens with ties
+     * planted between experts in different lanes and a NaN */
+    const int T = 9, E = 70, K = 4;
+    float *l = rand_floats(&r, (size_t)T * E, 3.f);
+    l[0 * E + 5] = l[0 * E + 37] = l[0 * E + 69] = 9.f; /* a three-way tie: 5, 37, 69 */
+    l[1 * E + 3] = NAN;
+    l[2 * E + 64] = l[2 * E + 0] = 8.f;
+    for (int norm = 0; norm < 2; norm++) {
+        int32_t want_ids[36], got_ids[36];
+        float want_w[36];
+        cr_assert_eq(b.ref->ops->moe_route(b.ref, want_ids, want_w, l, T, E, K, norm), PL_OK);
+        cr_assert(want_ids[0] == 5 && want_ids[1] == 37 && want_ids[2] == 69, "ties in order");
+        cr_assert(want_ids[2 * K] == 0 && want_ids[2 * K + 1] == 64);
+        float *dl = put(b.cuda, l, (size_t)T * E * 4);
+        int32_t *di = put(b.cuda, NULL, sizeof got_ids);
+        float *dw = put(b.cuda, NULL, sizeof want_w);
+        cr_assert_eq(b.cuda->ops->moe_route(b.cuda, di, dw, dl, T, E, K, norm), PL_OK, "%s",
+                     pl_last_error());
+        get(b.cuda, got_ids, di, sizeof got_ids);
+        float *got_w = get_floats(b.cuda, dw, (size_t)T * K);
+        cr_assert(memcmp(want_ids, got_ids, sizeof got_ids) == 0, "moe_route ids");
+        /* a NaN logit makes its token's softmax NaN on both (the router's output is garbage,
+         * and stays visibly so); the others agree */
+        for (int j = 0; j < K; j++) {
+            cr_assert(isnan(want_w[K + j]) && isnan(got_w[K + j]), "token 1 weight %d", j);
+            want_w[K + j] = got_w[K + j] = 0.f;
+        }
+        cr_assert(pl_allclose("moe_route weights", want_w, got_w, (size_t)T * K, 1e-6f, 1e-5f));
+        pl_free(got_w);
+        b.cuda->ops->free(b.cuda, dl);
+        b.cuda->ops->free(b.cuda, di);
+        b.cuda->ops->free(b.cuda, dw);
+    }
+    pl_free(l);
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* The grouped expert products on a stack of E matrices uploaded as the runner does, slots from
+ * ids; ref computes each slot with the weights and activations the device multiplies (f16
+ * weights: x rounded to f16; quantised and f32: x as it is; f32 weights are stored f16). */
+static void moe_matmul_case(backends *b, pl_test_rng *r, pl_wtype t, int T, int K, int E,
+                            int x_div, int d_in, int d_out, const int32_t *ids) {
+    const int S = T * K, n_x = S / x_div;
+    const size_t nw = (size_t)E * d_out * d_in, nx = (size_t)n_x * d_in, no = (size_t)S * d_out;
+    float *wv = NULL, *x = rand_floats(r, nx, 1.f);
+    void *w;
+    if (pl_wtype_is_quant(t)) {
+        w = rand_quant(r, t, nw, &wv);
+    } else {
+        wv = rand_floats(r, nw, 1.f);
+        w = t == PL_WTYPE_F32 ? (void *)wv : (void *)to_16(wv, nw, pl_wtype_dtype(t));
+    }
+    void *dw = NULL;
+    pl_wtype st = PL_WTYPE_NONE;
+    cr_assert_eq(b->cuda->ops->upload_weight(b->cuda, w, t, nw, &dw, &st), PL_OK, "%s",
+                 pl_last_error());
+    /* what the device holds and multiplies, as f32 / the stored type for ref */
+    const void *rw = w;
+    pl_wtype rt = t;
+    uint16_t *w16 = NULL;
+    float *xr = pl_malloc(nx * 4);
+    memcpy(xr, x, nx * 4);
+    if (st == PL_WTYPE_F16 || st == PL_WTYPE_BF16) {
+        if (t == PL_WTYPE_F32) rw = w16 = to_16(wv, nw, PL_DTYPE_F16), rt = PL_WTYPE_F16;
+        for (size_t i = 0; i < nx; i++)
+            xr[i] = st == PL_WTYPE_F16 ? pl_f16_to_f32(pl_f32_to_f16(x[i]))
+                                       : pl_bf16_to_f32(pl_f32_to_bf16(x[i]));
+    }
+    float *want = pl_malloc(no * 4);
+    pl_matmul_part rp = {want, rw, rt, d_out};
+    cr_assert_eq(b->ref->ops->moe_matmul(b->ref, &rp, 1, xr, x_div, ids, S, E, d_in), PL_OK);
+    float *dx = put(b->cuda, x, nx * 4), *dout = put(b->cuda, NULL, no * 4);
+    int32_t *dids = put(b->cuda, ids, (size_t)S * 4);
+    pl_matmul_part cp = {dout, dw, st, d_out};
+    cr_assert_eq(b->cuda->ops->moe_matmul(b->cuda, &cp, 1, dx, x_div, dids, S, E, d_in), PL_OK,
+                 "%s", pl_last_error());
+    float *got = get_floats(b->cuda, dout, no);
+    char name[96];
+    snprintf(name, sizeof name, "moe_matmul %s %d tokens x %d of %d, x_div %d, %d->%d",
+             pl_wtype_name(t), T, K, E, x_div, d_in, d_out);
+    cr_assert(pl_allclose(name, want, got, no, TOL_MATMUL_F32_ATOL, TOL_MATMUL_F32_RTOL));
+    pl_free(got), pl_free(want), pl_free(xr), pl_free(x);
+    if (w != wv) pl_free(w);
+    pl_free(wv), pl_free(w16);
+    b->cuda->ops->free(b->cuda, dx);
+    b->cuda->ops->free(b->cuda, dout);
+    b->cuda->ops->free(b->cuda, dids);
+    b->cuda->ops->free_weight(b->cuda, dw, NULL);
+}
+
+Test(cuda_ops, moe_matmul_grouped) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 95);
+    /* decode (2 slots of different experts), 3 tokens sharing experts, 12 tokens on one
+     * expert (two chunks of 8 rows), every slot of 20 spread over 9 experts (some unused) */
+    int32_t ids[40];
+    const int32_t dec[2] = {6, 1}, three[6] = {2, 0, 0, 2, 1, 2};
+    const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16, PL_WTYPE_BF16, PL_WTYPE_Q8_0,
+                              PL_WTYPE_Q4_0, PL_WTYPE_Q4_K, PL_WTYPE_Q5_K, PL_WTYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const pl_wtype t = types[ti];
+        const int d_in = pl_wtype_traits_of(t)->block_elems == 256 ? 256 : 96;
+        moe_matmul_case(&b, &r, t, 1, 2, 8, 2, d_in, 13, dec);
+        moe_matmul_case(&b, &r, t, 3, 2, 3, 2, d_in, 9, three);
+        moe_matmul_case(&b, &r, t, 3, 2, 3, 1, d_in, 9, three);
+        for (int i = 0; i < 12; i++) ids[i] = 4;
+        moe_matmul_case(&b, &r, t, 12, 1, 5, 1, d_in, 6, ids);
+        for (int i = 0; i < 20; i++) ids[i] = (int32_t)((i * 7) % 9 == 4 ? 0 : (i * 7) % 9);
+        moe_matmul_case(&b, &r, t, 10, 2, 9, 2, d_in, 17, ids);
+    }
+    drop_backends(&b);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(cuda_ops, moe_combine) {
+    backends b = make_backends(PL_DTYPE_F16);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 96);
+    const int T = 7, K = 3, D = 45;
+    float *y = rand_floats(&r, (size_t)T * K * D, 1.f), *w = rand_floats(&r, (size_t)T * K, 1.f);
+    float *sh = rand_floats(&r, (size_t)T * D, 1.f), *g = rand_floats(&r, (size_t)T, 4.f);
+    float *want = pl_malloc((size_t)T * D * 4);
+    float *dy = put(b.cuda, y, (size_t)T * K * D * 4), *dw = put(b.cuda, w, (size_t)T * K * 4);
+    float *dsh = put(b.cuda, sh, (size_t)T * D * 4), *dg = put(b.cuda, g, (size_t)T * 4);
+    float *dout = put(b.cuda, NULL, (size_t)T * D * 4);
+    for (int with = 0; with < 2; with++) {
+        cr_assert_eq(b.ref->ops->moe_combine(b.ref, want, y, w, T, K, D, with ? sh : NULL, g),
+                     PL_OK);
+        cr_assert_eq(b.cuda->ops->moe_combine(b.cuda, dout, dy, dw, T, K, D, with ? dsh : NULL,
+                                              dg), PL_OK);
+        float *got = get_floats(b.cuda, dout, (size_t)T * D);
+        cr_assert(pl_allclose("moe_combine", want, got, (size_t)T * D, 1e-6f, 1e-5f));
+        pl_free(got);
+    }
+    void *bufs[] = {dy, dw, dsh, dg, dout};
+    for (int i = 0; i < 5; i++) b.cuda->ops->free(b.cuda, bufs[i]);
+    pl_free(y), pl_free(w), pl_free(sh), pl_free(g), pl_free(want);
+    drop_backends(&b);
     PL_ASSERT_NO_LEAKS();
 }

@@ -9,6 +9,11 @@
  *       family needs PAGELLM_TEST_MODELS and it is unset.
  *   chat_family_tool greedy DIR N ID,ID,...
  *       prints the dense reference's N greedy tokens after the prompt ids, comma-separated.
+ *   chat_family_tool family MODEL_TYPE DIR SEED [TOKENIZER_DIR VOCAB]
+ *       writes the random model of test_e2e_families.c of that family (config.json's
+ *       model_type: mixtral, qwen2_moe, gemma2, ...) in Hugging Face form; with TOKENIZER_DIR,
+ *       with a vocabulary of VOCAB (the tokenizer's) and that directory's tokenizer.json (and
+ *       tokenizer_config.json) beside it.
  *
  * Exit 0, or 1 with the reason on stderr.
  */
@@ -83,10 +88,48 @@ static int cmd_greedy(const char *dir, const char *n_arg, const char *ids_arg) {
     return ok ? 0 : 1;
 }
 
+static bool copy_file(const char *from, const char *to) {
+    uint8_t *b;
+    size_t n;
+    if (!pl_fixture_read_file(from, &b, &n)) return false;
+    bool ok = pl_fixture_write_file(to, b, n);
+    free(b);
+    return ok;
+}
+
+static int cmd_family(const char *type, const char *dir, const char *seed, const char *tok,
+                      int vocab) {
+    const pl_arch_info *a = pl_arch_by_model_type(type);
+    if (!a) {
+        fprintf(stderr, "chat_family_tool: unknown model_type %s\n", type);
+        return 1;
+    }
+    pl_model_config c;
+    pl_fixture_family_config(a->arch, 1, &c);
+    if (tok) c.vocab_size = vocab;
+    pl_model *m = pl_fixture_family_model(&c, strtoull(seed, NULL, 10));
+    bool ok = m && pl_fixture_write_hf(m, dir, NULL);
+    pl_model_free(m);
+    if (ok && tok) {
+        char from[1024], to[1024];
+        const char *names[] = {"tokenizer.json", "tokenizer_config.json"};
+        for (int i = 0; i < 2 && ok; i++) {
+            snprintf(from, sizeof from, "%s/%s", tok, names[i]);
+            snprintf(to, sizeof to, "%s/%s", dir, names[i]);
+            ok = copy_file(from, to);
+        }
+    }
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    if ((argc == 5 || argc == 7) && !strcmp(argv[1], "family"))
+        return cmd_family(argv[2], argv[3], argv[4], argc == 7 ? argv[5] : NULL,
+                          argc == 7 ? atoi(argv[6]) : 0);
     if (argc == 6 && !strcmp(argv[1], "write")) return cmd_write(argv[2], argv[3], argv[4], argv[5]);
     if (argc == 5 && !strcmp(argv[1], "greedy")) return cmd_greedy(argv[2], argv[3], argv[4]);
     fprintf(stderr, "usage: chat_family_tool write FAMILY DIR SEED MESSAGES.json\n"
-                    "       chat_family_tool greedy DIR N ID,ID,...\n");
+                    "       chat_family_tool greedy DIR N ID,ID,...\n"
+                    "       chat_family_tool family MODEL_TYPE DIR SEED [TOKENIZER_DIR VOCAB]\n");
     return 1;
 }

@@ -16,8 +16,29 @@
  *   Qwen3: q_norm and k_norm (RMSNorm over head_dim, eps rms_norm_eps, one weight per element
  *     of a head, shared by the heads) on each head of q and k after the projections and
  *     before RoPE; head_dim from config, so q is n_heads * head_dim wide whatever dim is.
- * The architecture's traits are read from model/arch.h's rows (qkv_bias, qk_norm) and the
- * tensors through pl_model_weight: the data, not the runner's use of it.
+ *   Mixtral (modeling_mixtral.py, MixtralSparseMoeBlock): router_logits = gate(x);
+ *     p = softmax(router_logits) in f32; the top_k of p (torch.topk: ties to the lower
+ *     index), divided by their sum; out = sum_j p_j * w2(silu(w1(x)) * w3(x)) of expert j.
+ *   Qwen2-MoE (Qwen2MoeSparseMoeBlock): the same, renormalised only with norm_topk_prob, plus
+ *     sigmoid(shared_expert_gate(x)) * shared_expert(x); q/k/v biases as Qwen2.
+ *   Qwen3-MoE: Qwen3's attention, Qwen2-MoE's block without the shared expert.
+ *   Gemma 2 (modeling_gemma2.py): h = embed * sqrt(hidden_size); per layer
+ *     h = h + post_attention_layernorm(attn(input_layernorm(h))) with scores
+ *     q.k * query_pre_attn_scalar^-0.5, soft-capped tanh(s / c) * c, a window on the layers
+ *     with layer_idx % 2 == 0; h = h + post_feedforward_layernorm(mlp(pre_feedforward_
+ *     layernorm(h))), mlp = down(gelu_tanh(gate(x)) * up(x)); logits soft-capped likewise.
+ *     Gemma's RMSNorm multiplies by (1 + w): the loader folds the 1 in (the fixture writes w),
+ *     so the norms here are read as the factors they are.
+ *   Gemma 3 (modeling_gemma3.py): Gemma 2 without soft-caps, with q_norm/k_norm as Qwen3,
+ *     layer i windowed unless (i + 1) % sliding_window_pattern == 0, windowed layers rotated
+ *     with rope_local_base_freq and no scaling.
+ *   Phi-3 (modeling_phi3.py): Llama's computation (qkv_proj and gate_up_proj split into rows);
+ *     longrope: inv_freq = 1 / (ext * theta^(2j / head_dim)), ext the long factors when the
+ *     context (max_position_embeddings, the engine's default length) exceeds
+ *     original_max_position_embeddings, else the short ones, and cos and sin multiplied by
+ *     the attention factor.
+ * The architecture's traits are read from model/arch.h's rows (qkv_bias, qk_norm, moe, ...)
+ * and the tensors through pl_model_weight: the data, not the runner's use of it.
  */
 #include "dense_ref.h"
 
@@ -33,7 +54,10 @@ struct dense_ref {
     float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *logits;
     float *key_cache, *value_cache;
     float *row;
-    double *inv_freq;
+    double *inv_freq;       /* (head_dim / 2) global layers' */
+    double *inv_freq_local; /* (head_dim / 2) Gemma 3's windowed layers' */
+    double rope_mscale;     /* longrope's attention factor on cos and sin */
+    float *moe_acc, *router; /* (dim), (n_experts) */
     bool kv_f16; /* K and V are stored rounded to f16, as an f16 KV cache keeps them */
     bool round_inputs; /* a matvec's input is rounded to its weight's 16-bit type first */
 };
@@ -77,6 +101,11 @@ static double scaled_inv_freq(const pl_model_config *c, int j) {
     case PL_ROPE_SCALING_NONE: return f;
     case PL_ROPE_SCALING_LINEAR: return f / c->rope_factor;
     case PL_ROPE_SCALING_LLAMA3: return llama3_inv_freq(c, f);
+    case PL_ROPE_SCALING_LONGROPE: {
+        const float *ext = c->max_seq_len > c->rope_original_max_pos ? c->rope_long_factors
+                                                                     : c->rope_short_factors;
+        return 1.0 / (ext[j] * pow((double)c->rope_theta, (2.0 * j) / c->head_dim));
+    }
     }
     return NAN; /* an unknown kind poisons every logit rather than passing as unscaled */
 }
@@ -95,21 +124,33 @@ dense_ref *dense_ref_create(const pl_model *m, int max_len) {
     d->k = calloc((size_t)kvd, 4);
     d->v = calloc((size_t)kvd, 4);
     d->att = calloc((size_t)max_len, 4);
-    d->hb = calloc((size_t)c->hidden_dim, 4);
-    d->hb2 = calloc((size_t)c->hidden_dim, 4);
+    int ffn = c->hidden_dim;
+    if (c->expert_hidden_dim > ffn) ffn = c->expert_hidden_dim;
+    if (c->shared_hidden_dim > ffn) ffn = c->shared_hidden_dim;
+    d->hb = calloc((size_t)ffn, 4);
+    d->hb2 = calloc((size_t)ffn, 4);
+    d->moe_acc = calloc((size_t)c->dim, 4);
+    d->router = calloc((size_t)(c->n_experts > 0 ? c->n_experts : 1), 4);
+    d->inv_freq_local = calloc((size_t)c->head_dim / 2 + 1, sizeof(double));
     d->logits = calloc((size_t)c->vocab_size, 4);
     d->key_cache = calloc((size_t)c->n_layers * max_len * kvd, 4);
     d->value_cache = calloc((size_t)c->n_layers * max_len * kvd, 4);
     d->inv_freq = calloc((size_t)c->head_dim / 2 + 1, sizeof(double));
-    int widest = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    int widest = c->dim > ffn ? c->dim : ffn;
     if (qd > widest) widest = qd;
     d->row = calloc((size_t)widest, 4);
     if (!d->x || !d->xb || !d->xb2 || !d->q || !d->k || !d->v || !d->att || !d->hb || !d->hb2 ||
-        !d->logits || !d->key_cache || !d->value_cache || !d->inv_freq || !d->row) {
+        !d->logits || !d->key_cache || !d->value_cache || !d->inv_freq || !d->row ||
+        !d->moe_acc || !d->router || !d->inv_freq_local) {
         dense_ref_free(d);
         return NULL;
     }
-    for (int j = 0; j < c->head_dim / 2; j++) d->inv_freq[j] = scaled_inv_freq(c, j);
+    for (int j = 0; j < c->head_dim / 2; j++) {
+        d->inv_freq[j] = scaled_inv_freq(c, j);
+        double local = c->rope_theta_local > 0.0f ? c->rope_theta_local : c->rope_theta;
+        d->inv_freq_local[j] = 1.0 / pow(local, (2.0 * j) / c->head_dim);
+    }
+    d->rope_mscale = c->rope_scaling == PL_ROPE_SCALING_LONGROPE ? c->rope_attn_factor : 1.0;
     return d;
 }
 
@@ -125,9 +166,10 @@ static float kv_round(const dense_ref *d, float x) {
 void dense_ref_free(dense_ref *d) {
     if (!d) return;
     float *bufs[] = {d->x, d->xb, d->xb2, d->q, d->k, d->v, d->att, d->hb, d->hb2, d->logits,
-                     d->key_cache, d->value_cache, d->row};
+                     d->key_cache, d->value_cache, d->row, d->moe_acc, d->router};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(d->inv_freq);
+    free(d->inv_freq_local);
     free(d);
 }
 
@@ -140,16 +182,22 @@ static void rmsnorm(float *o, const float *x, const pl_weight *w, int n, float e
     for (int i = 0; i < n; i++) o[i] = g[i] * (s * x[i]);
 }
 
-/* o (rows) = W (rows, cols) x (cols) [+ b (rows), f32, when b is not NULL] */
-static void matvec(dense_ref *d, float *o, const float *x, const pl_weight *w,
-                   const pl_weight *b) {
+/* o (n) = rows row0 .. row0 + n - 1 of W (rows, cols) times x (cols) [+ b (n), f32, when b is
+ * not NULL]: one expert's matrix inside a stacked tensor, or the whole matrix. */
+static void matvec_rows(dense_ref *d, float *o, const float *x, const pl_weight *w,
+                        const pl_weight *b, int row0, int n) {
     bool round = d->round_inputs && (w->type == PL_WTYPE_F16 || w->type == PL_WTYPE_BF16);
-    for (int i = 0; i < w->rows; i++) {
-        get_row(w, i, d->row);
+    /* the CUDA backend keeps an f32 matrix (a router) as f16: weights and inputs rounded */
+    bool f32_as_f16 = d->round_inputs && w->type == PL_WTYPE_F32;
+    for (int i = 0; i < n; i++) {
+        get_row(w, row0 + i, d->row);
+        if (f32_as_f16)
+            for (int j = 0; j < w->cols; j++) d->row[j] = pl_f16_to_f32(pl_f32_to_f16(d->row[j]));
         double acc = 0;
         for (int j = 0; j < w->cols; j++) {
             float xj = x[j];
-            if (round && w->type == PL_WTYPE_F16) xj = pl_f16_to_f32(pl_f32_to_f16(xj));
+            if ((round && w->type == PL_WTYPE_F16) || f32_as_f16)
+                xj = pl_f16_to_f32(pl_f32_to_f16(xj));
             if (round && w->type == PL_WTYPE_BF16) xj = pl_bf16_to_f32(pl_f32_to_bf16(xj));
             acc += (double)d->row[j] * xj;
         }
@@ -158,15 +206,21 @@ static void matvec(dense_ref *d, float *o, const float *x, const pl_weight *w,
     }
 }
 
-/* Rotates each head of v (n_heads, head_dim) for position pos. */
-static void rope(const dense_ref *d, float *v, int n_heads, int pos) {
+/* o (rows) = W (rows, cols) x (cols) [+ b (rows), f32, when b is not NULL] */
+static void matvec(dense_ref *d, float *o, const float *x, const pl_weight *w,
+                   const pl_weight *b) {
+    matvec_rows(d, o, x, w, b, 0, w->rows);
+}
+
+/* Rotates each head of v (n_heads, head_dim) for position pos with frequencies inv_freq. */
+static void rope(const dense_ref *d, float *v, int n_heads, int pos, const double *inv_freq) {
     const pl_model_config *c = &d->m->cfg;
     int hd = c->head_dim, half = hd / 2;
     for (int h = 0; h < n_heads; h++) {
         float *p = v + h * hd;
         for (int j = 0; j < half; j++) {
-            double a = pos * d->inv_freq[j];
-            float cs = (float)cos(a), sn = (float)sin(a);
+            double a = pos * inv_freq[j];
+            float cs = (float)(cos(a) * d->rope_mscale), sn = (float)(sin(a) * d->rope_mscale);
             int i0 = c->rope_layout == 0 ? 2 * j : j;
             int i1 = c->rope_layout == 0 ? 2 * j + 1 : j + half;
             float x0 = p[i0], x1 = p[i1];
@@ -176,18 +230,94 @@ static void rope(const dense_ref *d, float *v, int n_heads, int pos) {
     }
 }
 
+/* Whether layer l attends through the window (transformers' rule for each family). */
+static bool windowed(const pl_model_config *c, int l) {
+    if (c->sliding_window <= 0) return false;
+    if (c->arch == PL_ARCH_GEMMA2) return l % 2 == 0;
+    if (c->arch == PL_ARCH_GEMMA3) return (l + 1) % c->swa_pattern != 0;
+    return true;
+}
+
+static double gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* o (dim) = down(act(gate(x)) * up(x)) with the matrices' rows row0 .. of width F. */
+static void gated_mlp(dense_ref *d, float *o, const float *x, const pl_weight *gate,
+                      const pl_weight *up, const pl_weight *down, int F, int e) {
+    bool gelu = pl_arch_get(d->m->cfg.arch)->act == PL_ACT_GELU_TANH;
+    int D = d->m->cfg.dim;
+    matvec_rows(d, d->hb, x, gate, NULL, e * F, F);
+    matvec_rows(d, d->hb2, x, up, NULL, e * F, F);
+    for (int i = 0; i < F; i++) {
+        float g = d->hb[i];
+        d->hb[i] = (gelu ? (float)gelu_tanh(g) : g / (1.0f + expf(-g))) * d->hb2[i];
+    }
+    /* the down matrix of expert e: its D rows at e * D, each F wide */
+    matvec_rows(d, o, d->hb, down, NULL, e * D, D);
+}
+
+/* The MoE block (Mixtral / Qwen2-MoE / Qwen3-MoE): o (dim) from x (dim). */
+static void moe(dense_ref *d, float *o, const float *x, int l) {
+    const pl_model_config *c = &d->m->cfg;
+    int D = c->dim, E = c->n_experts, K = c->n_experts_used, F = c->expert_hidden_dim;
+    matvec(d, d->router, x, W(d, PL_T_FFN_GATE_INP, l), NULL);
+    /* softmax in f32 as torch's F.softmax(..., dtype=torch.float) */
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++) mx = d->router[e] > mx ? d->router[e] : mx;
+    for (int e = 0; e < E; e++) sum += expf(d->router[e] - mx);
+    float p[PL_MODEL_MAX_EXPERTS];
+    for (int e = 0; e < E; e++) p[e] = expf(d->router[e] - mx) / sum;
+    int chosen[PL_MODEL_MAX_EXPERTS];
+    float w[PL_MODEL_MAX_EXPERTS], total = 0.0f;
+    for (int j = 0; j < K; j++) { /* torch.topk: the largest, ties to the lower index */
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= chosen[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        chosen[j] = best;
+        w[j] = p[best];
+        total += p[best];
+    }
+    for (int i = 0; i < D; i++) o[i] = 0.0f;
+    for (int j = 0; j < K; j++) {
+        float wj = c->norm_topk_prob ? w[j] / total : w[j];
+        gated_mlp(d, d->moe_acc, x, W(d, PL_T_FFN_GATE_EXPS, l), W(d, PL_T_FFN_UP_EXPS, l),
+                  W(d, PL_T_FFN_DOWN_EXPS, l), F, chosen[j]);
+        for (int i = 0; i < D; i++) o[i] += wj * d->moe_acc[i];
+    }
+    if (pl_arch_get(c->arch)->shared_expert) {
+        float g;
+        matvec(d, &g, x, W(d, PL_T_FFN_GATE_INP_SHEXP, l), NULL);
+        g = 1.0f / (1.0f + expf(-g));
+        gated_mlp(d, d->moe_acc, x, W(d, PL_T_FFN_GATE_SHEXP, l), W(d, PL_T_FFN_UP_SHEXP, l),
+                  W(d, PL_T_FFN_DOWN_SHEXP, l), c->shared_hidden_dim, 0);
+        for (int i = 0; i < D; i++) o[i] += g * d->moe_acc[i];
+    }
+}
+
 const float *dense_ref_forward(dense_ref *d, int32_t token, int pos) {
+    const dense_ref *dd = d;
     const pl_model *m = d->m;
     const pl_model_config *c = &m->cfg;
     const pl_arch_info *arch = pl_arch_get(c->arch);
     int D = c->dim, hd = c->head_dim, kvd = c->n_kv_heads * hd;
     int group = c->n_heads / c->n_kv_heads;
-    /* the first position attention reaches: all of them, or the window's */
-    int first = c->sliding_window > 0 && pos - c->sliding_window + 1 > 0
-                    ? pos - c->sliding_window + 1 : 0;
+    bool gemma = c->arch == PL_ARCH_GEMMA2 || c->arch == PL_ARCH_GEMMA3;
+    double scale = 1.0 / sqrt(gemma && c->query_pre_attn_scalar > 0.0f
+                                  ? (double)c->query_pre_attn_scalar : (double)hd);
     get_row(W(d, PL_T_TOKEN_EMBD, 0), token, d->x);
+    if (gemma)
+        for (int i = 0; i < D; i++) d->x[i] *= sqrtf((float)D);
 
     for (int l = 0; l < c->n_layers; l++) {
+        /* the first position attention reaches: all of them, or the window's */
+        int first = windowed(c, l) && pos - c->sliding_window + 1 > 0
+                        ? pos - c->sliding_window + 1 : 0;
+        const double *inv_freq = c->arch == PL_ARCH_GEMMA3 && windowed(c, l) ? dd->inv_freq_local
+                                                                            : dd->inv_freq;
         float *kc = d->key_cache + (size_t)l * d->max_len * kvd;
         float *vc = d->value_cache + (size_t)l * d->max_len * kvd;
         rmsnorm(d->xb, d->x, W(d, PL_T_ATTN_NORM, l), D, c->norm_eps);
@@ -202,8 +332,8 @@ const float *dense_ref_forward(dense_ref *d, int32_t token, int pos) {
             for (int h = 0; h < c->n_kv_heads; h++)
                 rmsnorm(d->k + h * hd, d->k + h * hd, kn, hd, c->norm_eps);
         }
-        rope(d, d->q, c->n_heads, pos);
-        rope(d, d->k, c->n_kv_heads, pos);
+        rope(d, d->q, c->n_heads, pos, inv_freq);
+        rope(d, d->k, c->n_kv_heads, pos, inv_freq);
         for (int i = 0; i < kvd; i++) {
             kc[(size_t)pos * kvd + i] = kv_round(d, d->k[i]);
             vc[(size_t)pos * kvd + i] = kv_round(d, d->v[i]);
@@ -216,7 +346,9 @@ const float *dense_ref_forward(dense_ref *d, int32_t token, int pos) {
                 const float *k = kc + (size_t)t * kvd + kvh * hd;
                 double s = 0;
                 for (int i = 0; i < hd; i++) s += (double)q[i] * k[i];
-                d->att[t] = (float)(s / sqrt((double)hd));
+                s *= scale;
+                if (c->attn_softcap > 0.0f) s = tanh(s / c->attn_softcap) * c->attn_softcap;
+                d->att[t] = (float)s;
                 if (d->att[t] > mx) mx = d->att[t];
             }
             double sum = 0;
@@ -233,20 +365,25 @@ const float *dense_ref_forward(dense_ref *d, int32_t token, int pos) {
             }
         }
         matvec(d, d->xb, d->xb2, W(d, PL_T_ATTN_OUT, l), NULL);
+        if (arch->post_norms) rmsnorm(d->xb, d->xb, W(d, PL_T_ATTN_POST_NORM, l), D, c->norm_eps);
         for (int i = 0; i < D; i++) d->x[i] += d->xb[i];
 
         rmsnorm(d->xb, d->x, W(d, PL_T_FFN_NORM, l), D, c->norm_eps);
-        matvec(d, d->hb, d->xb, W(d, PL_T_FFN_GATE, l), NULL);
-        matvec(d, d->hb2, d->xb, W(d, PL_T_FFN_UP, l), NULL);
-        for (int i = 0; i < c->hidden_dim; i++) {
-            float g = d->hb[i];
-            d->hb[i] = g / (1.0f + expf(-g)) * d->hb2[i];
-        }
-        matvec(d, d->xb, d->hb, W(d, PL_T_FFN_DOWN, l), NULL);
-        for (int i = 0; i < D; i++) d->x[i] += d->xb[i];
+        if (arch->moe)
+            moe(d, d->xb2, d->xb, l);
+        else
+            gated_mlp(d, d->xb2, d->xb, W(d, PL_T_FFN_GATE, l), W(d, PL_T_FFN_UP, l),
+                      W(d, PL_T_FFN_DOWN, l), c->hidden_dim, 0);
+        if (arch->post_norms)
+            rmsnorm(d->xb2, d->xb2, W(d, PL_T_FFN_POST_NORM, l), D, c->norm_eps);
+        for (int i = 0; i < D; i++) d->x[i] += d->xb2[i];
     }
     rmsnorm(d->xb, d->x, W(d, PL_T_OUTPUT_NORM, 0), D, c->norm_eps);
     matvec(d, d->logits, d->xb, W(d, PL_T_OUTPUT, 0), NULL);
+    if (c->final_softcap > 0.0f)
+        for (int i = 0; i < c->vocab_size; i++)
+            d->logits[i] = (float)(tanh((double)d->logits[i] / c->final_softcap) *
+                                   c->final_softcap);
     return d->logits;
 }
 

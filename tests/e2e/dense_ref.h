@@ -25,7 +25,8 @@ void dense_ref_free(dense_ref *d);
  * keeps them f32 (the default). */
 void dense_ref_set_kv_dtype(dense_ref *d, pl_dtype kv);
 /* Off by default. On, the input of every product with an f16 (bf16) weight is rounded to f16
- * (bf16) first, as the CUDA backend's matmul converts activations to the weights' type. */
+ * (bf16) first, as the CUDA backend's matmul converts activations to the weights' type; an
+ * f32 matrix (the routers) is read as f16, as the CUDA backend stores it. */
 void dense_ref_set_round_matmul_inputs(dense_ref *d, bool on);
 /* Runs token at position pos (positions must come in order 0, 1, 2, ...); returns the logits
  * (vocab), owned by d, valid until the next call. */

@@ -13,10 +13,26 @@
 
 const char *family_name(const family_case *fc) {
     static _Thread_local char buf[64];
-    static const char *const names[] = {"Llama", "Mistral", "Qwen2", "Qwen3"};
+    static const char *const names[] = {"Llama", "Mistral", "Qwen2", "Qwen3", "Mixtral",
+                                        "Qwen2-MoE", "Qwen3-MoE", "Gemma 2", "Gemma 3",
+                                        "Phi-3"};
     snprintf(buf, sizeof buf, "%s (%s, seed %llu)", names[fc->arch],
              fc->variant % 2 == 0 ? "tied" : "untied", (unsigned long long)fc->seed);
     return buf;
+}
+
+/* Router rows 4 and 6 become copies of row 1 and all three are tripled: the three lead every
+ * token's choice with equal logits, so with two per token the tie decides between 4 and 6. */
+static void plant_router_tie(pl_model *m) {
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const pl_weight *w = pl_model_weight(m, PL_T_FFN_GATE_INP, l);
+        cr_assert(w->data && w->type == PL_WTYPE_F32 && w->rows > 6);
+        float *r = (float *)w->data;
+        int D = w->cols;
+        for (int i = 0; i < D; i++) r[1 * D + i] *= 3.0f;
+        memcpy(r + 4 * D, r + 1 * D, (size_t)D * sizeof *r);
+        memcpy(r + 6 * D, r + 1 * D, (size_t)D * sizeof *r);
+    }
 }
 
 void family_setup(family_run *f, const family_case *fc, pl_dtype weights, bool round_inputs) {
@@ -28,19 +44,25 @@ void family_setup(family_run *f, const family_case *fc, pl_dtype weights, bool r
     if (fc->sliding_window > 0) c.sliding_window = fc->sliding_window;
     pl_model *m = pl_fixture_family_model(&c, fc->seed);
     cr_assert(m, "%s: fixture model", family_name(fc));
+    if (fc->router_tie) plant_router_tie(m);
     const char *tmp = pl_test_tmpdir();
     cr_assert(tmp);
     snprintf(f->dir, sizeof f->dir, "%s", tmp);
     pl_fixture_hf_options o = {.dtype = fc->stored == PL_DTYPE_BF16 ? PL_DTYPE_BF16
                                                                      : PL_DTYPE_F32};
     cr_assert(pl_fixture_write_hf(m, f->dir, &o), "%s: writing", family_name(fc));
-    pl_model_free(m);
 
     pl_model_load_options lo = {.dtype = weights};
     cr_assert_eq(pl_model_load(f->dir, &lo, &f->model), PL_OK, "%s: %s", family_name(fc),
                  pl_last_error());
     cr_assert_eq(f->model->cfg.arch, fc->arch, "%s: config.json's architecture",
                  family_name(fc));
+    /* the loaded tensors are the written ones: experts stacked in order, Phi-3's fused
+     * tensors split at the right rows, Gemma's stored w read as 1 + w */
+    if (weights == PL_DTYPE_AUTO && fc->stored != PL_DTYPE_BF16)
+        cr_assert(pl_fixture_compare(m, f->model, 1e-6f, 0.0f), "%s: loaded weights",
+                  family_name(fc));
+    pl_model_free(m);
 
     e2e_prompts_make(&f->prompts, FAMILY_PROMPTS, 3, 40, c.vocab_size, fc->seed * 31 + 7);
     f->want = (e2e_outputs){.n = FAMILY_PROMPTS};
@@ -79,7 +101,8 @@ void family_teardown(family_run *f) {
     pl_fixture_remove_dir(f->dir);
 }
 
-void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_at_a_time) {
+static void check_engine(const family_run *f, pl_backend_kind backend, bool one_at_a_time,
+                         int n_blocks) {
     pl_engine_config ec;
     pl_engine_config_default(&ec);
     ec.model_path = f->dir;
@@ -87,7 +110,7 @@ void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_
     ec.weight_dtype = f->weights;
     ec.kv_dtype = PL_DTYPE_F32;
     ec.block_size = 4;
-    ec.max_num_blocks = 512;
+    ec.max_num_blocks = n_blocks;
     ec.max_total_tokens = 32;
     ec.n_threads = 2;
     pl_engine *e = e2e_engine(&ec);
@@ -105,6 +128,20 @@ void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_
         cr_assert_eq(got.len[i], FAMILY_OUT, "%s: prompt %d gave %d tokens", what, i, got.len[i]);
     cr_assert(e2e_outputs_equal(what, &f->want, &got), "%s: tokens differ from the dense "
               "reference (stderr has the first)", what);
+    if (n_blocks < 512) {
+        pl_metrics m;
+        pl_engine_metrics(e, &m);
+        cr_assert_gt(m.preemptions, 0, "%s: a pool of %d blocks preempted nothing", what,
+                     n_blocks);
+    }
     e2e_outputs_free(&got);
     pl_engine_destroy(e);
+}
+
+void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_at_a_time) {
+    check_engine(f, backend, one_at_a_time, 512);
+}
+
+void family_check_engine_pool(const family_run *f, pl_backend_kind backend, int n_blocks) {
+    check_engine(f, backend, false, n_blocks);
 }

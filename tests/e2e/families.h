@@ -28,6 +28,8 @@ typedef struct family_case {
     uint64_t seed;
     pl_dtype stored;    /* the safetensors type: F32 (also AUTO) or BF16 */
     int sliding_window; /* Mistral: 0 keeps the config's (the whole context) */
+    bool router_tie;    /* experts: in every layer the router rows of experts 4 and 6 are
+                           expert 1's, all three tripled, so the top two tie three ways */
 } family_case;
 
 typedef struct family_run {
@@ -49,6 +51,9 @@ void family_teardown(family_run *f);
  * 32-token steps so prompts are chunked) runs the prompts greedily for FAMILY_OUT tokens,
  * one at a time or all together, and every token must equal the dense reference's. */
 void family_check_engine(const family_run *f, pl_backend_kind backend, bool one_at_a_time);
+/* The same, all batched, with a KV pool of n_blocks blocks of 4 (small enough to preempt:
+ * asserts that it did). */
+void family_check_engine_pool(const family_run *f, pl_backend_kind backend, int n_blocks);
 
 /* "Llama (tied)", for messages. */
 const char *family_name(const family_case *fc);

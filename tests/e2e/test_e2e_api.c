@@ -313,6 +313,9 @@ Test(api, model_info_states_the_model_and_the_pool) {
     cr_assert_eq(info.n_params, want, "%llu parameters, want %llu",
                  (unsigned long long)info.n_params, (unsigned long long)want);
     cr_assert_geq(info.weight_bytes, info.n_params * 2);
+    /* a dense model: no experts, every parameter active */
+    cr_assert(info.n_experts == 0 && info.n_experts_used == 0);
+    cr_assert_eq(info.n_active_params, info.n_params);
     /* the capacity figure agrees with pl_engine_capacity for full-length requests */
     size_t cap;
     cr_assert_eq(pl_engine_capacity(e, 63, 1, &cap), PL_OK);

@@ -165,6 +165,7 @@ static const char *rope_name(const pl_model_config *c) {
     case PL_ROPE_SCALING_NONE: return "unscaled";
     case PL_ROPE_SCALING_LINEAR: return "linear";
     case PL_ROPE_SCALING_LLAMA3: return "llama3";
+    case PL_ROPE_SCALING_LONGROPE: return "longrope";
     }
     return "?";
 }

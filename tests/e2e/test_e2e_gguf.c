@@ -1,7 +1,8 @@
 /*
  * tests/e2e/test_e2e_gguf.c - models written as GGUF run exactly as their sources:
- *   - random Llama (Llama 3 numerics, scaling as rope_freqs.weight), Mistral, Qwen2 and Qwen3
- *     models in GGUF F32, F16 and BF16 give the dense reference's greedy tokens of the same
+ *   - random Llama (Llama 3 numerics, scaling as rope_freqs.weight), Mistral, Qwen2, Qwen3,
+ *     Mixtral, Qwen2-MoE, Qwen3-MoE, Gemma 2, Gemma 3 and Phi-3 models in GGUF F32, F16 and
+ *     BF16 give the dense reference's greedy tokens of the same
  *     weights loaded from Hugging Face files, 200 per prompt (so q/k went to llama.cpp's
  *     interleaved layout for llama and Mistral and the RoPE layout follows, without a copy);
  *   - stories260K.bin written by pl_model_quantize as an F32 GGUF with its tok512 vocabulary
@@ -55,6 +56,27 @@ Test(e2e_gguf, qwen2_in_gguf_matches_the_dense_reference, .timeout = 300) {
 }
 Test(e2e_gguf, qwen3_in_gguf_matches_the_dense_reference, .timeout = 300) {
     gguf_arch(PL_ARCH_QWEN3);
+}
+/* llama with expert_count, stacked ffn_*_exps */
+Test(e2e_gguf, mixtral_in_gguf_matches_the_dense_reference, .timeout = 300) {
+    gguf_arch(PL_ARCH_MIXTRAL);
+}
+Test(e2e_gguf, qwen2_moe_in_gguf_matches_the_dense_reference, .timeout = 300) {
+    gguf_arch(PL_ARCH_QWEN2_MOE);
+}
+Test(e2e_gguf, qwen3_moe_in_gguf_matches_the_dense_reference, .timeout = 300) {
+    gguf_arch(PL_ARCH_QWEN3_MOE);
+}
+/* norms as 1 + w, the window pattern, soft-caps, the query scale in pagellm's own key */
+Test(e2e_gguf, gemma2_in_gguf_matches_the_dense_reference, .timeout = 300) {
+    gguf_arch(PL_ARCH_GEMMA2);
+}
+Test(e2e_gguf, gemma3_in_gguf_matches_the_dense_reference, .timeout = 300) {
+    gguf_arch(PL_ARCH_GEMMA3);
+}
+/* fused attn_qkv and ffn_up, the rope factors */
+Test(e2e_gguf, phi3_in_gguf_matches_the_dense_reference, .timeout = 300) {
+    gguf_arch(PL_ARCH_PHI3);
 }
 
 // ----------------------------------------------------------------------------

@@ -9,7 +9,8 @@
  *                      "llama" vocabulary and a chat template in some
  * OUTDIR/safetensors/  [dtype byte][u16 config length] + config.json + model.safetensors
  *                      (f32, f16, bf16, misaligned header, tied with lm_head, no tie key;
- *                      Mistral with a window, Qwen2 with biases, Qwen3 with q/k norms)
+ *                      Mistral with a window, Qwen2 with biases, Qwen3 with q/k norms, each
+ *                      expert family, Gemma 2/3, Phi-3)
  * OUTDIR/hf_index/     [mode byte][u16 lengths of config, index, shards 1 and 2] + config.json
  *                      + model.safetensors.index.json + 3 shards (fuzz_hf_index.c): valid
  *                      f32/f16/bf16/misaligned models, loaded by directory or by index path,
@@ -95,6 +96,31 @@ static void llama2c_seeds(const char *out, const char *tmp) {
     }
 }
 
+/* What each family adds to a tiny config: experts (3, two per token; Qwen2-MoE's shared
+ * one), Gemma's window pattern, soft-caps, query scale and local theta, Phi-3's longrope. */
+static void family_extras(pl_model_config *c) {
+    const pl_arch_info *a = pl_arch_get(c->arch);
+    if (c->arch == PL_ARCH_MISTRAL) c->sliding_window = 4;
+    if (a->moe) {
+        c->n_experts = 3, c->n_experts_used = 2, c->expert_hidden_dim = c->hidden_dim;
+        c->norm_topk_prob = c->arch != PL_ARCH_QWEN2_MOE;
+        if (a->shared_expert) c->shared_hidden_dim = 8;
+    }
+    if (a->gemma) {
+        c->sliding_window = 4, c->swa_pattern = 2;
+        c->query_pre_attn_scalar = (float)c->head_dim;
+        if (c->arch == PL_ARCH_GEMMA2) c->attn_softcap = 50.0f, c->final_softcap = 30.0f;
+        else c->rope_theta_local = 10000.0f;
+    }
+    if (c->arch == PL_ARCH_PHI3) {
+        c->rope_scaling = PL_ROPE_SCALING_LONGROPE;
+        c->rope_original_max_pos = 4;
+        c->rope_attn_factor = 1.2f;
+        for (int j = 0; j < c->head_dim / 2; j++)
+            c->rope_short_factors[j] = 1.0f + (float)j, c->rope_long_factors[j] = 2.0f + (float)j;
+    }
+}
+
 /* A tiny vocabulary of each GGUF kind, for the tokenizer half of fuzz_gguf. */
 static pl_status add_vocab(pl_gguf_writer *w, int kind, int vocab) {
     static const char *const gpt2[] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0\x61\x62",
@@ -134,7 +160,7 @@ static void gguf_seeds(const char *out, const char *tmp) {
             tiny_config(&c, t);
             c.arch = (pl_arch)a;
             c.rope_layout = 1;
-            if (a == PL_ARCH_MISTRAL) c.sliding_window = 4;
+            family_extras(&c);
             pl_model *m = pl_fixture_model(&c, 3000 + (uint64_t)(a * 3 + t));
             if (!m) die("fixture model");
             const char *p = pl_fixture_path(tmp, "m.gguf");
@@ -173,15 +199,24 @@ static void safetensors_seeds(const char *out, const char *tmp) {
         {"rope_parameters", {.dtype = PL_DTYPE_F32, .rope_parameters = true}, 1},
     };
     /* after the Llama kinds, one of each other architecture: Mistral with a sliding window,
-     * Qwen2 with q/k/v biases, Qwen3 with q/k norms and head_dim 6 != dim / n_heads */
-    const pl_arch archs[] = {PL_ARCH_MISTRAL, PL_ARCH_QWEN2, PL_ARCH_QWEN3};
+     * Qwen2 with q/k/v biases, Qwen3 with q/k norms and head_dim 6 != dim / n_heads, the
+     * experts (per-expert tensors, Mixtral's names, a shared expert), Gemma (post-norms,
+     * (1 + w) norms, layer_types) and Phi-3 (fused tensors, longrope factors) */
+    const pl_arch archs[] = {PL_ARCH_MISTRAL,   PL_ARCH_QWEN2,  PL_ARCH_QWEN3,
+                             PL_ARCH_MIXTRAL,   PL_ARCH_QWEN2_MOE, PL_ARCH_QWEN3_MOE,
+                             PL_ARCH_GEMMA2,    PL_ARCH_GEMMA3, PL_ARCH_PHI3};
+    static const char *const arch_names[] = {"mistral", "qwen2",   "qwen3",  "mixtral",
+                                             "qwen2_moe", "qwen3_moe", "gemma2", "gemma3",
+                                             "phi3"};
+    const size_t n_archs = sizeof archs / sizeof archs[0];
     size_t n_llama = sizeof kinds / sizeof kinds[0];
-    for (size_t k = 0; k < n_llama + 3; k++) {
+    for (size_t k = 0; k < n_llama + n_archs; k++) {
         pl_model_config c;
-        tiny_config(&c, k < n_llama ? kinds[k].variant : (int)(k - n_llama));
+        tiny_config(&c, k < n_llama ? kinds[k].variant : (int)((k - n_llama) % 3));
         if (k >= n_llama) {
             c.arch = archs[k - n_llama];
-            if (c.arch == PL_ARCH_MISTRAL) c.sliding_window = 4;
+            c.rope_layout = 1;
+            family_extras(&c);
             if (c.arch == PL_ARCH_QWEN3) c.head_dim = 6;
         }
         pl_fixture_hf_options o = k < n_llama ? kinds[k].o : (pl_fixture_hf_options){0};
@@ -205,8 +240,7 @@ static void safetensors_seeds(const char *out, const char *tmp) {
         memcpy(buf + 3 + ncj, st, nst);
         char name[64];
         snprintf(name, sizeof name, "%s.bin",
-                 k < n_llama ? kinds[k].name : (const char *[]){"mistral", "qwen2",
-                                                                "qwen3"}[k - n_llama]);
+                 k < n_llama ? kinds[k].name : arch_names[k - n_llama]);
         write_seed(dir, name, buf, 3 + ncj + nst, NULL, 0);
         free(buf);
         free(cj);

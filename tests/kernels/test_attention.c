@@ -254,7 +254,8 @@ Test(attention, window_f16_cache) {
 
 /* ref's window rule against attention computed here, in double, from the f32 keys and values
  * (an f32 cache holds them exactly), one query row at a time: row at position p sees keys
- * max(0, p - W + 1) .. p. With W = 1 every backend must return V[p] exactly (one weight of 1). */
+ * max(0, p - W + 1) .. p. With W = 1 every backend must return V[p] exactly (one weight of 1).
+ * The same with a soft-cap (each score becomes tanh(s / c) * c), every cpu variant too. */
 Test(attention, window_oracle_and_width_one) {
     pl_kt_env e;
     pl_kt_env_init(&e, PL_DTYPE_F32);
@@ -279,13 +280,16 @@ Test(attention, window_oracle_and_width_one) {
     float *q = pl_kt_rand(&r, (size_t)n_tok * nh * hd, 2.0f);
     size_t nq = (size_t)n_tok * nh * hd, bytes = (size_t)n_seqs * max_blocks * nkv * bs * hd * 4;
     float *want = malloc(nq * 4), *got = malloc(nq * 4);
-    const int WINDOWS[] = {1, 3, 4, 7, 13, 29};
-    for (int wi = 0; wi < 6; wi++) {
-        int W = WINDOWS[wi];
+    const int WINDOWS[] = {1, 3, 4, 7, 13, 29, 0};
+    /* each window also with Gemma 2's soft-cap, small enough to bite on q of scale 2 */
+    for (int wi = 0; wi < 14; wi++) {
+        int W = WINDOWS[wi % 7];
+        float cap = wi >= 7 ? 2.5f : 0.0f;
         /* the oracle: store index of (s, t) is the sum of earlier contexts plus t */
         for (int s = 0, base = 0; s < n_seqs; base += ctx[s], s++)
             for (int j = 0; j < q_len[s]; j++) {
-                int pos = ctx[s] - q_len[s] + j, lo = pos - W + 1 > 0 ? pos - W + 1 : 0;
+                int pos = ctx[s] - q_len[s] + j;
+                int lo = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
                 for (int h = 0; h < nh; h++) {
                     const float *qh = q + ((size_t)(qs[s] + j) * nh + h) * hd;
                     double sc[64], mx = -INFINITY, sum = 0, acc[16] = {0};
@@ -294,6 +298,7 @@ Test(attention, window_oracle_and_width_one) {
                         double dot = 0;
                         for (int d = 0; d < hd; d++) dot += (double)qh[d] * kt[d];
                         sc[t - lo] = dot / sqrt((double)hd);
+                        if (cap > 0.0f) sc[t - lo] = tanh(sc[t - lo] / cap) * cap;
                         mx = sc[t - lo] > mx ? sc[t - lo] : mx;
                     }
                     for (int t = lo; t <= pos; t++) {
@@ -318,11 +323,16 @@ Test(attention, window_oracle_and_width_one) {
                                    .max_blocks_per_seq = max_blocks, .max_query_len = 12,
                                    .max_context_len = 50, .n_heads = nh, .n_kv_heads = nkv,
                                    .head_dim = hd, .block_size = bs,
-                                   .scale = (float)(1.0 / sqrt((double)hd)), .sliding_window = W};
+                                   .scale = (float)(1.0 / sqrt((double)hd)), .sliding_window = W,
+                                   .softcap = cap};
             memset(got, 0xff, nq * 4);
             cr_assert_eq(be->ops->attention(be, got, q, kc, vc, &batch), PL_OK, "%s", pl_last_error());
             if (b < 0)
-                cr_assert(pl_kt_close("ref vs oracle", want, got, nq, TOL_ORACLE), "window %d", W);
+                cr_assert(pl_kt_close("ref vs oracle", want, got, nq, TOL_ORACLE),
+                          "window %d softcap %g", W, (double)cap);
+            else
+                cr_assert(pl_kt_close(name, want, got, nq, TOL_ATTENTION), "window %d softcap %g",
+                          W, (double)cap);
             if (W == 1) /* out = V[p], the exact f32 value, on every backend */
                 cr_assert(memcmp(want, got, nq * 4) == 0, "%s: window 1 is not V[p]", name);
             be->ops->free(be, kc);

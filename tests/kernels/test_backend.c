@@ -38,8 +38,13 @@ static void assert_complete(const pl_backend_ops *o) {
     ENTRY(add_bias);
     ENTRY(gather_rows);
     ENTRY(copy_blocks);
+    ENTRY(moe_route);
+    ENTRY(moe_matmul);
+    ENTRY(moe_combine);
+    ENTRY(gelu_mul);
+    ENTRY(scale);
 #undef ENTRY
-    /* The table is exactly name + the 20 function pointers checked above + the optional
+    /* The table is exactly name + the 25 function pointers checked above + the optional
      * matmul_group (the cpu backend has it, ref runs the parts one by one) and reserve (host
      * backends keep no device scratch: NULL; CUDA's is checked in tests/cuda). */
     if (!strcmp(o->name, "cpu"))
@@ -47,7 +52,7 @@ static void assert_complete(const pl_backend_ops *o) {
     else
         cr_assert_null((const void *)(uintptr_t)o->matmul_group, "%s: matmul_group", o->name);
     cr_assert_null((const void *)(uintptr_t)o->reserve, "%s: reserve", o->name);
-    cr_assert_eq(sizeof(pl_backend_ops), sizeof(const char *) + 22 * sizeof(void (*)(void)),
+    cr_assert_eq(sizeof(pl_backend_ops), sizeof(const char *) + 27 * sizeof(void (*)(void)),
                  "pl_backend_ops grew: add the new entries to this test");
 }
 

@@ -27,6 +27,8 @@ static int count_pct_d(const char *s) {
 
 Test(arch, tensor_table_rows) {
     bool legacy[16] = {false}, v1[16] = {false};
+    pl_model_config llama;
+    pl_fixture_family_config(PL_ARCH_LLAMA, 1, &llama);
     for (int r = 0; r < PL_T_COUNT; r++) {
         const pl_tensor_spec *t = pl_tensor_spec_of((pl_tensor_role)r);
         cr_assert_not_null(t);
@@ -34,19 +36,15 @@ Test(arch, tensor_table_rows) {
         cr_assert_not_null(t->hf);
         cr_assert_not_null(t->gguf);
         int per_layer = pl_tensor_role_per_layer(t->role) ? 1 : 0;
-        cr_assert_eq(count_pct_d(t->hf), per_layer, "%s", t->hf);
+        /* a per-expert tensor is one per expert in Hugging Face files, stacked in GGUF */
+        cr_assert_eq(count_pct_d(t->hf), per_layer + (t->per_expert ? 1 : 0), "%s", t->hf);
         cr_assert_eq(count_pct_d(t->gguf), per_layer, "%s", t->gguf);
-        /* vectors (norms, biases) are f32; matrices take the model's type */
-        cr_assert_eq(t->storage == PL_STORE_F32, t->rows == PL_DIM_NONE, "%s", t->hf);
+        cr_assert(!t->per_expert || t->when == PL_WHEN_MOE, "%s", t->hf);
+        /* vectors (norms, biases) are f32; matrices take the model's type but the routers' */
+        if (t->rows == PL_DIM_NONE) cr_assert_eq(t->storage, PL_STORE_F32, "%s", t->hf);
         cr_assert_neq(t->cols, PL_DIM_NONE, "%s", t->hf);
-        for (int k = 0; k < r; k++) {
-            const pl_tensor_spec *u = pl_tensor_spec_of((pl_tensor_role)k);
-            cr_assert_str_neq(t->hf, u->hf);
-            cr_assert_str_neq(t->gguf, u->gguf);
-        }
         /* llama2.c holds exactly the Llama tensors, each once per order */
-        cr_assert_eq(t->llama2c != NULL, t->when == PL_WHEN_ALWAYS || t->when == PL_WHEN_UNTIED,
-                     "%s", t->hf);
+        cr_assert_eq(t->llama2c != NULL, pl_model_has_tensor(&llama, t->role), "%s", t->hf);
         cr_assert_eq(t->l2c_legacy >= 0, t->llama2c != NULL);
         cr_assert_eq(t->l2c_v1 >= 0, t->llama2c != NULL);
         if (t->llama2c) {
@@ -59,6 +57,31 @@ Test(arch, tensor_table_rows) {
     for (int i = 0; i <= 11; i++) cr_assert(v1[i], "v1 position %d", i);
     cr_assert_null(pl_tensor_spec_of(PL_T_COUNT));
     cr_assert_null(pl_tensor_spec_of((pl_tensor_role)-1));
+    /* within each architecture, every tensor it has has its own name in each format */
+    for (int a = 0; a < PL_ARCH_COUNT; a++) {
+        pl_model_config c;
+        pl_fixture_family_config((pl_arch)a, 1, &c);
+        for (int r = 0; r < PL_T_COUNT; r++)
+            for (int k = 0; k < r && pl_model_has_tensor(&c, (pl_tensor_role)r); k++) {
+                if (!pl_model_has_tensor(&c, (pl_tensor_role)k)) continue;
+                cr_assert_str_neq(pl_tensor_hf_name((pl_arch)a, (pl_tensor_role)r),
+                                  pl_tensor_hf_name((pl_arch)a, (pl_tensor_role)k));
+                cr_assert_str_neq(pl_tensor_gguf_name((pl_arch)a, (pl_tensor_role)r),
+                                  pl_tensor_gguf_name((pl_arch)a, (pl_tensor_role)k));
+            }
+    }
+    cr_assert_str_eq(pl_tensor_hf_name(PL_ARCH_MIXTRAL, PL_T_FFN_DOWN_EXPS),
+                     "model.layers.%d.block_sparse_moe.experts.%d.w2.weight");
+    cr_assert_str_eq(pl_tensor_hf_name(PL_ARCH_GEMMA2, PL_T_FFN_NORM),
+                     "model.layers.%d.pre_feedforward_layernorm.weight");
+    cr_assert_str_eq(pl_tensor_hf_name(PL_ARCH_GEMMA2, PL_T_ATTN_POST_NORM),
+                     "model.layers.%d.post_attention_layernorm.weight");
+    cr_assert_null(pl_tensor_hf_name(PL_ARCH_COUNT, PL_T_ATTN_Q));
+    long layer, expert;
+    cr_assert(pl_tensor_name_match2("a.%d.b.%d.c", "a.12.b.3.c", &layer, &expert));
+    cr_assert(layer == 12 && expert == 3);
+    cr_assert_not(pl_tensor_name_match2("a.%d.b.%d.c", "a.12.b.c", &layer, &expert));
+    cr_assert_not(pl_tensor_name_match2("a.%d.b.%d.c", "a.12.b.3.cd", &layer, &expert));
 }
 
 Test(arch, architecture_rows) {
@@ -95,13 +118,19 @@ Test(arch, slots_and_roles_are_inverse) {
     cr_assert_eq(pl_model_slot(&c, PL_T_OUTPUT, 0), n - 1);
 }
 
-/* Which tensors each family has: Llama's nine per layer; Qwen2 the biases; Qwen3 the norms. */
+/* Which tensors each family has: Llama's nine per layer; Qwen2 the biases; Qwen3 the norms;
+ * the MoE families a router and three stacked expert tensors instead of the dense FFN's three
+ * (Qwen2-MoE also the shared expert's four); Gemma two post-norms (Gemma 3 q/k norms too). */
 Test(arch, tensors_of_each_family) {
     const struct {
         pl_arch arch;
         int per_layer;
-    } want[] = {{PL_ARCH_LLAMA, 9}, {PL_ARCH_MISTRAL, 9}, {PL_ARCH_QWEN2, 12}, {PL_ARCH_QWEN3, 11}};
-    for (size_t i = 0; i < 4; i++) {
+    } want[] = {{PL_ARCH_LLAMA, 9},     {PL_ARCH_MISTRAL, 9},   {PL_ARCH_QWEN2, 12},
+                {PL_ARCH_QWEN3, 11},    {PL_ARCH_MIXTRAL, 10},  {PL_ARCH_QWEN2_MOE, 17},
+                {PL_ARCH_QWEN3_MOE, 12}, {PL_ARCH_GEMMA2, 11},  {PL_ARCH_GEMMA3, 13},
+                {PL_ARCH_PHI3, 9}};
+    cr_assert_eq(sizeof want / sizeof want[0], PL_ARCH_COUNT);
+    for (size_t i = 0; i < PL_ARCH_COUNT; i++) {
         pl_model_config c;
         pl_fixture_family_config(want[i].arch, 1, &c);
         int n = 0;
@@ -206,18 +235,57 @@ Test(arch, published_parameter_counts) {
                             .rope_theta = 1000000.0f, .rope_layout = 1, .rope_factor = 1.0f,
                             .tied_embeddings = true, .bos_id = 151643,
                             .eos_ids = {151643}, .n_eos = 1};
+    /* Mixtral-8x7B (46,702,792,704), Qwen3-30B-A3B (30,532,122,624), Gemma-2-2B
+     * (2,614,341,888), Phi-3-mini-4k (3,821,079,552): experts, routers, post-norms, fused
+     * tensors split */
+    pl_model_config mixtral = {.arch = PL_ARCH_MIXTRAL, .dim = 4096, .hidden_dim = 14336,
+                               .n_layers = 32, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128,
+                               .vocab_size = 32000, .max_seq_len = 32768, .norm_eps = 1e-5f,
+                               .rope_theta = 1e6f, .rope_layout = 1, .bos_id = 1,
+                               .n_experts = 8, .n_experts_used = 2, .expert_hidden_dim = 14336,
+                               .norm_topk_prob = true};
+    pl_model_config qwen3moe = {.arch = PL_ARCH_QWEN3_MOE, .dim = 2048, .hidden_dim = 6144,
+                                .n_layers = 48, .n_heads = 32, .n_kv_heads = 4, .head_dim = 128,
+                                .vocab_size = 151936, .max_seq_len = 40960, .norm_eps = 1e-6f,
+                                .rope_theta = 1e6f, .rope_layout = 1, .bos_id = 151643,
+                                .n_experts = 128, .n_experts_used = 8, .expert_hidden_dim = 768,
+                                .norm_topk_prob = true};
+    pl_model_config gemma2 = {.arch = PL_ARCH_GEMMA2, .dim = 2304, .hidden_dim = 9216,
+                              .n_layers = 26, .n_heads = 8, .n_kv_heads = 4, .head_dim = 256,
+                              .vocab_size = 256000, .max_seq_len = 8192, .norm_eps = 1e-6f,
+                              .rope_theta = 10000.0f, .rope_layout = 1, .sliding_window = 4096,
+                              .swa_pattern = 2, .tied_embeddings = true, .bos_id = 2,
+                              .query_pre_attn_scalar = 256.0f, .attn_softcap = 50.0f,
+                              .final_softcap = 30.0f};
+    pl_model_config phi3 = {.arch = PL_ARCH_PHI3, .dim = 3072, .hidden_dim = 8192,
+                            .n_layers = 32, .n_heads = 32, .n_kv_heads = 32, .head_dim = 96,
+                            .vocab_size = 32064, .max_seq_len = 4096, .norm_eps = 1e-5f,
+                            .rope_theta = 10000.0f, .rope_layout = 1, .sliding_window = 2047,
+                            .bos_id = 1};
     const struct {
         const pl_model_config *c;
         uint64_t params;
-    } cases[] = {{&llama, 1235814400ull}, {&qwen, 494032768ull}};
-    for (int i = 0; i < 2; i++) {
+    } cases[] = {{&llama, 1235814400ull},   {&qwen, 494032768ull},
+                 {&mixtral, 46702792704ull}, {&qwen3moe, 30532122624ull},
+                 {&gemma2, 2614341888ull},   {&phi3, 3821079552ull}};
+    for (int i = 0; i < 6; i++) {
         uint64_t vec, n = params_of(cases[i].c, &vec), bytes;
         cr_assert_eq(n, cases[i].params, "case %d: %llu parameters", i, (unsigned long long)n);
         cr_assert_eq(pl_model_config_weight_bytes(cases[i].c, PL_WTYPE_BF16, &bytes), PL_OK,
                      "%s", pl_last_error());
         cr_assert_eq(bytes, 2 * (n - vec) + 4 * vec, "case %d: %llu bytes", i,
                      (unsigned long long)bytes);
+        uint64_t total, active;
+        pl_model_config_params(cases[i].c, &total, &active);
+        cr_assert_eq(total, cases[i].params);
+        if (!pl_arch_get(cases[i].c->arch)->moe) cr_assert_eq(active, total);
     }
+    /* active: Qwen3-30B-A3B's "3.3B activated" (8 of 128 experts), Mixtral's 12.9B */
+    uint64_t total, active;
+    pl_model_config_params(&qwen3moe, &total, &active);
+    cr_assert_eq(active, 3353032704ull, "%llu", (unsigned long long)active);
+    pl_model_config_params(&mixtral, &total, &active);
+    cr_assert_eq(active, 12879925248ull, "%llu", (unsigned long long)active);
 }
 
 // ----------------------------------------------------------------------------

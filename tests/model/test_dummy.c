@@ -34,6 +34,7 @@ static const shape k_shapes[] = {
     {"stories110m", 768, 12, 12, 12, 2048, 32000, 1024, 0},
     {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 1},
     {"llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 1},
+    {"mixtral-mini", 1024, 8, 8, 2, 3584, 32000, 4096, 1},
 };
 
 #define W pl_model_weight
@@ -66,6 +67,15 @@ Test(dummy, names_and_configs) {
         cr_assert(c.dim == d.dim && c.n_layers == d.n_layers && c.vocab_size == d.vocab_size &&
                   c.tied_embeddings == d.tied_embeddings && c.rope_layout == d.rope_layout);
     }
+    /* the Mixtral shape: 8 experts of hidden_dim, 2 per token, renormalised */
+    pl_model_config mx;
+    cr_assert_eq(pl_model_dummy_config("mixtral-mini", &mx), PL_OK);
+    cr_assert(mx.arch == PL_ARCH_MIXTRAL && mx.n_experts == 8 && mx.n_experts_used == 2 &&
+              mx.expert_hidden_dim == 3584 && mx.norm_topk_prob);
+    uint64_t total, active;
+    pl_model_config_params(&mx, &total, &active);
+    uint64_t experts = 8ull * 3 * 3584 * 1024 * 8;
+    cr_assert_eq(total - active, experts / 8 * 6, "6 of 8 experts idle per token");
     pl_model_config c;
     cr_assert_eq(pl_model_dummy_config("huge", &c), PL_ERR_NOT_FOUND);
     pl_model *m = NULL;

@@ -379,6 +379,26 @@ static void same_config(const pl_model_config *a, const pl_model_config *b) {
     cr_assert_float_eq(a->norm_eps, b->norm_eps, 0);
     cr_assert_float_eq(a->rope_theta, b->rope_theta, 0);
     cr_assert_eq(a->sliding_window, b->sliding_window);
+    cr_assert_eq(a->swa_pattern, b->swa_pattern);
+    cr_assert_float_eq(a->rope_theta_local, b->rope_theta_local, 0);
+    cr_assert_eq(a->n_experts, b->n_experts);
+    cr_assert_eq(a->n_experts_used, b->n_experts_used);
+    cr_assert_eq(a->expert_hidden_dim, b->expert_hidden_dim);
+    cr_assert_eq(a->shared_hidden_dim, b->shared_hidden_dim);
+    cr_assert_eq(a->norm_topk_prob, b->norm_topk_prob);
+    cr_assert_float_eq(a->attn_softcap, b->attn_softcap, 0);
+    cr_assert_float_eq(a->final_softcap, b->final_softcap, 0);
+    if (a->query_pre_attn_scalar > 0.0f || b->query_pre_attn_scalar > 0.0f)
+        cr_assert_float_eq(a->query_pre_attn_scalar, b->query_pre_attn_scalar, 0);
+    cr_assert_eq(a->rope_scaling, b->rope_scaling);
+    if (a->rope_scaling == PL_ROPE_SCALING_LONGROPE) {
+        cr_assert_eq(a->rope_original_max_pos, b->rope_original_max_pos);
+        cr_assert_float_eq(a->rope_attn_factor, b->rope_attn_factor, 0);
+        for (int j = 0; j < a->head_dim / 2; j++) {
+            cr_assert_float_eq(a->rope_long_factors[j], b->rope_long_factors[j], 0);
+            cr_assert_float_eq(a->rope_short_factors[j], b->rope_short_factors[j], 0);
+        }
+    }
     cr_assert_eq(a->tied_embeddings, b->tied_embeddings);
     cr_assert_eq(a->bos_id, b->bos_id);
     cr_assert_eq(a->n_eos, b->n_eos);
@@ -400,7 +420,9 @@ static void round_trip(const pl_model *m, const char *dir) {
         pl_model *got;
         cr_assert_eq(load(path, PL_DTYPE_AUTO, &got), PL_OK, "%s", pl_last_error());
         same_config(&m->cfg, &got->cfg);
-        int want_layout = m->cfg.arch == PL_ARCH_QWEN2 || m->cfg.arch == PL_ARCH_QWEN3 ? 1 : 0;
+        /* llama.cpp's "normal" rope for its llama files, "neox" for every other family */
+        int want_layout = m->cfg.arch == PL_ARCH_LLAMA || m->cfg.arch == PL_ARCH_MISTRAL ||
+                          m->cfg.arch == PL_ARCH_MIXTRAL ? 0 : 1;
         cr_assert_eq(got->cfg.rope_layout, want_layout);
         cr_assert_eq(pl_model_weight(got, PL_T_ATTN_Q, 0)->type, types[i]);
         cr_assert_eq(pl_model_weight(got, PL_T_ATTN_NORM, 0)->type, PL_WTYPE_F32,
@@ -511,6 +533,8 @@ typedef struct edit {
     const char *extra;       /* add this tensor (a copy of attn_norm of layer 0's shape) */
     const char *set_u32_key; /* replace this key by set_u32 */
     uint32_t set_u32;
+    const char *set_f32_key; /* replace this key by set_f32 */
+    float set_f32;
 } edit;
 
 static void rewrite(const char *src, const char *dst, const edit *e) {
@@ -525,9 +549,11 @@ static void rewrite(const char *src, const char *dst, const edit *e) {
         const pl_gguf_kv *kv = &g.kv[i];
         if (e->drop_key && pl_gguf_str_eq(kv->key, e->drop_key)) continue;
         if (e->set_u32_key && pl_gguf_str_eq(kv->key, e->set_u32_key)) continue;
+        if (e->set_f32_key && pl_gguf_str_eq(kv->key, e->set_f32_key)) continue;
         cr_assert_eq(pl_gguf_add_kv_copy(w, kv), PL_OK);
     }
     if (e->set_u32_key) cr_assert_eq(pl_gguf_add_u32(w, e->set_u32_key, e->set_u32), PL_OK);
+    if (e->set_f32_key) cr_assert_eq(pl_gguf_add_f32(w, e->set_f32_key, e->set_f32), PL_OK);
     void *zeros = calloc(1, 1 << 20);
     for (size_t i = 0; i < g.n_tensors; i++) {
         const pl_gguf_tensor *t = &g.tensors[i];
@@ -562,6 +588,66 @@ static void expect_load_fail(const char *path, pl_status code, const char *n1, c
     cr_assert(strstr(pl_last_error(), path), "names the file: %s", pl_last_error());
     if (n1) cr_assert(strstr(pl_last_error(), n1), "\"%s\" lacks \"%s\"", pl_last_error(), n1);
     if (n2) cr_assert(strstr(pl_last_error(), n2), "\"%s\" lacks \"%s\"", pl_last_error(), n2);
+}
+
+/* The families' GGUF keys and tensors: each refusal names the key or the tensor. */
+Test(gguf, family_refusals) {
+    const char *dir = pl_test_tmpdir();
+    char src[600], bad[600];
+    snprintf(src, sizeof src, "%s/src.gguf", dir);
+    snprintf(bad, sizeof bad, "%s/bad.gguf", dir);
+    const pl_arch archs[] = {PL_ARCH_QWEN2_MOE, PL_ARCH_GEMMA2, PL_ARCH_PHI3, PL_ARCH_MIXTRAL};
+    for (int a = 0; a < 4; a++) {
+        pl_model_config c;
+        pl_fixture_family_config(archs[a], 1, &c);
+        pl_model *m = pl_fixture_model(&c, 2);
+        save(m, PL_WTYPE_F32, src);
+        pl_model_free(m);
+        pl_model *ok;
+        cr_assert_eq(load(src, PL_DTYPE_AUTO, &ok), PL_OK, "%s", pl_last_error());
+        pl_model_free(ok);
+        switch (archs[a]) {
+        case PL_ARCH_QWEN2_MOE:
+            rewrite(src, bad, &(edit){.set_u32_key = "qwen2moe.expert_used_count", .set_u32 = 9});
+            expect_load_fail(bad, PL_ERR_FORMAT, "qwen2moe.expert_used_count = 9",
+                             "qwen2moe.expert_count = 6");
+            rewrite(src, bad, &(edit){.drop_tensor = "blk.1.ffn_down_exps.weight"});
+            expect_load_fail(bad, PL_ERR_NOT_FOUND, "blk.1.ffn_down_exps.weight", NULL);
+            /* the stack of another expert count */
+            rewrite(src, bad, &(edit){.set_u32_key = "qwen2moe.expert_count", .set_u32 = 5});
+            expect_load_fail(bad, PL_ERR_FORMAT, "ffn_gate_inp.weight", "[36, 5]");
+            rewrite(src, bad, &(edit){.drop_key = "qwen2moe.expert_shared_feed_forward_length"});
+            expect_load_fail(bad, PL_ERR_FORMAT, "expert_shared_feed_forward_length", "missing");
+            rewrite(src, bad, &(edit){.rename_from = "blk.0.ffn_up_exps.weight",
+                                      .rename_to = "blk.0.ffn_up.weight"});
+            expect_load_fail(bad, PL_ERR_FORMAT, "blk.0.ffn_up.weight", "not part of");
+            break;
+        case PL_ARCH_GEMMA2:
+            rewrite(src, bad, &(edit){.set_f32_key = "gemma2.attn_logit_softcapping",
+                                      .set_f32 = 0.0f});
+            expect_load_fail(bad, PL_ERR_FORMAT, "gemma2.attn_logit_softcapping", "divides");
+            rewrite(src, bad, &(edit){.set_u32_key = "gemma2.attention.sliding_window",
+                                      .set_u32 = 4096});
+            expect_load_fail(bad, PL_ERR_FORMAT, "gemma2.attention.sliding_window = 4096",
+                             "context_length = 256");
+            rewrite(src, bad, &(edit){.drop_tensor = "blk.1.post_ffw_norm.weight"});
+            expect_load_fail(bad, PL_ERR_NOT_FOUND, "blk.1.post_ffw_norm.weight", NULL);
+            break;
+        case PL_ARCH_PHI3:
+            rewrite(src, bad, &(edit){.drop_tensor = "rope_factors_short.weight"});
+            expect_load_fail(bad, PL_ERR_FORMAT, "rope_factors_long.weight",
+                             "without rope_factors_short.weight");
+            rewrite(src, bad, &(edit){.drop_tensor = "blk.0.attn_qkv.weight"});
+            expect_load_fail(bad, PL_ERR_NOT_FOUND, "blk.0.attn_q.weight", NULL);
+            break;
+        default: /* Mixtral: a llama file with experts */
+            rewrite(src, bad, &(edit){.set_u32_key = "llama.expert_used_count", .set_u32 = 0});
+            expect_load_fail(bad, PL_ERR_FORMAT, "llama.expert_used_count = 0", NULL);
+            break;
+        }
+    }
+    pl_fixture_remove_dir(dir);
+    PL_ASSERT_NO_LEAKS();
 }
 
 Test(gguf, model_level_refusals) {
@@ -607,8 +693,9 @@ Test(gguf, model_level_refusals) {
     expect_load_fail(bad, PL_ERR_FORMAT, "token_embd.weight", "ne");
     rewrite(src, bad, &(edit){.set_u32_key = "llama.rope.dimension_count", .set_u32 = 16});
     expect_load_fail(bad, PL_ERR_UNSUPPORTED, "partial rotary", NULL);
+    /* experts make a llama file Mixtral's, which then needs its other expert keys */
     rewrite(src, bad, &(edit){.set_u32_key = "llama.expert_count", .set_u32 = 8});
-    expect_load_fail(bad, PL_ERR_UNSUPPORTED, "mixture-of-experts", NULL);
+    expect_load_fail(bad, PL_ERR_FORMAT, "llama.expert_used_count", "missing");
     rewrite(src, bad, &(edit){.set_u32_key = "tokenizer.ggml.eos_token_id", .set_u32 = 5000});
     expect_load_fail(bad, PL_ERR_FORMAT, "tokenizer.ggml.eos_token_id", NULL);
     rewrite(src, bad, &(edit){.set_u32_key = "general.architecture", .set_u32 = 1});

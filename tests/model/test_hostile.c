@@ -571,7 +571,8 @@ Test(hostile, config_json_attacks) {
          "model_type llama does not match architecture Qwen2ForCausalLM"},
         {"architectures", "[\"LlamaForCausalLM\", \"Qwen3ForCausalLM\"]", PL_ERR_FORMAT,
          "lists both"},
-        {"architectures", "[\"Qwen2MoeForCausalLM\"]", PL_ERR_UNSUPPORTED, "Qwen3ForCausalLM"},
+        {"architectures", "[\"DeepseekV3ForCausalLM\"]", PL_ERR_UNSUPPORTED,
+         "Qwen3MoeForCausalLM"},
         {"attention_bias", "\"yes\"", PL_ERR_FORMAT, "\"attention_bias\" is not a boolean"},
         {"mlp_bias", "true", PL_ERR_UNSUPPORTED, "mlp_bias"},
         {"tie_word_embeddings", "\"true\"", PL_ERR_FORMAT, "tie_word_embeddings"},
@@ -952,6 +953,179 @@ Test(hostile, allocation_failure_inside_json_parsing) {
     pl_model_free(got);
     for (int i = 0; i < 3; i++)
         cr_assert_gt(in_json[i], 0, "no failure inside JSON document %d was reached", i);
+    pl_fixture_remove_dir(dir);
+    PL_ASSERT_NO_LEAKS();
+}
+
+// ----------------------------------------------------------------------------
+// the families of experts, Gemma and Phi-3: refused at load, naming the key or the tensor
+
+/* Sets key of dir's config.json to the JSON text value (NULL: deletes it). */
+static void set_key(const char *dir, const json_t *orig, const char *key, const char *value) {
+    json_t *j = json_deep_copy(orig);
+    if (value) {
+        json_error_t err;
+        json_t *v = json_loads(value, JSON_DECODE_ANY, &err);
+        cr_assert_not_null(v, "%s: %s", value, err.text);
+        json_object_set_new(j, key, v);
+    } else {
+        json_object_del(j, key);
+    }
+    write_json(pl_fixture_path(dir, "config.json"), j);
+}
+
+typedef struct key_case {
+    const char *key, *value;
+    pl_status code;
+    const char *needle, *needle2; /* needle2 may be NULL */
+} key_case;
+
+static void key_cases(const char *dir, const key_case *cases, size_t n) {
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s", pl_fixture_path(dir, "config.json"));
+    json_t *orig = read_json(cfg);
+    expect_ok(dir);
+    for (size_t i = 0; i < n; i++) {
+        set_key(dir, orig, cases[i].key, cases[i].value);
+        if (cases[i].code == PL_OK) expect_ok(dir);
+        else if (cases[i].needle2)
+            expect_fail(dir, cases[i].code, cases[i].needle, cases[i].needle2);
+        else
+            expect_fail(dir, cases[i].code, cases[i].needle);
+    }
+    write_json(cfg, orig);
+    expect_ok(dir);
+}
+
+Test(hostile, expert_configs_and_tensors) {
+    const char *dir = pl_test_tmpdir();
+    pl_model_config c;
+    pl_fixture_family_config(PL_ARCH_QWEN2_MOE, 1, &c);
+    make_hf(dir, c, 1);
+    const key_case cases[] = {
+        {"num_experts_per_tok", "7", PL_ERR_FORMAT, "num_experts_per_tok = 7", NULL},
+        {"num_experts_per_tok", "0", PL_ERR_FORMAT, "num_experts_per_tok", NULL},
+        {"num_experts", "null", PL_ERR_FORMAT, "\"num_experts\" is missing", NULL},
+        {"moe_intermediate_size", "\"20\"", PL_ERR_FORMAT, "moe_intermediate_size", NULL},
+        {"shared_expert_intermediate_size", NULL, PL_ERR_FORMAT,
+         "shared_expert_intermediate_size", NULL},
+        {"decoder_sparse_step", "2", PL_ERR_UNSUPPORTED, "decoder_sparse_step = 2", NULL},
+        {"mlp_only_layers", "[1]", PL_ERR_UNSUPPORTED, "mlp_only_layers", NULL},
+        {"norm_topk_prob", "1", PL_ERR_FORMAT, "norm_topk_prob", NULL},
+        /* four experts in the config, six in the files: an expert past num_experts */
+        {"num_experts", "4", PL_ERR_FORMAT, "experts.4.", "num_experts = 4"},
+    };
+    key_cases(dir, cases, sizeof cases / sizeof cases[0]);
+
+    char st[600];
+    snprintf(st, sizeof st, "%s", pl_fixture_path(dir, "model.safetensors"));
+    uint8_t *data;
+    size_t n_data;
+    json_t *orig = read_st(st, &data, &n_data);
+    /* a missing expert, one of another shape, one of another dtype: each named */
+    const char *e3 = "model.layers.1.mlp.experts.3.up_proj.weight";
+    edit_tensor(dir, orig, data, n_data, e3, NULL);
+    expect_fail(dir, PL_ERR_NOT_FOUND, "missing tensor model.layers.1.mlp.experts.3.up_proj");
+    long long b = begin_of(orig, e3);
+    char entry[256];
+    snprintf(entry, sizeof entry,
+             "{\"dtype\":\"F32\",\"shape\":[36,20],\"data_offsets\":[%lld,%lld]}", b,
+             b + 36 * 20 * 4);
+    edit_tensor(dir, orig, data, n_data, e3, entry);
+    expect_fail(dir, PL_ERR_FORMAT, e3, "[36, 20]", "config needs [20, 36]");
+    snprintf(entry, sizeof entry,
+             "{\"dtype\":\"BF16\",\"shape\":[20,36],\"data_offsets\":[%lld,%lld]}", b,
+             b + 20 * 36 * 2);
+    edit_tensor(dir, orig, data, n_data, e3, entry);
+    expect_fail(dir, PL_ERR_FORMAT, e3, "BF16", "experts of one layer must share a type");
+    /* the router must have one row per expert */
+    const char *router = "model.layers.0.mlp.gate.weight";
+    b = begin_of(orig, router);
+    snprintf(entry, sizeof entry,
+             "{\"dtype\":\"F32\",\"shape\":[5,36],\"data_offsets\":[%lld,%lld]}", b,
+             b + 5 * 36 * 4);
+    edit_tensor(dir, orig, data, n_data, router, entry);
+    expect_fail(dir, PL_ERR_FORMAT, router, "config needs [6, 36]");
+    write_st(st, json_deep_copy(orig), data, n_data);
+    expect_ok(dir);
+    json_decref(orig);
+    free(data);
+
+    /* Mixtral's own key names */
+    pl_fixture_family_config(PL_ARCH_MIXTRAL, 1, &c);
+    make_hf(dir, c, 1);
+    const key_case mixtral[] = {
+        {"num_experts_per_tok", "5", PL_ERR_FORMAT, "num_experts_per_tok = 5",
+         "num_local_experts = 4"},
+        {"num_local_experts", NULL, PL_ERR_FORMAT, "\"num_local_experts\" is missing", NULL},
+    };
+    key_cases(dir, mixtral, sizeof mixtral / sizeof mixtral[0]);
+    pl_fixture_remove_dir(dir);
+    PL_ASSERT_NO_LEAKS();
+}
+
+Test(hostile, gemma_and_phi3_configs) {
+    const char *dir = pl_test_tmpdir();
+    pl_model_config c;
+    pl_fixture_family_config(PL_ARCH_GEMMA2, 1, &c);
+    make_hf(dir, c, 1);
+    const key_case gemma2[] = {
+        {"attn_logit_softcapping", "0", PL_ERR_FORMAT, "attn_logit_softcapping = 0", NULL},
+        {"final_logit_softcapping", "-1.5", PL_ERR_FORMAT, "final_logit_softcapping", NULL},
+        {"final_logit_softcapping", "null", PL_OK, NULL, NULL}, /* none */
+        {"sliding_window", "257", PL_ERR_FORMAT, "sliding_window = 257",
+         "max_position_embeddings = 256"},
+        {"query_pre_attn_scalar", "0", PL_ERR_FORMAT, "query_pre_attn_scalar", NULL},
+        {"hidden_activation", "\"silu\"", PL_ERR_UNSUPPORTED, "gelu_pytorch_tanh", NULL},
+        {"layer_types", "[\"full_attention\", \"sliding_attention\"]", PL_ERR_UNSUPPORTED,
+         "layer_types[1]", NULL},
+        {"layer_types", "[\"full_attention\"]", PL_ERR_FORMAT, "layer_types", NULL},
+    };
+    key_cases(dir, gemma2, sizeof gemma2 / sizeof gemma2[0]);
+
+    pl_fixture_family_config(PL_ARCH_GEMMA3, 1, &c);
+    make_hf(dir, c, 1);
+    const key_case gemma3[] = {
+        /* period 3 stated: sliding, sliding, full; another order is refused by layer */
+        {"layer_types", "[\"sliding_attention\", \"full_attention\", \"full_attention\"]",
+         PL_ERR_UNSUPPORTED, "layer_types[2]", NULL},
+        {"rope_local_base_freq", "-1", PL_ERR_FORMAT, "rope_theta_local", NULL},
+        {"layer_types", NULL, PL_OK, NULL, NULL}, /* then sliding_window_pattern's default, 6 */
+    };
+    key_cases(dir, gemma3, sizeof gemma3 / sizeof gemma3[0]);
+
+    pl_fixture_family_config(PL_ARCH_PHI3, 1, &c);
+    make_hf(dir, c, 1);
+    const key_case phi3[] = {
+        {"rope_scaling", "{\"type\": \"longrope\", \"long_factor\": [1, 2], "
+                         "\"short_factor\": [1, 1, 1, 1]}",
+         PL_ERR_FORMAT, "rope_scaling.long_factor must be a list of 4", NULL},
+        {"rope_scaling", "{\"type\": \"longrope\", \"long_factor\": [1, 2, 3, 0], "
+                         "\"short_factor\": [1, 1, 1, 1]}",
+         PL_ERR_FORMAT, "long_factor", NULL},
+        {"rope_scaling", "{\"type\": \"yarn\", \"factor\": 4}", PL_ERR_UNSUPPORTED,
+         "yarn", "longrope"},
+        {"partial_rotary_factor", "0.75", PL_ERR_UNSUPPORTED, "partial_rotary_factor = 0.75", NULL},
+        {"sliding_window", "100000", PL_OK, NULL, NULL}, /* a 128k config's twice-the-context */
+    };
+    key_cases(dir, phi3, sizeof phi3 / sizeof phi3[0]);
+    /* a Phi-3 directory with q_proj instead of the fused qkv_proj */
+    char st[600];
+    snprintf(st, sizeof st, "%s", pl_fixture_path(dir, "model.safetensors"));
+    uint8_t *data;
+    size_t n_data;
+    json_t *orig = read_st(st, &data, &n_data);
+    json_t *h = json_deep_copy(orig);
+    json_object_set(h, "model.layers.0.self_attn.q_proj.weight",
+                    json_object_get(orig, "model.layers.0.self_attn.qkv_proj.weight"));
+    json_object_del(h, "model.layers.0.self_attn.qkv_proj.weight");
+    write_st(st, h, data, n_data);
+    expect_fail(dir, PL_ERR_FORMAT, "model.layers.0.self_attn.q_proj.weight",
+                "not part of a Phi3ForCausalLM model");
+    edit_tensor(dir, orig, data, n_data, "model.layers.1.self_attn.qkv_proj.weight", NULL);
+    expect_fail(dir, PL_ERR_NOT_FOUND, "missing tensor model.layers.1.self_attn.qkv_proj");
+    json_decref(orig);
+    free(data);
     pl_fixture_remove_dir(dir);
     PL_ASSERT_NO_LEAKS();
 }

@@ -134,6 +134,29 @@ function tinyllamaCases() {
   ];
 }
 
+// Gemma 2 refuses a system role and non-alternating turns; Gemma 3 folds a system message
+// into the first user turn and takes list contents (text parts; an image part as its marker).
+function gemmaCases(three) {
+  const parts = { role: "user", content: [{ type: "text", text: "  Describe " }, { type: "image" }, { type: "text", text: "this.  " }] };
+  return [
+    { name: "error_roles_not_alternating", messages: [u1, u2], add_generation_prompt: true },
+    { name: "error_starts_with_assistant", messages: [a1, u1], add_generation_prompt: true },
+    { name: "no_messages", messages: [], add_generation_prompt: true },
+    ...(three ? [{ name: "list_content", messages: [sys, parts], add_generation_prompt: true },
+                 { name: "system_list_content", messages: [{ role: "system", content: [{ type: "text", text: "Be brief." }] }, u1], add_generation_prompt: true }] : []),
+  ];
+}
+
+// Phi-3: unknown roles are skipped; without add_generation_prompt the text ends with EOS;
+// Phi-3.5 skips an empty system message.
+function phi3Cases() {
+  return [
+    { name: "unknown_role_skipped", messages: [u1, { role: "tool", content: "ignored" }, a1], add_generation_prompt: false },
+    { name: "empty_system", messages: [{ role: "system", content: "" }, u1], add_generation_prompt: true },
+    { name: "no_messages", messages: [], add_generation_prompt: true },
+  ];
+}
+
 export function conversations(family) {
   switch (family) {
     case "llama-3.1-8b-instruct":
@@ -150,6 +173,13 @@ export function conversations(family) {
       return [...common, { name: "no_messages", messages: [], add_generation_prompt: true }];
     case "qwen3-real":
       return [...common, ...qwenToolCases(), ...qwen3ThinkingCases()];
+    case "gemma-2-2b-it":
+      return [...common, ...gemmaCases(false)];
+    case "gemma-3-1b-it":
+      return [...common, ...gemmaCases(true)];
+    case "phi-3-mini-4k-instruct":
+    case "phi-3.5-mini-instruct":
+      return [...common, ...phi3Cases()];
     default:
       throw new Error(`no conversations for ${family}`);
   }

@@ -237,12 +237,76 @@ void pl_fixture_family_config(pl_arch arch, int variant, pl_model_config *c) {
         c->norm_eps = 1e-6f;
         c->eos_ids[0] = 2, c->eos_ids[1] = 4, c->n_eos = 2;
         break;
-    default: /* Qwen3: head_dim apart from dim / n_heads (q is 56 wide, the model 40) */
+    case PL_ARCH_QWEN3: /* head_dim apart from dim / n_heads (q is 56 wide, the model 40) */
         c->dim = 40, c->n_heads = 4, c->n_kv_heads = 2, c->head_dim = 14, c->hidden_dim = 71;
         c->vocab_size = 103;
         c->rope_theta = 1000000.0f;
         c->norm_eps = 1e-6f;
         c->eos_ids[0] = 2, c->eos_ids[1] = 3, c->n_eos = 2;
+        break;
+    case PL_ARCH_MIXTRAL: /* 4 experts, 2 per token, renormalised; no window (as shipped) */
+        c->dim = 32, c->n_heads = 4, c->n_kv_heads = 2, c->head_dim = 8, c->hidden_dim = 40;
+        c->vocab_size = 91;
+        c->rope_theta = 1000000.0f;
+        c->n_experts = 4, c->n_experts_used = 2, c->expert_hidden_dim = 40;
+        c->norm_topk_prob = true;
+        c->eos_ids[0] = 2, c->n_eos = 1;
+        break;
+    case PL_ARCH_QWEN2_MOE: /* 6 experts, 3 per token, not renormalised, a shared expert */
+        c->dim = 36, c->n_heads = 6, c->n_kv_heads = 2, c->head_dim = 6, c->hidden_dim = 83;
+        c->vocab_size = 101;
+        c->rope_theta = 1000000.0f;
+        c->norm_eps = 1e-6f;
+        c->n_experts = 6, c->n_experts_used = 3, c->expert_hidden_dim = 20;
+        c->shared_hidden_dim = 44;
+        c->eos_ids[0] = 2, c->eos_ids[1] = 4, c->n_eos = 2;
+        break;
+    case PL_ARCH_QWEN3_MOE: /* 8 experts, 2 per token, renormalised; Qwen3's attention */
+        c->dim = 40, c->n_heads = 4, c->n_kv_heads = 2, c->head_dim = 14, c->hidden_dim = 71;
+        c->vocab_size = 103;
+        c->rope_theta = 1000000.0f;
+        c->norm_eps = 1e-6f;
+        c->n_experts = 8, c->n_experts_used = 2, c->expert_hidden_dim = 24;
+        c->norm_topk_prob = true;
+        c->eos_ids[0] = 2, c->eos_ids[1] = 3, c->n_eos = 2;
+        break;
+    case PL_ARCH_GEMMA2: /* head_dim 16 x 4 heads = 64 != dim 48; windowed even layers;
+                            soft-caps small enough to bite */
+        c->dim = 48, c->n_heads = 4, c->n_kv_heads = 2, c->head_dim = 16, c->hidden_dim = 70;
+        c->vocab_size = 97;
+        c->rope_theta = 10000.0f;
+        c->norm_eps = 1e-6f;
+        c->sliding_window = 12, c->swa_pattern = 2;
+        c->query_pre_attn_scalar = 24.0f;
+        c->attn_softcap = 4.0f, c->final_softcap = 6.0f;
+        c->eos_ids[0] = 1, c->eos_ids[1] = 3, c->n_eos = 2;
+        c->bos_id = 2;
+        break;
+    case PL_ARCH_GEMMA3: /* 3 layers: two local (theta 10000, window 12), one global (theta
+                            1e6, linear scaling 2); q/k norms */
+        c->n_layers = 3;
+        c->dim = 40, c->n_heads = 4, c->n_kv_heads = 1, c->head_dim = 16, c->hidden_dim = 66;
+        c->vocab_size = 89;
+        c->rope_theta = 1000000.0f, c->rope_theta_local = 10000.0f;
+        pl_fixture_set_rope_linear(c, 2.0f);
+        c->norm_eps = 1e-6f;
+        c->sliding_window = 12, c->swa_pattern = 3;
+        c->query_pre_attn_scalar = 16.0f;
+        c->eos_ids[0] = 1, c->eos_ids[1] = 5, c->n_eos = 2;
+        c->bos_id = 2;
+        break;
+    default: /* Phi-3: longrope (the long factors: the 256 context exceeds 128) */
+        c->dim = 48, c->n_heads = 6, c->n_kv_heads = 2, c->head_dim = 8, c->hidden_dim = 64;
+        c->vocab_size = 97;
+        c->rope_theta = 10000.0f;
+        c->rope_scaling = PL_ROPE_SCALING_LONGROPE;
+        c->rope_original_max_pos = 128;
+        for (int j = 0; j < c->head_dim / 2; j++) {
+            c->rope_short_factors[j] = 1.0f + 0.25f * (float)j;
+            c->rope_long_factors[j] = 1.0f + 1.5f * (float)(j * j);
+        }
+        c->rope_attn_factor = sqrtf(1.0f + logf(256.0f / 128.0f) / logf(128.0f));
+        c->eos_ids[0] = 2, c->eos_ids[1] = 5, c->n_eos = 2;
         break;
     }
 }
@@ -294,7 +358,9 @@ pl_model *pl_fixture_model(const pl_model_config *cfg, uint64_t seed) {
         case PL_T_FFN_NORM:
         case PL_T_OUTPUT_NORM:
         case PL_T_ATTN_Q_NORM:
-        case PL_T_ATTN_K_NORM: fill(&r, w, 1.0f, 0.25f); break;
+        case PL_T_ATTN_K_NORM:
+        case PL_T_ATTN_POST_NORM:
+        case PL_T_FFN_POST_NORM: fill(&r, w, 1.0f, 0.25f); break;
         case PL_T_ATTN_Q_BIAS:
         case PL_T_ATTN_K_BIAS:
         case PL_T_ATTN_V_BIAS: fill(&r, w, 0.0f, 0.5f); break;
@@ -323,13 +389,24 @@ pl_model *pl_fixture_family_model(const pl_model_config *cfg, uint64_t seed) {
     scale_role(m, PL_T_ATTN_K, 4.0f);
     scale_role(m, PL_T_ATTN_OUT, 6.0f);
     scale_role(m, PL_T_FFN_DOWN, 0.3f);
+    scale_role(m, PL_T_FFN_DOWN_EXPS, 0.3f);
+    scale_role(m, PL_T_FFN_DOWN_SHEXP, 0.3f);
+    scale_role(m, PL_T_FFN_GATE_INP, 3.0f); /* routers whose choice changes along a text */
     const pl_tensor_role biases[] = {PL_T_ATTN_Q_BIAS, PL_T_ATTN_K_BIAS, PL_T_ATTN_V_BIAS};
     for (int i = 0; i < 3 && pl_model_has_tensor(cfg, biases[i]); i++)
         scale_role(m, biases[i], 0.2f);
     if (pl_model_has_tensor(cfg, PL_T_ATTN_Q_NORM)) {
-        scale_role(m, PL_T_ATTN_Q_NORM, 3.0f);
-        scale_role(m, PL_T_ATTN_K_NORM, 3.0f);
+        /* Gemma 3's scores are sharp already (its post-norms weigh the blocks): with x3 (or
+         * x2) the f32 rotation angles at positions past 100 moved CUDA's logits by 1e-4 and
+         * greedy tokens hinged on such near ties within 200 tokens */
+        float g = cfg->arch == PL_ARCH_GEMMA3 ? 1.0f : 3.0f;
+        scale_role(m, PL_T_ATTN_Q_NORM, g);
+        scale_role(m, PL_T_ATTN_K_NORM, g);
     }
+    /* Gemma's post-norms undo the o and down gains: give the blocks weight over the
+     * embedding instead (trained Gemma models have large post-norm weights too) */
+    scale_role(m, PL_T_ATTN_POST_NORM, 4.0f);
+    scale_role(m, PL_T_FFN_POST_NORM, 2.0f);
     return m;
 }
 
@@ -417,6 +494,8 @@ static bool is_vector(pl_tensor_role r) {
     switch (r) {
     case PL_T_ATTN_NORM:
     case PL_T_FFN_NORM:
+    case PL_T_ATTN_POST_NORM:
+    case PL_T_FFN_POST_NORM:
     case PL_T_OUTPUT_NORM:
     case PL_T_ATTN_Q_NORM:
     case PL_T_ATTN_K_NORM:
@@ -564,9 +643,91 @@ bool pl_fixture_write_ak42(const pl_model *m, const char *path) {
 // Hugging Face writers
 
 /* The families' config.json names, as transformers writes them. */
-static const char *const k_hf_class[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                         "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
-static const char *const k_model_type[] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const k_hf_class[] = {
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM", "Phi3ForCausalLM"};
+static const char *const k_model_type[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral",
+                                           "qwen2_moe", "qwen3_moe", "gemma2", "gemma3_text",
+                                           "phi3"};
+#define N_HF_FAMILIES (int)(sizeof k_hf_class / sizeof k_hf_class[0])
+
+static bool is_gemma(const pl_model_config *c) {
+    return c->arch == PL_ARCH_GEMMA2 || c->arch == PL_ARCH_GEMMA3;
+}
+
+/* A Gemma soft-cap as config.json says it: a number, or null for none. */
+static void put_cap(buf *b, const char *key, float cap) {
+    if (cap > 0.0f) putf(b, "  \"%s\": %.9g,\n", key, (double)cap);
+    else putf(b, "  \"%s\": null,\n", key);
+}
+
+static void put_factors(buf *b, const char *key, const float *f, int n) {
+    putf(b, "\"%s\": [", key);
+    for (int j = 0; j < n; j++) putf(b, "%s%.9g", j ? ", " : "", (double)f[j]);
+    putf(b, "]");
+}
+
+/* What each family adds to config.json, in its own keys. */
+static void put_family_keys(buf *b, const pl_model_config *c) {
+    switch (c->arch) {
+    case PL_ARCH_MISTRAL:
+    case PL_ARCH_MIXTRAL:
+        if (c->sliding_window > 0) putf(b, "  \"sliding_window\": %d,\n", c->sliding_window);
+        else putf(b, "  \"sliding_window\": null,\n");
+        if (c->arch == PL_ARCH_MIXTRAL)
+            putf(b, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                    "  \"router_aux_loss_coef\": 0.02,\n  \"router_jitter_noise\": 0.0,\n",
+                 c->n_experts, c->n_experts_used);
+        break;
+    case PL_ARCH_QWEN2: /* as Qwen2.5 ships it: a window stated, and switched off */
+    case PL_ARCH_QWEN2_MOE:
+        putf(b, "  \"use_sliding_window\": false,\n  \"sliding_window\": 32768,\n"
+                "  \"max_window_layers\": 21,\n");
+        break;
+    case PL_ARCH_QWEN3:
+    case PL_ARCH_QWEN3_MOE:
+        putf(b, "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n"
+                "  \"sliding_window\": null,\n");
+        break;
+    case PL_ARCH_GEMMA2:
+    case PL_ARCH_GEMMA3:
+        putf(b, "  \"hidden_activation\": \"gelu_pytorch_tanh\",\n");
+        putf(b, "  \"query_pre_attn_scalar\": %.9g,\n", (double)c->query_pre_attn_scalar);
+        putf(b, "  \"sliding_window\": %d,\n", c->sliding_window);
+        if (c->arch == PL_ARCH_GEMMA2) {
+            put_cap(b, "attn_logit_softcapping", c->attn_softcap);
+            put_cap(b, "final_logit_softcapping", c->final_softcap);
+            putf(b, "  \"cache_implementation\": \"hybrid\",\n");
+        } else { /* transformers >= 4.53 lists each layer's kind */
+            putf(b, "  \"rope_local_base_freq\": %.9g,\n  \"layer_types\": [",
+                 (double)c->rope_theta_local);
+            for (int l = 0; l < c->n_layers; l++)
+                putf(b, "%s\"%s\"", l ? ", " : "",
+                     (l + 1) % c->swa_pattern ? "sliding_attention" : "full_attention");
+            putf(b, "],\n  \"final_logit_softcapping\": null,\n"
+                    "  \"attn_logit_softcapping\": null,\n");
+        }
+        break;
+    case PL_ARCH_PHI3:
+        putf(b, "  \"original_max_position_embeddings\": %d,\n",
+             c->rope_original_max_pos > 0 ? c->rope_original_max_pos : c->max_seq_len);
+        if (c->sliding_window > 0) putf(b, "  \"sliding_window\": %d,\n", c->sliding_window);
+        else putf(b, "  \"sliding_window\": null,\n");
+        putf(b, "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n");
+        break;
+    default: putf(b, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"); break;
+    }
+    if (c->arch == PL_ARCH_QWEN2_MOE || c->arch == PL_ARCH_QWEN3_MOE) {
+        putf(b, "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n", c->n_experts,
+             c->n_experts_used);
+        putf(b, "  \"moe_intermediate_size\": %d,\n  \"norm_topk_prob\": %s,\n",
+             c->expert_hidden_dim, c->norm_topk_prob ? "true" : "false");
+        putf(b, "  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n");
+        if (c->arch == PL_ARCH_QWEN2_MOE)
+            putf(b, "  \"shared_expert_intermediate_size\": %d,\n", c->shared_hidden_dim);
+    }
+}
 
 bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool omit_tie_key) {
     return pl_fixture_write_hf_config_rope(c, dir, omit_tie_key, false);
@@ -574,16 +735,19 @@ bool pl_fixture_write_hf_config(const pl_model_config *c, const char *dir, bool 
 
 bool pl_fixture_write_hf_config_rope(const pl_model_config *c, const char *dir, bool omit_tie_key,
                                      bool rope_parameters) {
-    if ((int)c->arch < 0 || (int)c->arch > 3) return fail("arch %d has no writer", (int)c->arch);
+    if ((int)c->arch < 0 || (int)c->arch >= N_HF_FAMILIES)
+        return fail("arch %d has no writer", (int)c->arch);
     buf b = {0};
     putf(&b, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n",
          k_hf_class[c->arch], k_model_type[c->arch]);
-    putf(&b, "  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n", c->dim);
+    if (!is_gemma(c)) putf(&b, "  \"hidden_act\": \"silu\",\n");
+    putf(&b, "  \"hidden_size\": %d,\n", c->dim);
     putf(&b, "  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n", c->hidden_dim,
          c->n_layers);
     putf(&b, "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n", c->n_heads,
          c->n_kv_heads);
-    if (c->head_dim * c->n_heads != c->dim || c->arch == PL_ARCH_QWEN3)
+    if (c->head_dim * c->n_heads != c->dim || c->arch == PL_ARCH_QWEN3 ||
+        c->arch == PL_ARCH_QWEN3_MOE || is_gemma(c))
         putf(&b, "  \"head_dim\": %d,\n", c->head_dim);
     putf(&b, "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n", c->vocab_size,
          c->max_seq_len);
@@ -614,23 +778,15 @@ bool pl_fixture_write_hf_config_rope(const pl_model_config *c, const char *dir, 
              "\"original_max_position_embeddings\": %d},\n", (double)c->rope_factor,
              (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
              c->rope_original_max_pos);
-    else
+    else if (c->rope_scaling == PL_ROPE_SCALING_LONGROPE) { /* Phi-3.5's form */
+        putf(&b, "  \"rope_scaling\": {\"type\": \"longrope\", ");
+        put_factors(&b, "long_factor", c->rope_long_factors, c->head_dim / 2);
+        putf(&b, ", ");
+        put_factors(&b, "short_factor", c->rope_short_factors, c->head_dim / 2);
+        putf(&b, "},\n");
+    } else
         putf(&b, "  \"rope_scaling\": null,\n");
-    switch (c->arch) {
-    case PL_ARCH_MISTRAL:
-        if (c->sliding_window > 0) putf(&b, "  \"sliding_window\": %d,\n", c->sliding_window);
-        else putf(&b, "  \"sliding_window\": null,\n");
-        break;
-    case PL_ARCH_QWEN2: /* as Qwen2.5 ships it: a window stated, and switched off */
-        putf(&b, "  \"use_sliding_window\": false,\n  \"sliding_window\": 32768,\n"
-                 "  \"max_window_layers\": 21,\n");
-        break;
-    case PL_ARCH_QWEN3:
-        putf(&b, "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n"
-                 "  \"sliding_window\": null,\n");
-        break;
-    default: putf(&b, "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"); break;
-    }
+    put_family_keys(&b, c);
     if (!omit_tie_key)
         putf(&b, "  \"tie_word_embeddings\": %s,\n", c->tied_embeddings ? "true" : "false");
     if (c->bos_id >= 0) putf(&b, "  \"bos_token_id\": %d,\n", c->bos_id);
@@ -650,10 +806,15 @@ bool pl_fixture_write_hf_config_rope(const pl_model_config *c, const char *dir, 
     return flush(&b, pl_fixture_path(dir, "generation_config.json"));
 }
 
+/* One safetensors tensor: rows [row0, row0 + rows) of up to three weights stacked (Phi-3's
+ * fused qkv_proj and gate_up_proj; one expert of a stacked tensor), minus shift (Gemma
+ * stores a norm's w of x * (1 + w)). */
 typedef struct hf_tensor {
-    char name[80];
-    const pl_weight *w;
-    pl_tensor_role role;
+    char name[96];
+    const pl_weight *w[3];
+    pl_tensor_role role[3];
+    int row0, rows;   /* of w[0] when it is alone; rows 0: all of them */
+    float shift;
     bool vector; /* 1-D */
 } hf_tensor;
 
@@ -661,23 +822,36 @@ static const char *st_dtype(pl_dtype t) {
     return t == PL_DTYPE_F16 ? "F16" : t == PL_DTYPE_BF16 ? "BF16" : "F32";
 }
 
+static int hf_rows(const hf_tensor *t) {
+    if (t->rows > 0) return t->rows;
+    int n = 0;
+    for (int i = 0; i < 3 && t->w[i]; i++) n += t->w[i]->rows;
+    return n;
+}
+
 /* Tensor data in dtype t, RoPE pairs moved to rotate-half when the model is interleaved. */
 static void put_hf_data(buf *b, const pl_model *m, const hf_tensor *t, pl_dtype dt) {
-    float *f = to_f32(t->w, rope_heads(&m->cfg, t->role), m->cfg.head_dim, m->cfg.rope_layout, 1);
-    if (!f) {
-        b->oom = true;
-        return;
-    }
-    size_t n = (size_t)t->w->rows * (size_t)t->w->cols;
-    for (size_t i = 0; i < n; i++) {
-        if (dt == PL_DTYPE_F32) {
-            put(b, &f[i], 4);
-        } else {
-            uint16_t h = dt == PL_DTYPE_F16 ? pl_f32_to_f16(f[i]) : pl_f32_to_bf16(f[i]);
-            put(b, &h, 2);
+    for (int k = 0; k < 3 && t->w[k]; k++) {
+        const pl_weight *w = t->w[k];
+        float *f = to_f32(w, rope_heads(&m->cfg, t->role[k]), m->cfg.head_dim,
+                          m->cfg.rope_layout, 1);
+        if (!f) {
+            b->oom = true;
+            return;
         }
+        size_t first = (size_t)t->row0 * (size_t)w->cols;
+        size_t n = (size_t)(t->rows > 0 ? t->rows : w->rows) * (size_t)w->cols;
+        for (size_t i = first; i < first + n; i++) {
+            float v = f[i] - t->shift;
+            if (dt == PL_DTYPE_F32) {
+                put(b, &v, 4);
+            } else {
+                uint16_t h = dt == PL_DTYPE_F16 ? pl_f32_to_f16(v) : pl_f32_to_bf16(v);
+                put(b, &h, 2);
+            }
+        }
+        free(f);
     }
-    free(f);
 }
 
 /* Writes tensors [first, last) as one safetensors file. */
@@ -690,10 +864,10 @@ static bool write_shard(const pl_model *m, const hf_tensor *t, size_t first, siz
         put_hf_data(&d, m, &t[i], dt);
         if (t[i].vector)
             putf(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
-                 t[i].name, st_dtype(dt), t[i].w->cols, begin, d.n);
+                 t[i].name, st_dtype(dt), t[i].w[0]->cols, begin, d.n);
         else
             putf(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
-                 t[i].name, st_dtype(dt), t[i].w->rows, t[i].w->cols, begin, d.n);
+                 t[i].name, st_dtype(dt), hf_rows(&t[i]), t[i].w[0]->cols, begin, d.n);
     }
     putf(&h, "}");
     size_t want = misalign ? 1 : 0; /* header length mod 8 */
@@ -713,11 +887,12 @@ static bool write_shard(const pl_model *m, const hf_tensor *t, size_t first, siz
 }
 
 /* A layer's tensors as transformers names them (model.layers.N.<suffix>), in a checkpoint's
- * usual order. Biases and q/k norms are written when the model has them. */
+ * usual order. Biases and q/k norms are written when the model has them; each family's
+ * feed-forward and norm names follow (hf_layer). */
 static const struct {
     const char *suffix;
     pl_tensor_role role;
-} k_hf_layer[] = {
+} k_hf_attn[] = {
     {"input_layernorm.weight", PL_T_ATTN_NORM},
     {"self_attn.q_proj.weight", PL_T_ATTN_Q},
     {"self_attn.q_proj.bias", PL_T_ATTN_Q_BIAS},
@@ -728,12 +903,125 @@ static const struct {
     {"self_attn.q_norm.weight", PL_T_ATTN_Q_NORM},
     {"self_attn.k_norm.weight", PL_T_ATTN_K_NORM},
     {"self_attn.o_proj.weight", PL_T_ATTN_OUT},
-    {"post_attention_layernorm.weight", PL_T_FFN_NORM},
-    {"mlp.gate_proj.weight", PL_T_FFN_GATE},
-    {"mlp.up_proj.weight", PL_T_FFN_UP},
-    {"mlp.down_proj.weight", PL_T_FFN_DOWN},
 };
-#define N_HF_LAYER (sizeof k_hf_layer / sizeof k_hf_layer[0])
+#define N_HF_ATTN (sizeof k_hf_attn / sizeof k_hf_attn[0])
+
+typedef struct hf_list {
+    hf_tensor *t;
+    size_t n, cap;
+} hf_list;
+
+static hf_tensor *hf_add(hf_list *l, const pl_model *m, pl_tensor_role role, int layer,
+                         const char *fmt, ...) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        hf_tensor *n = realloc(l->t, cap * sizeof *n);
+        if (!n) return NULL;
+        l->t = n;
+        l->cap = cap;
+    }
+    hf_tensor *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->w[0] = pl_model_weight(m, role, layer);
+    t->role[0] = role;
+    t->vector = is_vector(role);
+    if (t->vector && is_gemma(&m->cfg)) t->shift = 1.0f;
+    return t;
+}
+
+/* Expert e's rows of a stacked tensor, under name. */
+static bool hf_add_expert(hf_list *l, const pl_model *m, pl_tensor_role role, int layer, int e,
+                          const char *name) {
+    hf_tensor *t = hf_add(l, m, role, layer, "model.layers.%d.%s", layer, name);
+    if (!t) return false;
+    t->rows = t->w[0]->rows / m->cfg.n_experts;
+    t->row0 = e * t->rows;
+    return true;
+}
+
+static bool hf_layer(hf_list *l, const pl_model *m, int layer) {
+    const pl_model_config *c = &m->cfg;
+    bool ok = true;
+#define ADD(role, ...) ok = ok && hf_add(l, m, role, layer, "model.layers.%d." __VA_ARGS__)
+    for (size_t i = 0; i < N_HF_ATTN; i++) {
+        pl_tensor_role r = k_hf_attn[i].role;
+        if (!pl_model_weight(m, r, layer)->data) continue;
+        if (c->arch == PL_ARCH_PHI3 && (r == PL_T_ATTN_K || r == PL_T_ATTN_V)) continue;
+        if (c->arch == PL_ARCH_PHI3 && r == PL_T_ATTN_Q) { /* q, k, v rows in one tensor */
+            ADD(r, "self_attn.qkv_proj.weight", layer);
+            if (ok) {
+                hf_tensor *t = &l->t[l->n - 1];
+                t->w[1] = pl_model_weight(m, PL_T_ATTN_K, layer), t->role[1] = PL_T_ATTN_K;
+                t->w[2] = pl_model_weight(m, PL_T_ATTN_V, layer), t->role[2] = PL_T_ATTN_V;
+            }
+            continue;
+        }
+        ADD(r, "%s", layer, k_hf_attn[i].suffix);
+    }
+    if (is_gemma(c)) {
+        ADD(PL_T_ATTN_POST_NORM, "post_attention_layernorm.weight", layer);
+        ADD(PL_T_FFN_NORM, "pre_feedforward_layernorm.weight", layer);
+        ADD(PL_T_FFN_POST_NORM, "post_feedforward_layernorm.weight", layer);
+    } else {
+        ADD(PL_T_FFN_NORM, "post_attention_layernorm.weight", layer);
+    }
+    const char *gate = "gate_proj", *up = "up_proj", *down = "down_proj";
+    switch (c->arch) {
+    case PL_ARCH_PHI3:
+        ADD(PL_T_FFN_GATE, "mlp.gate_up_proj.weight", layer);
+        if (ok) {
+            hf_tensor *t = &l->t[l->n - 1];
+            t->w[1] = pl_model_weight(m, PL_T_FFN_UP, layer), t->role[1] = PL_T_FFN_UP;
+        }
+        ADD(PL_T_FFN_DOWN, "mlp.down_proj.weight", layer);
+        break;
+    case PL_ARCH_MIXTRAL:
+        ADD(PL_T_FFN_GATE_INP, "block_sparse_moe.gate.weight", layer);
+        gate = "w1", up = "w3", down = "w2";
+        for (int e = 0; ok && e < c->n_experts; e++) {
+            char n[64];
+            const char *names[3] = {gate, down, up};
+            const pl_tensor_role roles[3] = {PL_T_FFN_GATE_EXPS, PL_T_FFN_DOWN_EXPS,
+                                             PL_T_FFN_UP_EXPS};
+            for (int k = 0; ok && k < 3; k++) {
+                snprintf(n, sizeof n, "block_sparse_moe.experts.%d.%s.weight", e, names[k]);
+                ok = hf_add_expert(l, m, roles[k], layer, e, n);
+            }
+        }
+        break;
+    case PL_ARCH_QWEN2_MOE:
+    case PL_ARCH_QWEN3_MOE:
+        ADD(PL_T_FFN_GATE_INP, "mlp.gate.weight", layer);
+        for (int e = 0; ok && e < c->n_experts; e++) {
+            char n[64];
+            const char *names[3] = {gate, up, down};
+            const pl_tensor_role roles[3] = {PL_T_FFN_GATE_EXPS, PL_T_FFN_UP_EXPS,
+                                             PL_T_FFN_DOWN_EXPS};
+            for (int k = 0; ok && k < 3; k++) {
+                snprintf(n, sizeof n, "mlp.experts.%d.%s.weight", e, names[k]);
+                ok = hf_add_expert(l, m, roles[k], layer, e, n);
+            }
+        }
+        if (c->arch == PL_ARCH_QWEN2_MOE) {
+            ADD(PL_T_FFN_GATE_SHEXP, "mlp.shared_expert.gate_proj.weight", layer);
+            ADD(PL_T_FFN_UP_SHEXP, "mlp.shared_expert.up_proj.weight", layer);
+            ADD(PL_T_FFN_DOWN_SHEXP, "mlp.shared_expert.down_proj.weight", layer);
+            ADD(PL_T_FFN_GATE_INP_SHEXP, "mlp.shared_expert_gate.weight", layer);
+        }
+        break;
+    default:
+        ADD(PL_T_FFN_GATE, "mlp.gate_proj.weight", layer);
+        ADD(PL_T_FFN_UP, "mlp.up_proj.weight", layer);
+        ADD(PL_T_FFN_DOWN, "mlp.down_proj.weight", layer);
+        break;
+    }
+#undef ADD
+    return ok;
+}
 
 bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf_options *opt) {
     pl_fixture_hf_options o = {0};
@@ -744,32 +1032,18 @@ bool pl_fixture_write_hf(const pl_model *m, const char *dir, const pl_fixture_hf
     if (!pl_fixture_write_hf_config_rope(c, dir, o.omit_tie_key, o.rope_parameters)) return false;
     pl_dtype dt = o.dtype == PL_DTYPE_AUTO ? PL_DTYPE_F32 : o.dtype;
 
-    size_t cap = 3 + N_HF_LAYER * (size_t)c->n_layers, n = 0;
-    hf_tensor *t = calloc(cap, sizeof *t);
-    if (!t) return fail("out of memory");
-    snprintf(t[n].name, sizeof t[n].name, "model.embed_tokens.weight");
-    t[n].role = PL_T_TOKEN_EMBD;
-    t[n++].w = pl_model_weight(m, PL_T_TOKEN_EMBD, 0);
-    for (int l = 0; l < c->n_layers; l++)
-        for (size_t i = 0; i < N_HF_LAYER; i++) {
-            const pl_weight *w = pl_model_weight(m, k_hf_layer[i].role, l);
-            if (!w->data) continue;
-            snprintf(t[n].name, sizeof t[0].name, "model.layers.%d.%s", l, k_hf_layer[i].suffix);
-            t[n].w = w;
-            t[n].role = k_hf_layer[i].role;
-            t[n++].vector = is_vector(k_hf_layer[i].role);
-        }
-    snprintf(t[n].name, sizeof t[n].name, "model.norm.weight");
-    t[n].w = pl_model_weight(m, PL_T_OUTPUT_NORM, 0);
-    t[n].role = PL_T_OUTPUT_NORM;
-    t[n++].vector = true;
-    if (!c->tied_embeddings || o.lm_head_when_tied) {
-        snprintf(t[n].name, sizeof t[n].name, "lm_head.weight");
-        t[n].role = PL_T_OUTPUT;
-        t[n++].w = pl_model_weight(m, PL_T_OUTPUT, 0);
+    hf_list l = {0};
+    bool ok = hf_add(&l, m, PL_T_TOKEN_EMBD, 0, "model.embed_tokens.weight") != NULL;
+    for (int layer = 0; ok && layer < c->n_layers; layer++) ok = hf_layer(&l, m, layer);
+    ok = ok && hf_add(&l, m, PL_T_OUTPUT_NORM, 0, "model.norm.weight");
+    if (ok && (!c->tied_embeddings || o.lm_head_when_tied))
+        ok = hf_add(&l, m, PL_T_OUTPUT, 0, "lm_head.weight") != NULL;
+    if (!ok) {
+        free(l.t);
+        return fail("out of memory");
     }
-
-    bool ok = true;
+    hf_tensor *t = l.t;
+    size_t n = l.n;
     if (o.n_shards <= 1) {
         ok = write_shard(m, t, 0, n, dt, o.misalign, pl_fixture_path(dir, "model.safetensors"));
     } else {

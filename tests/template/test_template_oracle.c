@@ -1,7 +1,8 @@
 /*
  * tests/template/test_template_oracle.c - the interpreter against the oracle's fixtures:
  * every small construct of constructs.json, 1500 seeded random templates of random.json, and
- * the chat templates of Llama 3.1, Llama 3.2, Mistral Instruct v0.3, Qwen2.5 and TinyLlama
+ * the chat templates of Llama 3.1, Llama 3.2, Mistral Instruct v0.3, Qwen2.5, TinyLlama,
+ * Gemma 2, Gemma 3, Phi-3 and Phi-3.5
  * (tests/data/templates/<family>.*) on their conversations (written and random), byte for
  * byte. Fixtures: tests/oracle/gen_template_fixtures.mjs.
  */
@@ -69,3 +70,8 @@ Test(template_oracle, llama_3_2) { family("llama-3.2-3b-instruct"); }
 Test(template_oracle, mistral_v0_3) { family("mistral-7b-instruct-v0.3"); }
 Test(template_oracle, qwen2_5) { family("qwen2.5-3b-instruct"); }
 Test(template_oracle, tinyllama) { family("tinyllama-1.1b-chat-v1.0"); }
+/* issue 30's families (tests/oracle/gen_family_tokenizers.mjs wrote their configs) */
+Test(template_oracle, gemma_2) { family("gemma-2-2b-it"); }
+Test(template_oracle, gemma_3) { family("gemma-3-1b-it"); }
+Test(template_oracle, phi_3) { family("phi-3-mini-4k-instruct"); }
+Test(template_oracle, phi_3_5) { family("phi-3.5-mini-instruct"); }

@@ -18,12 +18,16 @@
 #error "PL_TOK_DATA_DIR (tests/data) must be defined"
 #endif
 
-static json_t *fixture(void) {
+static json_t *fixture_file(const char *file) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", PL_TOK_DATA_DIR, file);
     json_error_t err;
-    json_t *root = json_load_file(PL_TOK_DATA_DIR "/tokenizer_oracle.json", 0, &err);
-    cr_assert_not_null(root, "tokenizer_oracle.json: line %d: %s", err.line, err.text);
+    json_t *root = json_load_file(path, 0, &err);
+    cr_assert_not_null(root, "%s: line %d: %s", file, err.line, err.text);
     return root;
 }
+
+static json_t *fixture(void) { return fixture_file("tokenizer_oracle.json"); }
 
 static int32_t *ids_of(json_t *arr, size_t *n) {
     *n = json_array_size(arr);
@@ -64,7 +68,11 @@ static void expect_decode(const pl_tokenizer *t, const char *name, const int32_t
 }
 
 int hf_oracle_check_cases(const char *name, const pl_tokenizer *t) {
-    json_t *root = fixture();
+    return hf_oracle_check_cases_in("tokenizer_oracle.json", name, t);
+}
+
+int hf_oracle_check_cases_in(const char *file, const char *name, const pl_tokenizer *t) {
+    json_t *root = fixture_file(file);
     json_t *cases = json_object_get(root, "cases");
     int checked = 0;
     size_t i;

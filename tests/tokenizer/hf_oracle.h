@@ -11,6 +11,9 @@
  * parsed and as plain text, decode with and without special tokens, and the stream of those
  * ids. Returns the number of cases checked (asserting it is > 0). */
 int hf_oracle_check_cases(const char *name, const pl_tokenizer *t);
+/* The same from another fixture file of tests/data in that layout
+ * (family_tokenizer_oracle.json: tests/oracle/gen_family_tokenizers.mjs). */
+int hf_oracle_check_cases_in(const char *file, const char *name, const pl_tokenizer *t);
 
 /* The 1 MB inputs of tokenizer `name` (and the corpus 20 times over, which exercises the word
  * cache of long texts), encoded with special-token strings parsed and nothing added: id count,

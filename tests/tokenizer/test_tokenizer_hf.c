@@ -1058,3 +1058,17 @@ Test(tokenizer_hf, every_allocation_failure_is_reported_and_leaks_nothing, .time
     pl_tok_free(t);
     PL_ASSERT_NO_LEAKS();
 }
+
+/* Gemma's and Phi-3's tokenizer.json forms (tok512 converted as each family's is laid out:
+ * tests/oracle/gen_family_tokenizers.mjs) against the oracle: ids with their turn markers
+ * parsed (Phi-3's rstrip eating the newline after <|end|>), without, BOS or not, decodes. */
+Test(tokenizer_hf, gemma_and_phi3_forms_equal_the_oracle) {
+    static const char *const names[] = {"gemma_tok", "phi3_tok"};
+    for (int i = 0; i < 2; i++) {
+        pl_tokenizer *t = load_data(names[i]);
+        cr_assert_str_eq(pl_tok_type(t), "bpe");
+        cr_assert_geq(hf_oracle_check_cases_in("family_tokenizer_oracle.json", names[i], t), 20);
+        pl_tok_free(t);
+    }
+    PL_ASSERT_NO_LEAKS();
+}

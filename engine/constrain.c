@@ -271,13 +271,13 @@ pl_status pl_constrain_mask(pl_engine *e, pl_sample *s, float *logits, bool *out
     if (complete)
         for (int i = 0; i < e->n_eos; i++) bits[e->eos_ids[i] >> 6] |= 1ull << (e->eos_ids[i] & 63);
     /* the tokenizer's vocabulary may be smaller than the model's (padded rows): those stay 0 */
-    size_t allowed = pl_sampler_mask_row(logits, bits, e->vocab);
-    if (allowed == 0 && complete) {
+    bool left = pl_sampler_mask_row(logits, bits, e->vocab);
+    if (!left && complete) {
         /* min_tokens held end-of-text back, but nothing else may follow: the grammar wins */
         for (int i = 0; i < e->n_eos; i++) logits[e->eos_ids[i]] = 0.0f;
-        allowed = 1;
+        left = true;
     }
-    *out_dead = allowed == 0;
+    *out_dead = !left;
     return PL_OK;
 }
 

@@ -474,14 +474,15 @@ int32_t pl_sampler_sample(pl_sampler *s, float *logits, const pl_sampling_params
 }
 
 /* Four lanes at a time without a branch per id: a mixed word (a JSON string's mask has one or
- * two zeros in most of its 2,000 words) cost 3.5 ns an id as a branch, 0.3 ns this way. */
+ * two zeros in most of its 2,000 words) cost 3.5 ns an id as a branch, 0.3 ns this way. Words
+ * of all ones are left alone once some id is known to be left. */
 typedef uint32_t pl_u32x4 __attribute__((vector_size(16)));
 
-size_t pl_sampler_mask_row(float *logits, const uint64_t *allowed, int vocab) {
+bool pl_sampler_mask_row(float *logits, const uint64_t *allowed, int vocab) {
     const uint32_t ninf_bits = 0xFF800000u; /* -inf */
     const pl_u32x4 lane_bit = {1, 2, 4, 8};
     const pl_u32x4 ninf = {ninf_bits, ninf_bits, ninf_bits, ninf_bits};
-    size_t left = 0;
+    bool left = false;
     int whole = vocab / 64 * 64;
     for (int w0 = 0; w0 < whole; w0 += 64) {
         uint64_t m = allowed[w0 / 64];
@@ -499,12 +500,10 @@ size_t pl_sampler_mask_row(float *logits, const uint64_t *allowed, int vocab) {
                 y = (y & keep) | (ninf & ~keep);
                 memcpy(x + q, &y, sizeof y);
             }
-        uint32_t c = 0;
-        for (int j = 0; j < 64; j++) c += x[j] != -INFINITY;
-        left += c;
+        for (int j = 0; j < 64 && !left; j++) left = x[j] != -INFINITY;
     }
     for (int j = whole; j < vocab; j++) {
-        if ((allowed[j / 64] >> (j % 64)) & 1) left += logits[j] != -INFINITY;
+        if ((allowed[j / 64] >> (j % 64)) & 1) left = left || logits[j] != -INFINITY;
         else logits[j] = -INFINITY;
     }
     return left;

@@ -200,14 +200,19 @@ static void insert(pl_gram_cache *c, uint64_t h, uint32_t *key, size_t key_len,
 
 /* ---- the walk --------------------------------------------------------------------------- */
 
+#define PL_GRAM_RUN_LEVELS 4
+
 typedef struct walk {
     pl_gram_state *states; /* (cap) one per depth */
     size_t cap;
     uint64_t *bits;        /* (n_words) */
     size_t n_words;
-    /* the run path */
-    pl_gram_state *chain;  /* (cap_chain) the state after j characters of the class */
-    size_t cap_chain;
+    /* the run path, per level of nesting (a table below an exit of the one above) */
+    struct level {
+        pl_gram_state *chain; /* (cap_chain) the state after j characters of the class */
+        size_t cap_chain;
+        pl_gram_state after;  /* the state after a group's exit byte */
+    } level[PL_GRAM_RUN_LEVELS];
     uint32_t *ra, *rb;     /* (cap_ra, cap_rb) code point ranges: the class A, another class */
     size_t cap_ra, cap_rb, n_ra;
     uint8_t *rel;          /* (n_rel) per grammar class: how it meets A (REL_*), when rel_gen */
@@ -220,9 +225,12 @@ typedef struct walk {
 
 static void walk_free(walk *w) {
     for (size_t i = 0; i < w->cap; i++) pl_gram_state_free(&w->states[i]);
-    for (size_t i = 0; i < w->cap_chain; i++) pl_gram_state_free(&w->chain[i]);
+    for (int l = 0; l < PL_GRAM_RUN_LEVELS; l++) {
+        for (size_t i = 0; i < w->level[l].cap_chain; i++) pl_gram_state_free(&w->level[l].chain[i]);
+        pl_free(w->level[l].chain);
+        pl_gram_state_free(&w->level[l].after);
+    }
     pl_free(w->states);
-    pl_free(w->chain);
     pl_free(w->bits);
     pl_free(w->ra);
     pl_free(w->rb);
@@ -436,13 +444,19 @@ static pl_status walk_below(const pl_gram *g, const pl_gram_vocab *v, uint32_t e
     return PL_OK;
 }
 
-/* An exit's subtree from st: cached per (state, node) when it is big enough to be worth a key,
- * as the same state after the same byte recurs across run lengths and steps. */
+static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gram_state *from,
+                           uint32_t root, void *scratch, walk *w, int lv, bool list, bool *done);
+
+/* An exit's subtree from st, the state at node e: cached per (state, node) when it is big
+ * enough to be worth a key, as the same state after the same byte recurs across run lengths
+ * and steps; a big one takes the run path below e when a class fits there. lv: the nesting
+ * level below; list: also list what it allows in w->ids (for the cache of an enclosing one). */
 #define PL_GRAM_SUB_CACHE_NODES 64
+#define PL_GRAM_SUB_RUNS_NODES 256
 static pl_status exit_subtree(const pl_gram *g, const pl_gram_vocab *v, uint32_t e,
-                              const pl_gram_state *st, void *scratch, walk *w) {
-    if (v->nodes[e].end - e < PL_GRAM_SUB_CACHE_NODES)
-        return walk_below(g, v, e, st, scratch, w, false);
+                              const pl_gram_state *st, void *scratch, walk *w, int lv, bool list) {
+    uint32_t size = v->nodes[e].end - e;
+    if (size < PL_GRAM_SUB_CACHE_NODES) return walk_below(g, v, e, st, scratch, w, list);
     pl_gram_cache *c = g->cache;
     uint32_t *key;
     size_t key_len;
@@ -450,24 +464,30 @@ static pl_status exit_subtree(const pl_gram *g, const pl_gram_vocab *v, uint32_t
     uint64_t h = hash_key(key, key_len);
     pthread_mutex_lock(&c->mu);
     const entry *hit = find(c, h, key, key_len);
+    pl_status s = PL_OK;
     if (hit) {
-        or_entry(hit, w->bits);
         c->stats.sub_hits++;
+        for (size_t i = 0; i < hit->n_ids && s == PL_OK; i++)
+            s = allow(w, (int32_t)hit->ids[i], list);
     } else {
         c->stats.sub_misses++;
     }
     pthread_mutex_unlock(&c->mu);
-    if (hit) {
+    if (hit || s != PL_OK) {
         pl_free(key);
-        return PL_OK;
+        return s;
     }
-    w->n_ids = 0;
-    pl_status s = walk_below(g, v, e, st, scratch, w, true);
+    size_t from = w->n_ids;
+    bool done = false;
+    if (size >= PL_GRAM_SUB_RUNS_NODES && lv < PL_GRAM_RUN_LEVELS)
+        s = walk_runs(g, v, st, e, scratch, w, lv, true, &done);
+    if (s == PL_OK && !done) s = walk_below(g, v, e, st, scratch, w, true);
     if (s != PL_OK) {
         pl_free(key);
         return s;
     }
-    insert(c, h, key, key_len, NULL, 0, w->ids, w->n_ids);
+    insert(c, h, key, key_len, NULL, 0, w->ids + from, w->n_ids - from);
+    if (!list) w->n_ids = from;
     return PL_OK;
 }
 
@@ -489,9 +509,10 @@ static void first_ascii(const pl_gram *g, const pl_gram_state *st, uint64_t out[
 static pl_status walk_trie(const pl_gram *g, const pl_gram_vocab *v, const pl_gram_state *from,
                            void *scratch, walk *w) {
     memset(w->bits, 0, w->n_words * sizeof *w->bits);
+    w->n_ids = 0;
     uint64_t ascii[2] = {~0ull, ~0ull};
     if (!from->need) first_ascii(g, from, ascii);
-    pl_gram_state *after = &w->states[0];
+    pl_gram_state *after = &w->level[0].after;
     for (uint32_t i = 1; i < v->n_nodes; i = v->nodes[i].end) {
         uint8_t b = v->nodes[i].byte;
         if (b < 0x80 && !((ascii[b >> 6] >> (b & 63)) & 1)) continue;
@@ -500,48 +521,50 @@ static pl_status walk_trie(const pl_gram *g, const pl_gram_vocab *v, const pl_gr
             if (err != PL_OK) return err;
             continue;
         }
-        PL_TRY(exit_subtree(g, v, i, after, scratch, w));
+        PL_TRY(exit_subtree(g, v, i, after, scratch, w, 1, false));
     }
     return PL_OK;
 }
 
-/* The run path (see the top of this file) into w->bits. *done false: it does not apply here
- * (no class fits, the table has no runs, or the class stops being shared before the longest
- * run ends); the caller walks the trie. */
+/* The run path (see the top of this file) for the tokens below trie node root (0: all), from
+ * `from`, the state at root: into w->bits (and w->ids when list). *done false: it does not
+ * apply here (no class fits, the table has no runs, or the class stops being shared before
+ * the longest run ends); the caller walks the trie. lv: the nesting level (its buffers). */
 static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gram_state *from,
-                           void *scratch, walk *w, bool *done) {
+                           uint32_t root, void *scratch, walk *w, int lv, bool list, bool *done) {
     *done = false;
     if (from->need) return PL_OK;
     bool found;
     PL_TRY(pick_class(g, w, from, &found));
     if (!found) return PL_OK;
     const pl_gram_runs *t;
-    PL_TRY(pl_gram_runs_get(v, w->ra, w->n_ra, &t));
+    PL_TRY(pl_gram_runs_get(v, w->ra, w->n_ra, root, &t));
     if (t->n_full == 0) return PL_OK;
+    struct level *L = &w->level[lv];
     uint32_t top = t->max_full > t->max_exit ? t->max_full : t->max_exit;
-    if (w->cap_chain < (size_t)top + 1) {
-        void *p = w->chain;
-        size_t old = w->cap_chain;
-        PL_TRY(pl_grow_array(&p, &w->cap_chain, (size_t)top + 1, sizeof(pl_gram_state),
+    if (L->cap_chain < (size_t)top + 1) {
+        void *p = L->chain;
+        size_t old = L->cap_chain;
+        PL_TRY(pl_grow_array(&p, &L->cap_chain, (size_t)top + 1, sizeof(pl_gram_state),
                              "grammar: mask walk"));
-        w->chain = p;
-        memset(w->chain + old, 0, (w->cap_chain - old) * sizeof *w->chain);
+        L->chain = p;
+        memset(L->chain + old, 0, (L->cap_chain - old) * sizeof *L->chain);
     }
+    pl_gram_state *chain = L->chain;
     /* the chain: chain[j] is the state after j characters of A (any of them) */
     uint32_t rep = w->ra[0]; /* any member would do: the classes met hold all or none */
-    PL_TRY(pl_gram_state_copy(&w->chain[0], from));
+    PL_TRY(pl_gram_state_copy(&chain[0], from));
     uint32_t last = 0;    /* the last state computed */
     bool dead = false, cut = false;
     while (last < top) {
         bool u = true;
-        if (last > 0) PL_TRY(uniform(g, w, &w->chain[last], &u));
+        if (last > 0) PL_TRY(uniform(g, w, &chain[last], &u));
         if (!u) {
             cut = true;
             break;
         }
         pl_status err;
-        bool alive = pl_gram_state_step_cp(g, &w->chain[last], rep, &w->chain[last + 1], scratch,
-                                           &err);
+        bool alive = pl_gram_state_step_cp(g, &chain[last], rep, &chain[last + 1], scratch, &err);
         if (err != PL_OK) return err;
         last++;
         if (!alive) {
@@ -552,30 +575,41 @@ static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gr
     /* runs and exits longer than the chain: only when it died (so they are refused) */
     if (cut && (t->max_full > last || t->max_exit > last)) return PL_OK;
     uint32_t alive_to = dead ? last - 1 : last; /* chain[0..alive_to] are alive */
-    memset(w->bits, 0, w->n_words * sizeof *w->bits);
-    if (alive_to > 0 && t->n_cum) {
-        const uint64_t *c = t->cum + (size_t)((alive_to < t->n_cum ? alive_to : t->n_cum) - 1) * t->words;
-        for (size_t i = 0; i < w->n_words; i++) w->bits[i] |= c[i];
+    if (root == 0) {
+        memset(w->bits, 0, w->n_words * sizeof *w->bits);
+        w->n_ids = 0;
+    } else {
+        const pl_gram_node *r = &v->nodes[root];
+        for (uint32_t k = 0; k < r->tok_n; k++) PL_TRY(allow(w, v->sorted[r->tok_lo + k], list));
     }
-    for (size_t i = 0; i < t->n_late && t->late_j[i] <= alive_to; i++)
-        w->bits[t->late_id[i] >> 6] |= 1ull << (t->late_id[i] & 63);
+    uint32_t listed_from = 1;
+    if (alive_to > 0 && t->n_cum) {
+        uint32_t j = alive_to < t->n_cum ? alive_to : t->n_cum;
+        const uint64_t *c = t->cum + (size_t)(j - 1) * t->words;
+        for (size_t i = 0; i < w->n_words; i++) w->bits[i] |= c[i];
+        listed_from = j + 1;
+    }
+    uint32_t to = alive_to < t->max_full ? alive_to : t->max_full;
+    if (to >= listed_from)
+        for (uint32_t q = t->full_at[listed_from - 1]; q < t->full_at[to]; q++)
+            PL_TRY(allow(w, t->full_id[q], list));
     /* the exits, by run length then byte: one step per group, then each exit's subtree */
-    pl_gram_state *after = &w->states[0]; /* the state after a group's byte */
+    pl_gram_state *after = &L->after;
     uint64_t ascii[2] = {0, 0};
     uint32_t ascii_k = UINT32_MAX;
     for (size_t q = 0; q < t->n_groups && t->groups[q].k <= alive_to; q++) {
         const pl_gram_run_group *gr = &t->groups[q];
         if (gr->byte < 0x80) {
-            if (ascii_k != gr->k) first_ascii(g, &w->chain[gr->k], ascii), ascii_k = gr->k;
+            if (ascii_k != gr->k) first_ascii(g, &chain[gr->k], ascii), ascii_k = gr->k;
             if (!((ascii[gr->byte >> 6] >> (gr->byte & 63)) & 1)) continue;
         }
         pl_status err;
-        if (!pl_gram_state_step(g, &w->chain[gr->k], gr->byte, after, scratch, &err)) {
+        if (!pl_gram_state_step(g, &chain[gr->k], gr->byte, after, scratch, &err)) {
             if (err != PL_OK) return err;
             continue;
         }
         for (uint32_t x = 0; x < gr->n; x++)
-            PL_TRY(exit_subtree(g, v, t->exits[gr->first + x], after, scratch, w));
+            PL_TRY(exit_subtree(g, v, t->exits[gr->first + x], after, scratch, w, lv + 1, list));
     }
     *done = true;
     return PL_OK;
@@ -661,7 +695,7 @@ pl_status pl_gram_mask(pl_gram_matcher *m, const pl_gram_vocab *v, const int32_t
         walk *w = NULL;
         pl_status st = walk_for(m, v, &w);
         bool done = false;
-        if (st == PL_OK) st = walk_runs(g, v, &m->cur, m->scratch, w, &done);
+        if (st == PL_OK) st = walk_runs(g, v, &m->cur, 0, m->scratch, w, 0, false, &done);
         if (st == PL_OK && done) {
             pthread_mutex_lock(&c->mu);
             c->stats.runs++;

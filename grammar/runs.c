@@ -1,9 +1,9 @@
 /*
- * grammar/runs.c - the tables of runs.h: one pass over the vocabulary's trie in preorder,
- * decoding each path's UTF-8 as it goes, sorts every node into "still a run of the class"
- * (its tokens are runs, of the path's index) or "the first node leaving it" (an exit: its
- * subtree is skipped, the mask walks it from the right state). Built once per tokenizer and
- * class, in time linear in the trie (about 2 ms for Llama 3's 128k tokens).
+ * grammar/runs.c - the tables of runs.h: one pass over the trie below the table's node in
+ * preorder, decoding each path's UTF-8 as it goes, sorts every node into "still a run of the
+ * class" (its tokens are runs, of the path's index) or "the first node leaving it" (an exit:
+ * its subtree is skipped, the mask walks it from the right state). Built once per tokenizer,
+ * class and node, in time linear in the subtree (about 2 ms for all of Llama 3's 128k tokens).
  *
  * A character's bytes are decided as the matcher decides them (pl_gram_utf8_range): a node
  * that starts a character stays in the run only when every code point the bytes could still
@@ -20,18 +20,73 @@
 /* The list of tables of every vocabulary: one lock for all (taken at mask cache misses). */
 static pthread_mutex_t g_runs_mu = PTHREAD_MUTEX_INITIALIZER;
 
-void pl_gram_runs_free(pl_gram_runs *r) {
-    while (r) {
-        pl_gram_runs *next = r->next;
-        pl_free(r->ranges);
-        pl_free(r->cum);
-        pl_free(r->late_id);
-        pl_free(r->late_j);
-        pl_free(r->groups);
-        pl_free(r->exits);
-        pl_free(r);
-        r = next;
+/* The tables of a vocabulary: open addressing on (class, node). */
+struct pl_gram_runs_set {
+    pl_gram_runs **slot;   /* (cap) NULL: empty */
+    size_t cap, n;
+};
+
+static void table_free(pl_gram_runs *t) {
+    if (!t) return;
+    pl_free(t->ranges);
+    pl_free(t->full_id);
+    pl_free(t->full_at);
+    pl_free(t->cum);
+    pl_free(t->groups);
+    pl_free(t->exits);
+    pl_free(t);
+}
+
+void pl_gram_runs_free_set(struct pl_gram_runs_set *set) {
+    if (!set) return;
+    for (size_t i = 0; i < set->cap; i++) table_free(set->slot[i]);
+    pl_free(set->slot);
+    pl_free(set);
+}
+
+static uint64_t table_hash(const uint32_t *ranges, size_t n_pairs, uint32_t root) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ root;
+    for (size_t i = 0; i < 2 * n_pairs; i++) {
+        h ^= ranges[i];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
     }
+    return h;
+}
+
+static pl_gram_runs *set_find(const struct pl_gram_runs_set *set, uint64_t h,
+                              const uint32_t *ranges, size_t n_pairs, uint32_t root) {
+    if (!set || !set->cap) return NULL;
+    for (size_t i = h & (set->cap - 1);; i = (i + 1) & (set->cap - 1)) {
+        pl_gram_runs *t = set->slot[i];
+        if (!t) return NULL;
+        if (t->hash == h && t->root == root && t->n_pairs == n_pairs &&
+            !memcmp(t->ranges, ranges, 2 * n_pairs * sizeof *ranges))
+            return t;
+    }
+}
+
+/* Adds t to set (which the caller made); false when out of memory. */
+static bool set_add(struct pl_gram_runs_set *set, pl_gram_runs *t) {
+    if ((set->n + 1) * 2 > set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 16;
+        pl_gram_runs **slot = pl_calloc(cap, sizeof *slot);
+        if (!slot) return false;
+        for (size_t i = 0; i < set->cap; i++) {
+            if (!set->slot[i]) continue;
+            size_t j = set->slot[i]->hash & (cap - 1);
+            while (slot[j]) j = (j + 1) & (cap - 1);
+            slot[j] = set->slot[i];
+        }
+        pl_free(set->slot);
+        set->slot = slot;
+        set->cap = cap;
+    }
+    size_t j = t->hash & (set->cap - 1);
+    while (set->slot[j]) j = (j + 1) & (set->cap - 1);
+    set->slot[j] = t;
+    set->n++;
+    return true;
 }
 
 static bool in_class(const uint32_t *r, size_t n_pairs, uint32_t cp) {
@@ -96,12 +151,14 @@ typedef struct path {
 } path;
 
 static pl_status build(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_pairs,
-                       pl_gram_runs **out) {
+                       uint32_t root, pl_gram_runs **out) {
     const pl_gram_node *nodes = v->nodes;
+    uint32_t base = nodes[root].depth, end = root ? nodes[root].end : (uint32_t)v->n_nodes;
+    size_t n_tok = v->n_sorted ? v->n_sorted : 1;
     pl_gram_runs *t = pl_calloc(1, sizeof *t);
     path *ps = pl_malloc((v->max_len + 2) * sizeof *ps);
-    int32_t *full_id = pl_malloc((v->n_sorted ? v->n_sorted : 1) * sizeof *full_id);
-    uint32_t *full_j = pl_malloc((v->n_sorted ? v->n_sorted : 1) * sizeof *full_j);
+    int32_t *full_id = pl_malloc(n_tok * sizeof *full_id);
+    uint32_t *full_j = pl_malloc(n_tok * sizeof *full_j);
     exit_rec *ex = NULL;
     size_t n_ex = 0, cap_ex = 0, n_full = 0;
     uint32_t *bucket = NULL;
@@ -109,13 +166,16 @@ static pl_status build(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_
     if (!t || !ps || !full_id || !full_j) goto oom;
     t->ranges = pl_malloc((n_pairs ? 2 * n_pairs : 1) * sizeof *t->ranges);
     if (!t->ranges) goto oom;
-    memcpy(t->ranges, ranges, 2 * n_pairs * sizeof *ranges);
+    if (n_pairs) memcpy(t->ranges, ranges, 2 * n_pairs * sizeof *ranges);
     t->n_pairs = n_pairs;
+    t->root = root;
+    t->hash = table_hash(ranges, n_pairs, root);
     t->words = ((size_t)v->n_vocab + 63) / 64;
     memset(&ps[0], 0, sizeof ps[0]);
-    for (size_t i = 1; i < v->n_nodes;) {
+    for (uint32_t i = root + 1; i < end;) {
         const pl_gram_node *nd = &nodes[i];
-        const path *p = &ps[nd->depth - 1];
+        uint32_t d = nd->depth - base; /* depth below root */
+        const path *p = &ps[d - 1];
         path c = *p;
         bool brk = false;
         uint8_t b = nd->byte;
@@ -127,7 +187,7 @@ static pl_status build(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_
                 else brk = true;
             } else if (!lead(b, &need, &bits) || !pl_gram_utf8_range(bits, 1, need, &lo, &hi) ||
                        !range_in_class(ranges, n_pairs, lo, hi) ||
-                       breaks_within(nodes, (uint32_t)i, need, bits)) {
+                       breaks_within(nodes, i, need, bits)) {
                 brk = true;
             } else {
                 c.bits = bits;
@@ -150,12 +210,12 @@ static pl_status build(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_
                     goto fail;
                 ex = q;
             }
-            ex[n_ex++] = (exit_rec){.node = (uint32_t)i, .k = p->k, .byte = b};
+            ex[n_ex++] = (exit_rec){.node = i, .k = p->k, .byte = b};
             if (p->k > t->max_exit) t->max_exit = p->k;
             i = nd->end;
             continue;
         }
-        ps[nd->depth] = c;
+        ps[d] = c;
         uint32_t j = c.k + (c.need ? 1u : 0u);
         for (uint32_t q = 0; q < nd->tok_n; q++) {
             full_id[n_full] = v->sorted[nd->tok_lo + q];
@@ -165,40 +225,26 @@ static pl_status build(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_
         i++;
     }
     t->n_full = n_full;
-    /* the runs by index: whole bitmaps up to PL_GRAM_RUN_CUM, a list beyond */
-    t->n_cum = t->max_full < PL_GRAM_RUN_CUM ? t->max_full : PL_GRAM_RUN_CUM;
-    if (t->n_cum) {
+    /* the runs by index (a counting sort), and for the whole trie bitmaps of the short ones */
+    t->full_at = pl_calloc((size_t)t->max_full + 1, sizeof *t->full_at);
+    t->full_id = pl_malloc((n_full ? n_full : 1) * sizeof *t->full_id);
+    if (!t->full_at || !t->full_id) goto oom;
+    for (size_t q = 0; q < n_full; q++) t->full_at[full_j[q]]++;
+    for (uint32_t j = 1; j <= t->max_full; j++) t->full_at[j] += t->full_at[j - 1];
+    for (size_t q = n_full; q-- > 0;) t->full_id[--t->full_at[full_j[q]]] = full_id[q];
+    /* full_at[j] is now where index j begins: shift to where it ends */
+    memmove(t->full_at, t->full_at + 1, (size_t)t->max_full * sizeof *t->full_at);
+    t->full_at[t->max_full] = (uint32_t)n_full;
+    if (root == 0 && t->max_full) {
+        t->n_cum = t->max_full < PL_GRAM_RUN_CUM ? t->max_full : PL_GRAM_RUN_CUM;
         t->cum = pl_calloc((size_t)t->n_cum * t->words, sizeof *t->cum);
         if (!t->cum) goto oom;
-    }
-    size_t n_late = 0;
-    for (size_t q = 0; q < n_full; q++) {
-        if (full_j[q] > t->n_cum) n_late++;
-        else t->cum[(size_t)(full_j[q] - 1) * t->words + ((uint32_t)full_id[q] >> 6)] |=
-                 1ull << (full_id[q] & 63);
-    }
-    for (uint32_t j = 1; j < t->n_cum; j++) /* each bitmap holds the shorter runs too */
-        for (size_t w = 0; w < t->words; w++)
-            t->cum[(size_t)j * t->words + w] |= t->cum[(size_t)(j - 1) * t->words + w];
-    if (n_late) {
-        /* by index: a counting sort of the (few) long runs */
-        size_t span = (size_t)(t->max_full - t->n_cum);
-        bucket = pl_calloc(span + 1, sizeof *bucket);
-        t->late_id = pl_malloc(n_late * sizeof *t->late_id);
-        t->late_j = pl_malloc(n_late * sizeof *t->late_j);
-        if (!bucket || !t->late_id || !t->late_j) goto oom;
-        for (size_t q = 0; q < n_full; q++)
-            if (full_j[q] > t->n_cum) bucket[full_j[q] - t->n_cum]++;
-        for (size_t j = 1; j <= span; j++) bucket[j] += bucket[j - 1];
-        for (size_t q = 0; q < n_full; q++)
-            if (full_j[q] > t->n_cum) {
-                size_t at = bucket[full_j[q] - t->n_cum - 1]++;
-                t->late_id[at] = full_id[q];
-                t->late_j[at] = full_j[q];
-            }
-        t->n_late = n_late;
-        pl_free(bucket);
-        bucket = NULL;
+        for (uint32_t j = 1; j <= t->n_cum; j++) {
+            uint64_t *c = t->cum + (size_t)(j - 1) * t->words;
+            if (j > 1) memcpy(c, c - t->words, t->words * sizeof *c);
+            for (uint32_t q = t->full_at[j - 1]; q < t->full_at[j]; q++)
+                c[(uint32_t)t->full_id[q] >> 6] |= 1ull << (t->full_id[q] & 63);
+        }
     }
     /* exits grouped by (k, byte): a counting sort */
     if (n_ex) {
@@ -228,7 +274,7 @@ oom:
     st = pl_fail(PL_ERR_OUT_OF_MEMORY, "grammar: run table of %zu tokens", v->n_sorted);
 fail:
     if (st == PL_OK) st = PL_ERR_OUT_OF_MEMORY;
-    pl_gram_runs_free(t);
+    table_free(t);
     t = NULL;
 done:
     pl_free(ps);
@@ -241,31 +287,31 @@ done:
 }
 
 pl_status pl_gram_runs_get(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_pairs,
-                           const pl_gram_runs **out) {
+                           uint32_t root, const pl_gram_runs **out) {
+    uint64_t h = table_hash(ranges, n_pairs, root);
     pthread_mutex_lock(&g_runs_mu);
-    for (const pl_gram_runs *t = v->runs; t; t = t->next)
-        if (t->n_pairs == n_pairs && !memcmp(t->ranges, ranges, 2 * n_pairs * sizeof *ranges)) {
-            pthread_mutex_unlock(&g_runs_mu);
-            *out = t;
-            return PL_OK;
-        }
+    pl_gram_runs *t = set_find(v->runs, h, ranges, n_pairs, root);
     pthread_mutex_unlock(&g_runs_mu);
+    if (t) {
+        *out = t;
+        return PL_OK;
+    }
     /* built outside the lock; a table another thread added meanwhile wins */
-    pl_gram_runs *t;
-    PL_TRY(build(v, ranges, n_pairs, &t));
+    PL_TRY(build(v, ranges, n_pairs, root, &t));
     pthread_mutex_lock(&g_runs_mu);
-    for (const pl_gram_runs *o = v->runs; o; o = o->next)
-        if (o->n_pairs == n_pairs && !memcmp(o->ranges, ranges, 2 * n_pairs * sizeof *ranges)) {
-            pthread_mutex_unlock(&g_runs_mu);
-            t->next = NULL;
-            pl_gram_runs_free(t);
-            *out = o;
-            return PL_OK;
-        }
-    pl_gram_vocab *mv = (pl_gram_vocab *)v; /* the list is a cache the lock guards */
-    t->next = mv->runs;
-    mv->runs = t;
+    pl_gram_vocab *mv = (pl_gram_vocab *)v; /* the set is a cache the lock guards */
+    pl_gram_runs *o = set_find(v->runs, h, ranges, n_pairs, root);
+    if (!o && !mv->runs) mv->runs = pl_calloc(1, sizeof *mv->runs);
+    if (!o && (!mv->runs || !set_add(mv->runs, t))) {
+        pthread_mutex_unlock(&g_runs_mu);
+        table_free(t);
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "grammar: run tables");
+    }
     pthread_mutex_unlock(&g_runs_mu);
+    if (o) {
+        table_free(t);
+        t = o;
+    }
     *out = t;
     return PL_OK;
 }

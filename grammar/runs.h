@@ -9,7 +9,9 @@
  * of it, the characters of A are interchangeable there: a run of j of them is accepted exactly
  * when the state after any j of them is alive, and an exit after k of them is walked from the
  * state after any k. So one step per run length, and one per (k, exit byte), stand for the
- * whole vocabulary instead of a walk over its trie.
+ * whole vocabulary instead of a walk over its trie. The same holds below any node: the tokens
+ * under a big exit (those starting with `-` or `.`, say) get tables of their own, relative to
+ * it, for when the state after the exit's byte is again one class's.
  */
 #ifndef PL_GRAMMAR_RUNS_H
 #define PL_GRAMMAR_RUNS_H
@@ -25,35 +27,37 @@ typedef struct pl_gram_run_group {
 
 typedef struct pl_gram_runs pl_gram_runs;
 struct pl_gram_runs {
-    pl_gram_runs *next;    /* the vocabulary's list */
     uint32_t *ranges;      /* (2 n_pairs) A: inclusive code point ranges, sorted, merged */
     size_t n_pairs;
+    uint32_t root;         /* the trie node the table is of: 0, or an exit of a bigger one */
+    uint64_t hash;         /* of ranges and root */
     size_t words;          /* of a vocabulary bitmap */
     uint32_t max_full;     /* the longest run a whole token makes (its "index", below) */
     uint32_t max_exit;     /* the longest run before an exit */
-    size_t n_full;         /* tokens that are runs */
-    /* A token that is a run has index j: its characters, plus one when it ends inside a
-     * character. cum[(j - 1) * words ...] is the bitmap of tokens of index 1..j, j <= n_cum;
-     * longer ones are listed in `late` by index. */
+    size_t n_full;         /* tokens below root that are runs */
+    /* A token that is a run has index j: its characters after root, plus one when it ends
+     * inside a character. full_id[full_at[j - 1] .. full_at[j]) have index j (j = 1 ..
+     * max_full); tables of the whole trie also keep cum[(j - 1) * words ...], the bitmap of
+     * indexes 1..j, for j <= n_cum. */
+    int32_t *full_id;
+    uint32_t *full_at;
     uint64_t *cum;
     uint32_t n_cum;
-    int32_t *late_id;
-    uint32_t *late_j;
-    size_t n_late;
     pl_gram_run_group *groups; /* (n_groups) by k, then byte */
     size_t n_groups;
     uint32_t *exits;       /* (n_exits) trie node indices */
     size_t n_exits;
 };
 
-/* Bitmaps of runs of up to this many characters are kept whole. */
+/* Bitmaps of runs of up to this many characters are kept whole (tables of the whole trie). */
 #define PL_GRAM_RUN_CUM 32
 
-/* The table of class ranges[0 .. 2 n_pairs) (sorted, merged) over v's tokens, built at its
- * first use and kept with v (a lock guards the list; the table itself is immutable). */
+/* The table of class ranges[0 .. 2 n_pairs) (sorted, merged) over the tokens below trie node
+ * root (0: all of v's), built at its first use and kept with v (a lock guards the set; a table
+ * is immutable). */
 pl_status pl_gram_runs_get(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_pairs,
-                           const pl_gram_runs **out);
-/* Frees a vocabulary's list of tables. */
-void pl_gram_runs_free(pl_gram_runs *r);
+                           uint32_t root, const pl_gram_runs **out);
+/* Frees a vocabulary's tables. */
+void pl_gram_runs_free_set(struct pl_gram_runs_set *set);
 
 #endif

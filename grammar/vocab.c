@@ -76,7 +76,7 @@ void pl_gram_vocab_free(pl_gram_vocab *v) {
     pl_free(v->off);
     pl_free(v->sorted);
     pl_free(v->nodes);
-    pl_gram_runs_free(v->runs);
+    pl_gram_runs_free_set(v->runs);
     pl_free(v);
 }
 

@@ -444,6 +444,13 @@ static pl_status walk_below(const pl_gram *g, const pl_gram_vocab *v, uint32_t e
     return PL_OK;
 }
 
+static bool state_equal(const pl_gram_state *a, const pl_gram_state *b) {
+    return a->n == b->n && a->n_pos == b->n_pos && a->need == b->need && a->have == b->have &&
+           a->partial == b->partial &&
+           (a->n == 0 || !memcmp(a->start, b->start, ((size_t)a->n + 1) * sizeof *a->start)) &&
+           (a->n_pos == 0 || !memcmp(a->pos, b->pos, a->n_pos * sizeof *a->pos));
+}
+
 static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gram_state *from,
                            uint32_t root, void *scratch, walk *w, int lv, bool list, bool *done);
 
@@ -539,7 +546,7 @@ static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gr
     if (!found) return PL_OK;
     const pl_gram_runs *t;
     PL_TRY(pl_gram_runs_get(v, w->ra, w->n_ra, root, &t));
-    if (t->n_full == 0) return PL_OK;
+    if (!t || t->n_full == 0) return PL_OK;
     struct level *L = &w->level[lv];
     uint32_t top = t->max_full > t->max_exit ? t->max_full : t->max_exit;
     if (L->cap_chain < (size_t)top + 1) {
@@ -551,10 +558,11 @@ static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gr
         memset(L->chain + old, 0, (L->cap_chain - old) * sizeof *L->chain);
     }
     pl_gram_state *chain = L->chain;
-    /* the chain: chain[j] is the state after j characters of A (any of them) */
+    /* the chain: chain[j] is the state after j characters of A (any of them); a state that a
+     * character leaves as it was (an unbounded run) is every later one too: chain[fix] */
     uint32_t rep = w->ra[0]; /* any member would do: the classes met hold all or none */
     PL_TRY(pl_gram_state_copy(&chain[0], from));
-    uint32_t last = 0;    /* the last state computed */
+    uint32_t last = 0, fix = UINT32_MAX; /* the last state computed; the fixed point */
     bool dead = false, cut = false;
     while (last < top) {
         bool u = true;
@@ -569,6 +577,11 @@ static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gr
         last++;
         if (!alive) {
             dead = true;
+            break;
+        }
+        if (state_equal(&chain[last], &chain[last - 1])) {
+            fix = last;
+            last = top;
             break;
         }
     }
@@ -599,12 +612,13 @@ static pl_status walk_runs(const pl_gram *g, const pl_gram_vocab *v, const pl_gr
     uint32_t ascii_k = UINT32_MAX;
     for (size_t q = 0; q < t->n_groups && t->groups[q].k <= alive_to; q++) {
         const pl_gram_run_group *gr = &t->groups[q];
+        const pl_gram_state *at = &chain[gr->k < fix ? gr->k : fix];
         if (gr->byte < 0x80) {
-            if (ascii_k != gr->k) first_ascii(g, &chain[gr->k], ascii), ascii_k = gr->k;
+            if (ascii_k != gr->k) first_ascii(g, at, ascii), ascii_k = gr->k;
             if (!((ascii[gr->byte >> 6] >> (gr->byte & 63)) & 1)) continue;
         }
         pl_status err;
-        if (!pl_gram_state_step(g, &chain[gr->k], gr->byte, after, scratch, &err)) {
+        if (!pl_gram_state_step(g, at, gr->byte, after, scratch, &err)) {
             if (err != PL_OK) return err;
             continue;
         }

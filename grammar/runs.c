@@ -24,7 +24,15 @@ static pthread_mutex_t g_runs_mu = PTHREAD_MUTEX_INITIALIZER;
 struct pl_gram_runs_set {
     pl_gram_runs **slot;   /* (cap) NULL: empty */
     size_t cap, n;
+    size_t bytes;          /* of the tables */
 };
+
+static size_t table_bytes(const pl_gram_runs *t) {
+    return sizeof *t + 2 * t->n_pairs * sizeof *t->ranges + t->n_full * sizeof *t->full_id +
+           ((size_t)t->max_full + 1) * sizeof *t->full_at +
+           (size_t)t->n_cum * t->words * sizeof *t->cum + t->n_groups * sizeof *t->groups +
+           t->n_exits * sizeof *t->exits;
+}
 
 static void table_free(pl_gram_runs *t) {
     if (!t) return;
@@ -86,6 +94,7 @@ static bool set_add(struct pl_gram_runs_set *set, pl_gram_runs *t) {
     while (set->slot[j]) j = (j + 1) & (set->cap - 1);
     set->slot[j] = t;
     set->n++;
+    set->bytes += table_bytes(t);
     return true;
 }
 
@@ -291,11 +300,10 @@ pl_status pl_gram_runs_get(const pl_gram_vocab *v, const uint32_t *ranges, size_
     uint64_t h = table_hash(ranges, n_pairs, root);
     pthread_mutex_lock(&g_runs_mu);
     pl_gram_runs *t = set_find(v->runs, h, ranges, n_pairs, root);
+    bool full = v->runs && v->runs->bytes > PL_GRAM_RUNS_BYTES;
     pthread_mutex_unlock(&g_runs_mu);
-    if (t) {
-        *out = t;
-        return PL_OK;
-    }
+    *out = t;
+    if (t || full) return PL_OK; /* full: no new tables, the masks walk the trie instead */
     /* built outside the lock; a table another thread added meanwhile wins */
     PL_TRY(build(v, ranges, n_pairs, root, &t));
     pthread_mutex_lock(&g_runs_mu);

@@ -54,7 +54,9 @@ struct pl_gram_runs {
 
 /* The table of class ranges[0 .. 2 n_pairs) (sorted, merged) over the tokens below trie node
  * root (0: all of v's), built at its first use and kept with v (a lock guards the set; a table
- * is immutable). */
+ * is immutable and lives as long as v). *out NULL once v's tables hold PL_GRAM_RUNS_BYTES:
+ * grammars with ever new classes cannot grow them without bound. */
+#define PL_GRAM_RUNS_BYTES (64u << 20)
 pl_status pl_gram_runs_get(const pl_gram_vocab *v, const uint32_t *ranges, size_t n_pairs,
                            uint32_t root, const pl_gram_runs **out);
 /* Frees a vocabulary's tables. */

@@ -8,7 +8,7 @@
  * The matcher lives in the sample, so nothing the scheduler does touches it: chunked
  * prefill and prefix-cache hits only concern the prompt, a preempted sequence keeps its
  * output tokens (and so its state), an abort frees it with the request. Samples of n > 1 are
- * forked before their first token, so each starts from the grammar's first state.
+ * forked before their first token: each gets a copy of sample 0's first state.
  *
  * Compiling happens in the submitting thread. The engine keeps the grammars it compiled in a
  * small cache keyed by the constraint's kind and text (PL_GRAMMAR_CACHE entries, least
@@ -229,7 +229,10 @@ pl_status pl_constrain_request(pl_engine *e, pl_request *r) {
         pl_sample *s = &r->samples[i];
         s->gm = pl_calloc(1, sizeof *s->gm);
         if (!s->gm) return pl_fail(PL_ERR_OUT_OF_MEMORY, "submit: grammar state");
-        pl_status st = pl_gram_matcher_init(s->gm, r->grammar->g);
+        /* the other samples copy sample 0's state (a few hundred bytes) rather than expand
+         * the grammar's first state again */
+        pl_status st = i == 0 ? pl_gram_matcher_init(s->gm, r->grammar->g)
+                              : pl_gram_matcher_copy(s->gm, r->samples[0].gm);
         if (st != PL_OK) {
             pl_free(s->gm);
             s->gm = NULL;
@@ -268,13 +271,13 @@ pl_status pl_constrain_mask(pl_engine *e, pl_sample *s, float *logits, bool *out
     if (complete)
         for (int i = 0; i < e->n_eos; i++) bits[e->eos_ids[i] >> 6] |= 1ull << (e->eos_ids[i] & 63);
     /* the tokenizer's vocabulary may be smaller than the model's (padded rows): those stay 0 */
-    size_t allowed = pl_sampler_mask_row(logits, bits, e->vocab);
-    if (allowed == 0 && complete) {
+    bool left = pl_sampler_mask_row(logits, bits, e->vocab);
+    if (!left && complete) {
         /* min_tokens held end-of-text back, but nothing else may follow: the grammar wins */
         for (int i = 0; i < e->n_eos; i++) logits[e->eos_ids[i]] = 0.0f;
-        allowed = 1;
+        left = true;
     }
-    *out_dead = allowed == 0;
+    *out_dead = !left;
     return PL_OK;
 }
 

@@ -161,6 +161,13 @@ bool pl_gram_matcher_can_continue(const pl_gram_matcher *m);
  * the mask's trie walk. scratch from the matcher. */
 bool pl_gram_state_step(const pl_gram *g, const pl_gram_state *st, uint8_t byte,
                         pl_gram_state *out, void *scratch, pl_status *err);
+/* Advances st (no unfinished character) by the whole code point cp, as its UTF-8 bytes would. */
+bool pl_gram_state_step_cp(const pl_gram *g, const pl_gram_state *st, uint32_t cp,
+                           pl_gram_state *out, void *scratch, pl_status *err);
+/* The code points a character may still be after `have` of its bytes (their payload bits),
+ * `need` more to come (0: complete; then the one code point if valid); false when none: an
+ * overlong form, a surrogate or above U+10FFFF, as the matcher refuses them. */
+bool pl_gram_utf8_range(uint32_t bits, int have, int need, uint32_t *lo, uint32_t *hi);
 pl_status pl_gram_state_copy(pl_gram_state *dst, const pl_gram_state *src);
 void pl_gram_state_free(pl_gram_state *s);
 pl_status pl_gram_scratch_create(void **out);
@@ -172,14 +179,23 @@ void pl_gram_scratch_free(void *scratch);
  * next from m's state: tokens whose bytes it accepts (one that ends inside a character whose
  * bytes the grammar may still complete included) and token references at a stack's top.
  * End-of-text tokens are the caller's (allowed when pl_gram_matcher_is_complete). Results are
- * cached per state in the grammar (bounded memory), so a state seen before costs a copy.
+ * cached per state in the grammar (bounded memory), so a state seen before costs a copy; a
+ * grammar's cache holds masks of the one vocabulary it is used with (the engine's). New
+ * states mostly take the run path (mask.c, runs.h) over per-tokenizer tables kept in v.
  * eog (n_eog) are excluded from `!<...>` matches. PL_ERR_OUT_OF_MEMORY. */
 pl_status pl_gram_mask(pl_gram_matcher *m, const pl_gram_vocab *v, const int32_t *eog,
                        size_t n_eog, uint64_t *bits);
 
+/* The same mask by a walk over every trie node the state takes, with neither the cache nor the
+ * run path (mask.c): the reference the tests hold the fast paths to. */
+pl_status pl_gram_mask_plain(pl_gram_matcher *m, const pl_gram_vocab *v, const int32_t *eog,
+                             size_t n_eog, uint64_t *bits);
+
 /* Cache figures since the grammar was built (benchmarks, tests). */
 typedef struct pl_gram_cache_stats {
     uint64_t hits, misses, bytes, entries, resets;
+    uint64_t sub_hits, sub_misses; /* parts of masks: the tokens below one trie node */
+    uint64_t runs;                 /* misses the run path answered */
 } pl_gram_cache_stats;
 void pl_gram_cache_stats_get(const pl_gram *g, pl_gram_cache_stats *out);
 /* Bytes of cached masks a grammar keeps at most (all dropped when full). */

@@ -246,8 +246,14 @@ static pl_status step_cp(const pl_gram *g, const pl_gram_state *st, uint32_t cp,
     return PL_OK;
 }
 
-/* The code points a character could still be, given its bytes so far. false: none. */
-static bool partial_range(uint32_t bits, int have, int need, uint32_t *lo, uint32_t *hi) {
+bool pl_gram_state_step_cp(const pl_gram *g, const pl_gram_state *st, uint32_t cp,
+                           pl_gram_state *out, void *scratch_p, pl_status *err) {
+    state_clear(out);
+    *err = step_cp(g, st, cp, out, scratch_p);
+    return *err == PL_OK && out->n > 0;
+}
+
+bool pl_gram_utf8_range(uint32_t bits, int have, int need, uint32_t *lo, uint32_t *hi) {
     int total = have + need;
     uint32_t l = bits << (6 * need), h = l | ((1u << (6 * need)) - 1);
     static const uint32_t min_of[5] = {0, 0, 0x80, 0x800, 0x10000};
@@ -284,13 +290,13 @@ bool pl_gram_state_step(const pl_gram *g, const pl_gram_state *st, uint8_t b, pl
         need = st->need - 1;
         if (need == 0) {
             uint32_t lo, hi;
-            if (!partial_range(bits, have, 0, &lo, &hi)) return false;
+            if (!pl_gram_utf8_range(bits, have, 0, &lo, &hi)) return false;
             *err = step_cp(g, st, bits, out, sc);
             return *err == PL_OK && out->n > 0;
         }
     }
     uint32_t lo, hi;
-    if (!partial_range(bits, have, need, &lo, &hi)) return false;
+    if (!pl_gram_utf8_range(bits, have, need, &lo, &hi)) return false;
     /* keep the stacks that could take such a character */
     reset_dedup(sc);
     for (uint32_t i = 0; i < st->n; i++) {

@@ -25,6 +25,7 @@ struct pl_gram_vocab {
     pl_gram_node *nodes;   /* (n_nodes) preorder; nodes[0] is the root */
     size_t n_nodes;
     size_t max_len;        /* longest token, bytes */
+    struct pl_gram_runs_set *runs; /* tables by character class (runs.c), made as masks need them */
 };
 
 #endif

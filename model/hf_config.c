@@ -243,7 +243,7 @@ static pl_status parse_longrope(const char *path, json_t *root, json_t *rs, pl_m
     c->rope_scaling = PL_ROPE_SCALING_LONGROPE;
     PL_TRY(get_factors(path, rs, "short_factor", half, c->rope_short_factors));
     PL_TRY(get_factors(path, rs, "long_factor", half, c->rope_long_factors));
-    int orig;
+    int orig = c->max_seq_len;
     bool top = json_object_get(root, "original_max_position_embeddings") != NULL;
     PL_TRY(get_int(path, top ? root : rs, "original_max_position_embeddings", false,
                    c->max_seq_len, &orig));
@@ -351,6 +351,8 @@ static pl_status parse_rope(const char *path, json_t *root, pl_model_config *c) 
             return pl_fail(PL_ERR_FORMAT, "%s: rope_scaling and rope_parameters describe "
                            "different scalings", path);
     }
+    return PL_OK;
+}
 
 /* Which Gemma layers use the window: layer_types (transformers >= 4.53: "sliding_attention"
  * or "full_attention" per layer) must follow one period of local layers then a global one;

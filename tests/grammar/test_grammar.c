@@ -329,6 +329,126 @@ Test(grammar, masks_equal_trying_each_token_bpe) {
     masks_equal_brute_force("llama3", "root ::= [\\u4e00-\\u9fff\\u00e9 ]{1,3} \"!\"\n", 3, 4);
 }
 
+/* ---- the run path and the caches against the plain walk ---------------------------------- */
+
+/* Masks along a seeded random walk through grammar over v (tokens drawn uniformly from each
+ * mask): pass 0 with the vocabulary's class tables as they are (cold at the first grammar) and
+ * the grammar's cache empty, checked against pl_gram_mask_plain at every step and against
+ * trying every token every brute_every steps (0: never); pass 1 with a new grammar of the same
+ * text (tables warm, cache cold) and pass 2 with that grammar again (cache warm), which must
+ * give the same masks. Returns how many misses the run path answered in pass 0. */
+static uint64_t runs_equal_plain(pl_gram_vocab *v, const char *grammar, int steps, unsigned seed,
+                                 int brute_every) {
+    int V = pl_gram_vocab_size(v);
+    size_t words = ((size_t)V + 63) / 64;
+    uint64_t *stored = calloc((size_t)steps * words, sizeof *stored);
+    uint64_t *bits = calloc(words, sizeof *bits), *plain = calloc(words, sizeof *plain);
+    int32_t *allowed = malloc((size_t)V * sizeof *allowed);
+    pl_gram *g0 = parse_ok(grammar), *g1 = parse_ok(grammar);
+    uint64_t run_misses = 0, hits_before = 0;
+    int steps_done = -1;
+    for (int pass = 0; pass < 3; pass++) {
+        pl_gram *g = pass == 0 ? g0 : g1;
+        pl_gram_cache_stats cs;
+        pl_gram_cache_stats_get(g, &cs);
+        hits_before = cs.hits;
+        pl_gram_matcher m;
+        cr_assert_eq(pl_gram_matcher_init(&m, g), PL_OK);
+        uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
+        int step = 0;
+        for (; step < steps && pl_gram_matcher_can_continue(&m); step++) {
+            memset(bits, 0, words * sizeof *bits);
+            cr_assert_eq(pl_gram_mask(&m, v, NULL, 0, bits), PL_OK, "%s", pl_last_error());
+            uint64_t *want = stored + (size_t)step * words;
+            if (pass == 0) {
+                memset(plain, 0, words * sizeof *plain);
+                cr_assert_eq(pl_gram_mask_plain(&m, v, NULL, 0, plain), PL_OK);
+                for (int32_t id = 0; id < V; id++)
+                    cr_assert_eq((bits[id >> 6] >> (id & 63)) & 1, (plain[id >> 6] >> (id & 63)) & 1,
+                                 "step %d token %d: mask %d, plain walk %d", step, (int)id,
+                                 (int)((bits[id >> 6] >> (id & 63)) & 1),
+                                 (int)((plain[id >> 6] >> (id & 63)) & 1));
+                for (int32_t id = 0; brute_every && step % brute_every == 0 && id < V; id++) {
+                    pl_gram_matcher c;
+                    cr_assert_eq(pl_gram_matcher_copy(&c, &m), PL_OK);
+                    bool ok = pl_gram_matcher_accept_token(&c, v, id) == PL_OK;
+                    pl_gram_matcher_deinit(&c);
+                    cr_assert_eq((bool)((bits[id >> 6] >> (id & 63)) & 1), ok,
+                                 "step %d token %d: mask against trying it", step, (int)id);
+                }
+                memcpy(want, bits, words * sizeof *bits);
+            } else {
+                cr_assert_eq(memcmp(want, bits, words * sizeof *bits), 0, "pass %d step %d", pass,
+                             step);
+            }
+            int n = 0;
+            for (size_t w = 0; w < words; w++)
+                for (uint64_t b = bits[w]; b; b &= b - 1)
+                    allowed[n++] = (int32_t)(w * 64 + (size_t)__builtin_ctzll(b));
+            if (n == 0) break;
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            cr_assert_eq(pl_gram_matcher_accept_token(&m, v, allowed[rng % (uint64_t)n]), PL_OK);
+        }
+        if (pass == 0) steps_done = step;
+        cr_assert_eq(step, steps_done, "pass %d took another way", pass);
+        pl_gram_matcher_deinit(&m);
+        pl_gram_cache_stats_get(g, &cs);
+        if (pass == 0) run_misses = cs.runs;
+        if (pass == 2)
+            cr_assert_eq(cs.hits - hits_before, (uint64_t)steps_done, "pass 2 is all cache hits");
+    }
+    pl_gram_free(g0);
+    pl_gram_free(g1);
+    free(stored);
+    free(bits);
+    free(plain);
+    free(allowed);
+    return run_misses;
+}
+
+/* JSON Schema's strings, an email, numbers, an enum, nested objects and an array. */
+static const char *k_order_schema =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"note\":{\"type\":\"string\",\"maxLength\":10},"
+    "\"user\":{\"type\":\"object\",\"properties\":{\"email\":{\"type\":\"string\",\"format\":\"email\"},"
+    "\"age\":{\"type\":\"integer\"}},\"required\":[\"email\",\"age\"]},"
+    "\"items\":{\"type\":\"array\",\"maxItems\":2,\"items\":{\"type\":\"object\",\"properties\":"
+    "{\"sku\":{\"type\":\"string\"},\"price\":{\"type\":\"number\"}},\"required\":[\"sku\"]}},"
+    "\"status\":{\"enum\":[\"new\",\"paid\"]}},\"required\":[\"note\",\"user\",\"items\",\"status\"]}";
+
+/* Runs of a negated class with multi-byte characters, counted and unbounded runs, classes that
+ * share a run ([a-z0-9-] around [a-z0-9]), non-ASCII classes, and a tail long enough for runs
+ * beyond the tables' whole bitmaps. */
+static const char *k_runs_grammar =
+    "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,5} \"\\\"\" \" \" [a-zA-Z0-9_.+-]{1,4} \"@\" "
+    "[a-z0-9] ([a-z0-9-]{0,3} [a-z0-9])? ( \".\" [a-z]{2,3} ){1,2} \" \" "
+    "[\\u00e0-\\u00ff\\u4e00-\\u9fff ]{0,3} [0-9]{1,4} \"!\" [^\\n]*\n";
+
+Test(grammar, run_path_masks_equal_the_plain_walk) {
+    if (!pl_test_models_dir()) cr_skip_test("PAGELLM_TEST_MODELS unset");
+    char *schema_gbnf;
+    cr_assert_eq(pl_gram_schema_to_gbnf(k_order_schema, strlen(k_order_schema), NULL, &schema_gbnf),
+                 PL_OK, "%s", pl_last_error());
+    static const char *const toks[] = {"llama3", "qwen3", "tokenizer.model"};
+    for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", pl_test_models_dir(), toks[k]);
+        pl_tokenizer *t;
+        cr_assert_eq(pl_tok_load(path, &t), PL_OK, "%s", pl_last_error());
+        pl_gram_vocab *v;
+        cr_assert_eq(pl_gram_vocab_create(t, &v), PL_OK, "%s", pl_last_error());
+        int brute = k == 0 ? 16 : 0; /* trying every token: on one tokenizer, now and then */
+        uint64_t runs = runs_equal_plain(v, schema_gbnf, 48, 11 + (unsigned)k, brute);
+        runs += runs_equal_plain(v, k_runs_grammar, 40, 7 + (unsigned)k, brute);
+        runs += runs_equal_plain(v, k_runs_grammar, 40, 99 + (unsigned)k, 0);
+        cr_assert_gt(runs, 10, "%s: the run path answered %llu misses", toks[k],
+                     (unsigned long long)runs);
+        pl_gram_vocab_free(v);
+        pl_tok_free(t);
+    }
+    pl_free(schema_gbnf);
+}
+
 /* ---- through the engine ---------------------------------------------------------------- */
 
 static pl_engine *engine_tok512(void) {

@@ -175,3 +175,32 @@ Test(sampler, validation_names_the_field) {
                   cases[i].field);
     }
 }
+
+/* The token mask's one place: every id whose bit is 0 becomes -inf, the others keep their logit
+ * (-inf included), and it says whether anything is left above -inf; words all ones, all zeros
+ * and mixed, and a vocabulary that ends inside a word. */
+Test(sampler, mask_row_keeps_exactly_the_allowed_ids) {
+    enum { V = 64 * 7 + 23 };
+    static float x[V], ref[V];
+    uint64_t bits[(V + 63) / 64];
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (int round = 0; round < 60; round++) {
+        for (size_t w = 0; w < sizeof bits / sizeof bits[0]; w++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            bits[w] = round >= 50 ? ~0ull : w % 3 == 0 ? ~0ull : w % 3 == 1 && round % 2 ? 0 : r;
+        }
+        size_t want = 0;
+        for (int i = 0; i < V; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            /* the last rounds: nothing finite, or one finite logit (in a word, in the tail) */
+            bool finite = round < 50 ? r % 11 != 0
+                                     : (round % 3 == 1 && i == 200) || (round % 3 == 2 && i == V - 1);
+            x[i] = finite ? (float)(r % 1000) * 0.01f - 5.0f : -INFINITY;
+            bool keep = (bits[i / 64] >> (i % 64)) & 1;
+            ref[i] = keep ? x[i] : -INFINITY;
+            want += keep && x[i] != -INFINITY;
+        }
+        cr_assert_eq(pl_sampler_mask_row(x, bits, V), want > 0, "round %d", round);
+        cr_assert_eq(memcmp(x, ref, sizeof x), 0, "round %d", round);
+    }
+}

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "kernels/ref/ref.h"
 #include "util/alloc.h"
 #include "util/dtype.h"
@@ -51,6 +52,17 @@ pl_cpu_isa pl_cpu_detect_isa(void) {
 static bool has_avx512_vnni(void) {
 #ifdef PL_CPU_X86
     return __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
+/* AVX-VNNI: CPUID leaf 7 sub-leaf 1, EAX bit 4 (the VEX encoding of vpdpbusd). */
+static bool has_avxvnni(void) {
+#ifdef PL_CPU_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return (a & (1u << 4)) != 0;
 #else
     return false;
 #endif
@@ -167,6 +179,7 @@ static void cpu_destroy(pl_backend *be) {
         pl_free(c->ints);
         pl_free_aligned(c->shared);
         pl_free_aligned(c->qbuf);
+        pl_free_aligned(c->qx);
         pl_free(c);
     }
     pl_free(be);
@@ -234,6 +247,8 @@ static const pl_backend_ops cpu_ops = {
  * AVX2 kernels (vpmaddubsw) cross far sooner (1024x2048, same machine, 16 rows: Q8_0
  * 2.50/2.62, Q4_0 2.90/2.68, Q4_K 2.55/3.07, Q5_K 3.35/3.25, Q6_K 3.96/3.00; 4 rows: all
  * 2.5-4 against 7-9). */
+/* Quantised weights from this many activation rows: the int8 GEMM (qgemm.c). */
+#define QGEMM_MIN_ROWS 16
 static const int VNNI_OWN_MIN_ROWS_QUANT[5] = {1 << 20, 1 << 20, 1 << 20, 128, 128};
 static const int AVX2_OWN_MIN_ROWS_QUANT[5] = {24, 12, 24, 12, 8};
 #define AVX2_OWN_MIN_ROWS_F32 48
@@ -278,6 +293,11 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     pl_cpu_isa best = pl_cpu_detect_isa();
     c->isa = isa < best ? isa : best;
     c->vnni = c->isa == PL_CPU_ISA_AVX512 && has_avx512_vnni();
+    c->avxvnni = c->isa >= PL_CPU_ISA_AVX2 && has_avxvnni();
+#ifdef PL_CPU_X86
+    c->amx = c->isa == PL_CPU_ISA_AVX512 && pl_qg_amx_available();
+#endif
+    for (int q = 2; q < PL_CPU_MM_CLASSES; q++) c->qgemm_min_rows[q] = QGEMM_MIN_ROWS;
     c->gemm_min_rows = DEFAULT_GEMM_MIN_ROWS;
     c->own_min_rows[0] = DEFAULT_OWN_MIN_ROWS_F32;
     c->own_min_rows[1] = DEFAULT_OWN_MIN_ROWS_HALF;

@@ -53,7 +53,20 @@ typedef enum pl_cpu_mm_path {
     PL_CPU_MM_GEMV = 1,
     PL_CPU_MM_OWN = 2,
     PL_CPU_MM_BLAS = 3,
+    PL_CPU_MM_QGEMM = 4, /* the int8 GEMM (qgemm.c); quantised weights only, else AUTO */
 } pl_cpu_mm_path;
+
+/* The int8 GEMM's micro-kernels (qgemm.c), in order of preference; AUTO: the best one this
+ * ctx may use (pl_cpu_qgemm_usable). */
+typedef enum pl_cpu_qgemm_kernel {
+    PL_QGEMM_AUTO = 0,
+    PL_QGEMM_SCALAR = 1,  /* portable C */
+    PL_QGEMM_AVX2 = 2,    /* vpmaddubsw + vpmaddwd, 8 columns a vector */
+    PL_QGEMM_AVXVNNI = 3, /* VEX vpdpbusd (AVX-VNNI), 8 columns a vector */
+    PL_QGEMM_VNNI512 = 4, /* EVEX vpdpbusd (AVX-512 VNNI), 16 columns a vector */
+    PL_QGEMM_AMX = 5,     /* AMX tiles (tdpbssd) */
+    PL_QGEMM_COUNT = 6,
+} pl_cpu_qgemm_kernel;
 
 /* The matmul thresholds' classes of weight types: 0 f32, 1 f16/bf16, 2 + the quantised type's
  * place from Q8_0 (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). */
@@ -69,6 +82,9 @@ typedef struct pl_cpu_ctx {
     /* AVX-512 VNNI (vpdpbusd) present: the quantised GEMV uses its 512-bit kernels; without
      * it an AVX-512 CPU runs the AVX2 ones (tests clear it to run those). */
     bool vnni;
+    /* AVX-VNNI (VEX vpdpbusd on 256 bits) present; AMX tiles present and granted by the OS.
+     * Tests clear them, as vnni, to run the kernels below them. */
+    bool avxvnni, amx;
 
     /* matmul regime by activation rows R (see matmul.c), unless mm_force names one:
      * - AVX-512 and AVX2, indexed by pl_cpu_mm_class (f32; f16/bf16; each quantised type):
@@ -79,6 +95,11 @@ typedef struct pl_cpu_ctx {
     pl_cpu_mm_path mm_force;
     int own_min_rows[PL_CPU_MM_CLASSES], own_max_rows[PL_CPU_MM_CLASSES];
     int gemm_min_rows;
+    /* Quantised types (indexed as own_min_rows' classes from 2): from this many rows the int8
+     * GEMM (qgemm.c) instead of the GEMV; qgemm_force names its kernel (tests, benchmarks;
+     * AUTO: the best usable). */
+    int qgemm_min_rows[PL_CPU_MM_CLASSES];
+    pl_cpu_qgemm_kernel qgemm_force;
     /* Own GEMM work ranges per call, 0: one per thread (tests set more than the threads, so
      * that finished tasks must steal from the others' ranges). */
     int own_ranges;
@@ -96,6 +117,10 @@ typedef struct pl_cpu_ctx {
     /* The quantised GEMV's activations (pl_cpu_qact), qbuf_cap bytes, 64-byte aligned. */
     unsigned char *qbuf;
     size_t qbuf_cap;
+    /* The int8 GEMM's AMX path: the call's quantised rows gathered contiguously (qx_cap
+     * bytes, 64-byte aligned). */
+    unsigned char *qx;
+    size_t qx_cap;
 } pl_cpu_ctx;
 
 /* The best ISA this machine supports. */
@@ -157,7 +182,28 @@ typedef struct pl_cpu_qact {
  * Q4_K/Q5_K one). */
 #define PL_CPU_QA_HALVES 1u
 #define PL_CPU_QA_PAIRS 2u
+/* The int8 GEMM's: minus the sum of each block of 32 q (K/32 int32) and of each 16 (K/16
+ * int32), at the end of the row. */
+#define PL_CPU_QA_SUMS 4u
 unsigned pl_cpu_qact_layouts(const pl_cpu_ctx *c, pl_wtype t);
+
+/* Row r's parts of the natural layout and of the sums (PL_CPU_QA_SUMS). */
+static inline const int8_t *pl_cpu_qact_q(const pl_cpu_qact *a, int r) {
+    return (const int8_t *)(a->base + (size_t)r * a->stride);
+}
+static inline const float *pl_cpu_qact_d(const pl_cpu_qact *a, int r) {
+    return (const float *)(a->base + (size_t)r * a->stride + 3 * (size_t)a->K);
+}
+static inline const float *pl_cpu_qact_ds(const pl_cpu_qact *a, int r) {
+    return (const float *)(a->base + (size_t)r * a->stride + 3 * (size_t)a->K +
+                           (size_t)a->K / 8);
+}
+static inline const int32_t *pl_cpu_qact_sn32(const pl_cpu_qact *a, int r) {
+    return (const int32_t *)(a->base + (size_t)(r + 1) * a->stride - 3 * (size_t)a->K / 8);
+}
+static inline const int32_t *pl_cpu_qact_sn16(const pl_cpu_qact *a, int r) {
+    return (const int32_t *)(a->base + (size_t)(r + 1) * a->stride - (size_t)a->K / 4);
+}
 
 /* Most x rows quantised at once (matmul.c runs larger products in blocks of these). */
 #define PL_CPU_QGEMV_BLOCK_ROWS 256
@@ -182,6 +228,32 @@ typedef struct pl_cpu_qgemv_job {
 
 /* Rows k0 .. k1-1 of each quarter, and the tail when tail is true. */
 void pl_cpu_qgemv(const pl_cpu_qgemv_job *J, int k0, int k1, bool tail);
+
+/* One product of the int8 GEMM: out (n_rows rows, ldo floats apart) = the activation rows
+ * times w^T, w (d_out, K) of the quantised type wt. */
+typedef struct pl_cpu_qgemm_part {
+    float *out;
+    size_t ldo;
+    const void *w;
+    pl_wtype wt;
+    int d_out;
+} pl_cpu_qgemm_part;
+
+/* Whether kernel k may run on this ctx (the CPU has it and the ctx's ISA flags allow it). */
+bool pl_cpu_qgemm_usable(const pl_cpu_ctx *c, pl_cpu_qgemm_kernel k);
+/* The kernel a call runs: qgemm_force when usable, else the best usable. */
+pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c);
+const char *pl_cpu_qgemm_kernel_name(pl_cpu_qgemm_kernel k);
+
+/* The int8 GEMM: row i of every part's out = activation row rows[i] of a (rows NULL: row i)
+ * times the part's w^T, for i < n_rows, all parts in one pool call. a must hold the natural
+ * layout and PL_CPU_QA_SUMS. Threads split each part's output columns into panels: a panel's
+ * weight rows are unpacked once into int8 tiles (qgemm_pack.c) and multiplied with every
+ * activation row by the kernel's register-blocked tiles (qgemm_kern.c, qgemm_amx.c). A row's
+ * result does not depend on the other rows, nor on the kernel: every kernel sums the same
+ * exact integer products per block and applies the scales in the same f32 order. */
+pl_status pl_cpu_qgemm(pl_cpu_ctx *c, const pl_cpu_qact *a, const int32_t *rows, int n_rows,
+                       const pl_cpu_qgemm_part *parts, int n_parts);
 
 /* ---- ops (kernels/cpu/<op>.c), signatures of pl_backend_ops ---- */
 pl_status pl_cpu_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
@@ -221,6 +293,9 @@ pl_status pl_cpu_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout 
 #define PL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define PL_TARGET_AVX512_VNNI                                                                 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define PL_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define PL_TARGET_AMX                                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,amx-tile,amx-int8")))
 
 /* ---- AVX-512: 16 floats per vector ---- */
 

@@ -670,11 +670,11 @@ def case_progress_generate():
 
 
 def case_progress_roofline():
-    """bench roofline: a bar over its three ceilings."""
+    """bench roofline: a bar over its four ceilings (memory, GEMM, FMA, int8)."""
     args = ["bench", "roofline"] + ROOF_SMALL
     _, stdout, err = run_pty(args)
     frames = bar_frames(err, "ceilings")
-    check(frames[-1]["label"] == "roofline" and frames[-1]["total"] == "3",
+    check(frames[-1]["label"] == "roofline" and frames[-1]["total"] == "4",
           f"final frame {frames[-1].group(0)!r}")
     check("GEMM peak" in stdout, "no result after the bar")
     check_no_bar_without_tty(args)

@@ -55,12 +55,13 @@ def test_defaults_read_back_through_the_descriptors():
 
 
 def test_every_sampling_field_is_reachable_from_python():
-    from pagellm.sampling_params import _C_NAMES
+    from pagellm.sampling_params import _C_NAMES, SamplingParams
     names = set(_fields.table("sampling_params").fields)
     assert set(_C_NAMES.values()) <= names  # a renamed field fails here
     # priority is generate's argument; every other field has a vLLM name or is taken by
-    # its own name through **kwargs
-    assert names - set(_C_NAMES.values()) == {"priority"}
+    # its own name through **kwargs (prompt_logits: vLLM has no such parameter)
+    assert names - set(_C_NAMES.values()) == {"priority", "prompt_logits"}
+    assert SamplingParams(prompt_logits=3).extra == {"prompt_logits": 3}
 
 
 

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  bench       benchmarks: throughput, latency, sweep, roofline, serve, soak\n"
             "  profile     run a workload with profiling on: trace, time per phase and op\n"
             "  quantize    write a model as a GGUF file in another weight type\n"
+            "  perplexity  perplexity over a text; KL divergence from a base model\n"
             "  serve       an OpenAI-compatible HTTP server (completions, chat, streaming)\n"
             "  version     print the version (also --version)\n"
             "  help        this text (also --help, -h)\n",
@@ -68,6 +69,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return pl_bench_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "profile")) return pl_bench_profile_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return pl_serve_main(argc - 2, argv + 2);
     fprintf(stderr, "pagellm: unknown command '%s'\n", cmd);
     usage(stderr);

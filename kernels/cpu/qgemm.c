@@ -19,7 +19,7 @@
 #include "util/dtype.h"
 
 /* Scratch of the AMX kernel per thread, after the panel. */
-#define AMX_SCRATCH 8192
+#define AMX_SCRATCH 12288
 
 int pl_qg_nr(pl_cpu_qgemm_kernel k) {
     switch (k) {

@@ -71,7 +71,7 @@ void pl_qg_kernel_avx2(const pl_qg_panel *P, const pl_qg_tile *T);
 void pl_qg_kernel_avxvnni(const pl_qg_panel *P, const pl_qg_tile *T);
 void pl_qg_kernel_vnni512(const pl_qg_panel *P, const pl_qg_tile *T);
 /* AMX: the tile's q rows are xq_stride bytes apart from T->q[0] (16-row A tiles read them
- * together, and rows up to the next multiple of 16 must be readable); scratch: 8 KiB,
+ * together, and rows up to the next multiple of 16 must be readable); scratch: 12 KiB,
  * 64-byte aligned. */
 void pl_qg_kernel_amx(const pl_qg_panel *P, const pl_qg_tile *T, size_t xq_stride,
                       void *scratch);

@@ -122,14 +122,15 @@ PL_INLINE PL_TARGET_AVX2 void transpose8(__m256i *r) {
     }
 }
 
+/* Pieces p0 .. K/32 - 1 of the panel's rows, 8 rows at a time. */
 PL_INLINE PL_TARGET_AVX2 void pack_levels_t(const uint8_t *w, size_t row_bytes, pl_qg_panel *P,
-                                            const pl_wtype t) {
+                                            const pl_wtype t, int p0) {
     const int nr = P->nr;
     for (int g = 0; g < nr; g += 8) {
         if (g >= P->n_valid) break; /* zero_columns clears the rest */
         const uint8_t *rows[8];
         for (int j = 0; j < 8; j++) rows[j] = w + (size_t)(g + j) * row_bytes;
-        for (int p = 0; p < P->K / 32; p++) {
+        for (int p = p0; p < P->K / 32; p++) {
             __m256i r[8];
             for (int j = 0; j < 8; j++)
                 r[j] = g + j < P->n_valid ? piece_levels(rows[j], t, p, P->is_signed)
@@ -142,44 +143,145 @@ PL_INLINE PL_TARGET_AVX2 void pack_levels_t(const uint8_t *w, size_t row_bytes, 
     }
 }
 
-static PL_TARGET_AVX2 void pack_avx2(const uint8_t *w, size_t row_bytes, pl_wtype t,
-                                     pl_qg_panel *P) {
+/* r[j] (row j's 16 words) -> r[i] = word i of every row: 16 x 16, in four rounds of
+ * shuffles (32-bit, 64-bit, then 128-bit lanes twice). */
+PL_INLINE PL_TARGET_AVX512 void transpose16(__m512i *r) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* r[4q + c] now holds, in 128-bit lane l, words c of rows 4l'.. of group q: lanes are
+     * rows 4q .. 4q+3 of 128-bit lane l = column block l */
+    for (int i = 0; i < 8; i++) {
+        int a = i < 4 ? i : i + 4, b = a + 4;
+        t[i] = _mm512_shuffle_i32x4(r[a], r[b], 0x88);
+        t[i + 8] = _mm512_shuffle_i32x4(r[a], r[b], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 4], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 4], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 8], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 8], t[i + 12], 0xdd);
+    }
+}
+
+/* Levels of 16 rows, two pieces (64 k) at a time; an odd last piece by the 8-row code. */
+PL_INLINE PL_TARGET_AVX512 void pack_levels16_t(const uint8_t *w, size_t row_bytes,
+                                                pl_qg_panel *P, const pl_wtype t) {
+    const int nr = P->nr, n_pieces = P->K / 32;
+    for (int g = 0; g < nr && g < P->n_valid; g += 16) {
+        const uint8_t *rows[16];
+        for (int j = 0; j < 16; j++) rows[j] = w + (size_t)(g + j) * row_bytes;
+        for (int p = 0; p + 1 < n_pieces; p += 2) {
+            __m512i r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = g + j < P->n_valid
+                           ? _mm512_inserti64x4(
+                                 _mm512_castsi256_si512(piece_levels(rows[j], t, p, P->is_signed)),
+                                 piece_levels(rows[j], t, p + 1, P->is_signed), 1)
+                           : _mm512_setzero_si512();
+            transpose16(r);
+            for (int j = 0; j < 16; j++)
+                _mm512_storeu_si512(P->lev + ((size_t)(8 * p + j) * nr + g) * 4, r[j]);
+        }
+    }
+}
+
+static PL_TARGET_AVX512 void pack_levels_avx512(const uint8_t *w, size_t row_bytes,
+                                                pl_wtype t, pl_qg_panel *P) {
     switch (t) {
-    case PL_WTYPE_Q8_0: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q8_0); break;
-    case PL_WTYPE_Q4_0: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q4_0); break;
-    case PL_WTYPE_Q4_K: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q4_K); break;
-    case PL_WTYPE_Q5_K: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q5_K); break;
-    default: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q6_K); break;
+    case PL_WTYPE_Q8_0: pack_levels16_t(w, row_bytes, P, PL_WTYPE_Q8_0); break;
+    case PL_WTYPE_Q4_0: pack_levels16_t(w, row_bytes, P, PL_WTYPE_Q4_0); break;
+    case PL_WTYPE_Q4_K: pack_levels16_t(w, row_bytes, P, PL_WTYPE_Q4_K); break;
+    case PL_WTYPE_Q5_K: pack_levels16_t(w, row_bytes, P, PL_WTYPE_Q5_K); break;
+    default: pack_levels16_t(w, row_bytes, P, PL_WTYPE_Q6_K); break;
+    }
+}
+
+static PL_TARGET_AVX2 void pack_avx2(pl_cpu_isa isa, const uint8_t *w, size_t row_bytes,
+                                     pl_wtype t, pl_qg_panel *P) {
+    if (isa == PL_CPU_ISA_AVX512 && P->nr % 16 == 0) {
+        pack_levels_avx512(w, row_bytes, t, P);
+    }
+    switch (isa == PL_CPU_ISA_AVX512 && P->nr % 16 == 0 ? PL_WTYPE_COUNT : t) {
+    case PL_WTYPE_Q8_0: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q8_0, 0); break;
+    case PL_WTYPE_Q4_0: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q4_0, 0); break;
+    case PL_WTYPE_Q4_K: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q4_K, 0); break;
+    case PL_WTYPE_Q5_K: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q5_K, 0); break;
+    case PL_WTYPE_Q6_K: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q6_K, 0); break;
+    default: /* AVX-512 did all but an odd last piece */
+        if (P->K / 32 % 2) {
+            switch (t) {
+            case PL_WTYPE_Q8_0: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q8_0, P->K / 32 - 1); break;
+            case PL_WTYPE_Q4_0: pack_levels_t(w, row_bytes, P, PL_WTYPE_Q4_0, P->K / 32 - 1); break;
+            default: break; /* K-quant rows are whole 256s: an even number of pieces */
+            }
+        }
+        break;
     }
     const int nr = P->nr;
-    for (int n = 0; n < P->n_valid; n++) {
-        const uint8_t *row = w + (size_t)n * row_bytes;
-        if (t == PL_WTYPE_Q8_0 || t == PL_WTYPE_Q4_0) {
-            size_t bb = pl_q_block_bytes(t);
-            for (int p = 0; p < P->K / 32; p++)
-                P->sc[(size_t)p * nr + n] = pl_avx2_f16(row + (size_t)p * bb);
-            continue;
-        }
+    if (t == PL_WTYPE_Q8_0 || t == PL_WTYPE_Q4_0) {
+        /* 8 blocks' f16 scales of 8 rows: widened and transposed, one store per block */
         size_t bb = pl_q_block_bytes(t);
-        for (int u = 0; u < P->K / 256; u++) {
-            float a[16], m[8];
-            __m256 lo, hi;
-            if (t == PL_WTYPE_Q6_K) {
-                pl_avx2_q6_scales(row + (size_t)u * bb, &lo, &hi);
-                _mm256_storeu_ps(a, lo);
-                _mm256_storeu_ps(a + 8, hi);
-                for (int j = 0; j < 16; j++) P->sc[(size_t)(16 * u + j) * nr + n] = a[j];
-            } else {
-                pl_avx2_k4_scales(row + (size_t)u * bb, &lo, &hi);
-                _mm256_storeu_ps(a, lo);
-                _mm256_storeu_ps(m, hi);
+        int n_blocks = P->K / 32, p = 0;
+        for (; p + 8 <= n_blocks; p += 8)
+            for (int g = 0; g < P->n_valid; g += 8) {
+                __m256i a[8];
                 for (int j = 0; j < 8; j++) {
-                    P->sc[(size_t)(8 * u + j) * nr + n] = a[j];
-                    P->mn[(size_t)(8 * u + j) * nr + n] = m[j];
+                    uint16_t h[8] = {0};
+                    if (g + j < P->n_valid)
+                        for (int i = 0; i < 8; i++)
+                            h[i] = pl_q_f16_bits(w + (size_t)(g + j) * row_bytes +
+                                                 (size_t)(p + i) * bb);
+                    a[j] = _mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+                }
+                transpose8(a);
+                for (int i = 0; i < 8; i++)
+                    _mm256_storeu_si256((__m256i *)(P->sc + (size_t)(p + i) * nr + g), a[i]);
+            }
+        for (int n = 0; n < P->n_valid; n++) /* the last blocks */
+            for (int q = p; q < n_blocks; q++)
+                P->sc[(size_t)q * nr + n] = pl_avx2_f16(w + (size_t)n * row_bytes + (size_t)q * bb);
+        return;
+    }
+    /* K-quants: a super-block's 8 (16) scales of 8 rows at once, transposed like the levels
+     * into one 8-column store per block */
+    size_t bb = pl_q_block_bytes(t);
+    for (int g = 0; g < P->n_valid; g += 8)
+        for (int u = 0; u < P->K / 256; u++) {
+            __m256i a[8], b[8];
+            for (int j = 0; j < 8; j++) {
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                if (g + j < P->n_valid) {
+                    const uint8_t *sb = w + (size_t)(g + j) * row_bytes + (size_t)u * bb;
+                    if (t == PL_WTYPE_Q6_K)
+                        pl_avx2_q6_scales(sb, &lo, &hi);
+                    else
+                        pl_avx2_k4_scales(sb, &lo, &hi);
+                }
+                a[j] = _mm256_castps_si256(lo);
+                b[j] = _mm256_castps_si256(hi);
+            }
+            transpose8(a);
+            transpose8(b);
+            for (int j = 0; j < 8; j++) {
+                if (t == PL_WTYPE_Q6_K) { /* 16 groups of 16: blocks 16u + j and 16u + 8 + j */
+                    _mm256_storeu_si256((__m256i *)(P->sc + (size_t)(16 * u + j) * nr + g), a[j]);
+                    _mm256_storeu_si256((__m256i *)(P->sc + (size_t)(16 * u + 8 + j) * nr + g),
+                                        b[j]);
+                } else {
+                    _mm256_storeu_si256((__m256i *)(P->sc + (size_t)(8 * u + j) * nr + g), a[j]);
+                    _mm256_storeu_si256((__m256i *)(P->mn + (size_t)(8 * u + j) * nr + g), b[j]);
                 }
             }
         }
-    }
 }
 #endif
 
@@ -188,7 +290,7 @@ void pl_qg_pack(pl_cpu_isa isa, const uint8_t *w, size_t row_bytes, pl_wtype t, 
     layout(t, n_valid, nr, K, is_signed, buf, P);
 #ifdef PL_CPU_X86
     if (isa >= PL_CPU_ISA_AVX2)
-        pack_avx2(w, row_bytes, t, P);
+        pack_avx2(isa, w, row_bytes, t, P);
     else
 #endif
         pack_portable(w, row_bytes, t, P);

@@ -87,11 +87,13 @@ typedef struct pl_cpu_ctx {
     bool avxvnni, amx;
 
     /* matmul regime by activation rows R (see matmul.c), unless mm_force names one:
-     * - AVX-512 and AVX2, indexed by pl_cpu_mm_class (f32; f16/bf16; each quantised type):
-     *   R < own_min_rows streams the weights through the GEMV kernel (for the quantised
-     *   types the integer one, qgemv.c); up to own_max_rows (0: no limit) the own
-     *   register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
-     * - scalar: R < gemm_min_rows GEMV, otherwise OpenBLAS. */
+     * - f32, f16, bf16 on AVX-512 and AVX2, indexed by pl_cpu_mm_class (f32; f16/bf16):
+     *   R < own_min_rows streams the weights through the GEMV kernel; up to own_max_rows
+     *   (0: no limit) the own register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
+     * - f32, f16, bf16 on scalar CPUs: R < gemm_min_rows GEMV, otherwise OpenBLAS.
+     * - the quantised types, on every ISA: R < qgemm_min_rows the integer GEMV (qgemv.c),
+     *   otherwise the int8 GEMM (qgemm.c). The own GEMM and OpenBLAS on dequantised chunks
+     *   run them only when forced. */
     pl_cpu_mm_path mm_force;
     int own_min_rows[PL_CPU_MM_CLASSES], own_max_rows[PL_CPU_MM_CLASSES];
     int gemm_min_rows;

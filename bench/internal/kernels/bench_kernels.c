@@ -480,9 +480,9 @@ int main(int argc, char **argv) {
     check(pl_cpu_backend_create_isa(&opt, isa, &be16), "cpu backend (f16 KV)");
     pl_cpu_ctx *c = be->ctx;
     printf("config buildtype=%s isa=%s vnni=%d threads=%d gemm_min_rows=%d "
-           "own_min_rows=%d/%d/q%d\n",
+           "own_min_rows=%d/%d qgemm_min_rows=%d\n",
            PL_BUILDTYPE, pl_cpu_isa_name(c->isa), c->vnni, c->n_threads, c->gemm_min_rows,
-           c->own_min_rows[0], c->own_min_rows[1], c->own_min_rows[2]);
+           c->own_min_rows[0], c->own_min_rows[1], c->qgemm_min_rows[2]);
 
     /* The arena holds every weight matrix the GEMV/GEMM runs read: finite values in every
      * dtype (f16/bf16 bit patterns below 0x3c00 are small normals or zero). */

@@ -16,7 +16,10 @@
 #                      default $PAGELLM_TEST_MODELS/tokenizer.model (Llama 2's)
 # Shape stories260k is the trained stories260K.bin of $PAGELLM_TEST_MODELS (with its tok512
 # vocabulary): an F32 file (the KL-divergence base; random weights give near-uniform
-# distributions, so accuracy is compared on this one) and the same types from it.
+# distributions, so accuracy is compared on this one) and the same types from it, by pagellm
+# only: its hidden size 172 is not whole blocks of 32, which llama-quantize refuses for these
+# types ("no tensor type fallback"), where `pagellm quantize` stores those tensors in F16 as
+# llama.cpp does for its other fallbacks. llama.cpp runs the pl- files.
 # Files that exist are kept. Disk: ~0.9 GB (stories110m) and ~5 GB (tinyllama) in all.
 set -eu
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -42,7 +45,7 @@ for shape in "$@"; do
     fi
     for t in q8_0 q4_0 q4_k_m; do
         [ -f "$d/pl-$t.gguf" ] || "$PAGELLM" quantize "$src" "$d/pl-$t.gguf" "$t"
-        if [ -x "$QUANTIZE" ] && [ ! -f "$d/ll-$t.gguf" ]; then
+        if [ -x "$QUANTIZE" ] && [ ! -f "$d/ll-$t.gguf" ] && [ "$shape" != stories260k ]; then
             T=$(echo "$t" | tr a-z A-Z)
             "$QUANTIZE" "$src" "$d/ll-$t.gguf" "$T" 2 >"$d/ll-$t.log" 2>&1 ||
                 { cat "$d/ll-$t.log" >&2; exit 1; }

@@ -158,10 +158,18 @@ def accuracy(a, peer, pagellm, models, tmp):
         sys.exit(f"{base} is missing: bench/peer/make_models.sh {a.kld}")
     t, ctx = str(a.threads), str(a.kld_ctx)
     kld_file = os.path.join(tmp, "base.kld")
-    locked([[peer.perplexity, "-m", base, "-f", a.kld_text, "-c", ctx, "-t", t,
+    # runs of whitespace as one space: SentencePiece's normaliser collapses them (pagellm
+    # tokenizes as SentencePiece does), llama.cpp's tokenizer keeps them, and the two would
+    # score different token streams (GPL-3: 21599 tokens against 22144)
+    with open(a.kld_text, encoding="utf-8") as f:
+        flat = " ".join(f.read().split())
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write(flat)
+    locked([[peer.perplexity, "-m", base, "-f", text, "-c", ctx, "-t", t,
              "--kl-divergence-base", kld_file]])
-    print(f"\n## accuracy: {a.kld} against its F32 file, text {a.kld_text}, windows of {ctx} "
-          f"tokens, llama.cpp {peer.commit[:12]}")
+    print(f"\n## accuracy: {a.kld} against its F32 file, text {a.kld_text} (whitespace runs as "
+          f"one space), windows of {ctx} tokens, llama.cpp {peer.commit[:12]}")
     print("| file | mean KLD llama.cpp | mean KLD pagellm | pagellm / llama.cpp | "
           "Same top p llama.cpp | Same top p pagellm | difference (points) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -171,11 +179,11 @@ def accuracy(a, peer, pagellm, models, tmp):
             model = os.path.join(d, f"{who}-{ty}.gguf")
             if not os.path.exists(model):
                 continue
-            ll = subprocess.run(["flock", LOCK, peer.perplexity, "-m", model, "-f", a.kld_text,
+            ll = subprocess.run(["flock", LOCK, peer.perplexity, "-m", model, "-f", text,
                                  "-c", ctx, "-t", t, "--kl-divergence-base", kld_file,
                                  "--kl-divergence"], capture_output=True, text=True)
             pl = subprocess.run(["flock", LOCK, pagellm, "perplexity", "--model", model,
-                                 "--file", a.kld_text, "--ctx-size", ctx, "-t", t,
+                                 "--file", text, "--ctx-size", ctx, "-t", t,
                                  "--no-progress", "--kl-divergence-base", base],
                                 capture_output=True, text=True)
             lk, lku, lt, ltu = kld_figures(ll.stdout + ll.stderr)

@@ -38,7 +38,7 @@ static void defaults(void *obj) {
 /* Every sizeof pl_engine_config has had in a release (see engine/fields.h). */
 static const size_t sizes[] = {sizeof(pl_engine_config)};
 
-const pl_field_table pl_engine_config_table = {
+static const pl_field_table pl_engine_config_table = {
     .prefix = "config", .fields = fields, .n = sizeof fields / sizeof fields[0],
     .struct_size = sizeof(pl_engine_config), .known_sizes = sizes,
     .n_known = sizeof sizes / sizeof sizes[0], .defaults = defaults,

@@ -1,7 +1,8 @@
 /*
  * engine/engine.c - creating and destroying an engine: backend, model, tokenizer, the KV pool
- * sized from memory, scheduler, runner; and the live list of requests the stepping thread
- * holds. The step itself is in step.c.
+ * sized from memory, scheduler, runner. The step itself is in step.c; the live list of
+ * requests the stepping thread holds is the intake's (intake.c), finishing a request is
+ * output.c's and freeing one request.c's, all below this file.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -133,26 +134,13 @@ static void free_step_buffers(pl_step_buffers *b) {
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) pl_free(p[i]);
 }
 
-static void free_requests(pl_request *r, bool graveyard) {
-    while (r) {
-        pl_request *n = graveyard ? r->inbox_next : r->next;
-        pl_request_free(r);
-        r = n;
-    }
-}
-
-void pl_engine_free_graveyard(pl_engine *e) {
-    free_requests(e->graveyard, true);
-    e->graveyard = NULL;
-}
-
 void pl_engine_destroy(pl_engine *e) {
     if (!e) return;
     /* finish everything still queued so blocks return to the pool before it goes */
     for (pl_request *r = e->live_head; r; r = r->next)
         pl_engine_finish_request(e, r, PL_FINISH_ABORT);
-    free_requests(e->live_head, false);
-    free_requests(e->graveyard, true);
+    pl_request_free_all(e->live_head, false);
+    pl_request_free_all(e->graveyard, true);
     pl_intake_deinit(&e->intake);
     pl_profiler_close_trace(&e->prof);
     pl_sched_destroy(e->sched);
@@ -161,6 +149,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_backend_destroy(e->be);
     pl_sampler_deinit(&e->sampler);
     pl_chat_state_free(&e->chat);
+    pl_constrain_deinit(&e->constrain);
     pl_tok_free(e->tok);
     pl_model_free(e->model);
     free_step_buffers(&e->sb);
@@ -182,7 +171,7 @@ static void add_eos(pl_engine *e, int32_t id) {
 static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
     const char *path = tokenizer_path ? tokenizer_path : e->model->tokenizer_path;
     if (!path) return PL_OK; /* token ids only */
-    PL_TRY(pl_tok_load(path, &e->tok));
+    if (!e->tok) PL_TRY(pl_tok_load(path, &e->tok)); /* (a dummy model's is loaded first) */
     int tv = pl_tok_vocab_size(e->tok);
     if (tv > e->vocab)
         return pl_fail(PL_ERR_FORMAT,
@@ -212,6 +201,11 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     size_t avail;
     PL_TRY(available_memory(e, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
+    if (!strncmp(model_path, "dummy:", 6) && tokenizer_path) {
+        /* random weights take the tokenizer's vocabulary when it is larger */
+        PL_TRY(pl_tok_load(tokenizer_path, &e->tok));
+        mo.dummy_vocab = pl_tok_vocab_size(e->tok);
+    }
     PL_TRY(pl_model_load_within(model_path, &mo, e->be->is_host ? avail : 0, &e->model));
     pl_engine_name_weights(e);
     const pl_model_config *mc = &e->model->cfg;
@@ -278,6 +272,12 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
         pl_free(e);
         return s;
     }
+    s = pl_constrain_init(&e->constrain);
+    if (s != PL_OK) {
+        pl_intake_deinit(&e->intake);
+        pl_free(e);
+        return s;
+    }
     s = engine_init(e, c.model_path, c.tokenizer_path, c.chat_template);
     if (s != PL_OK) {
         pl_engine_destroy(e);
@@ -285,25 +285,4 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     }
     *out = e;
     return PL_OK;
-}
-
-/* ---- the live list --------------------------------------------------------------------- */
-
-void pl_engine_live_append(pl_engine *e, pl_request *r) {
-    r->prev = e->live_tail;
-    r->next = NULL;
-    if (e->live_tail) e->live_tail->next = r;
-    else e->live_head = r;
-    e->live_tail = r;
-}
-
-void pl_engine_live_remove(pl_engine *e, pl_request *r) {
-    if (r->prev) r->prev->next = r->next;
-    else e->live_head = r->next;
-    if (r->next) r->next->prev = r->prev;
-    else e->live_tail = r->prev;
-}
-
-void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason) {
-    for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], reason);
 }

@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 /* The two members every table's struct starts with. */
 typedef struct head {
@@ -445,6 +446,7 @@ typedef struct value {
     const char **strs;      /* STRINGS: (n) borrowed texts */
     size_t n;
     bool append;            /* lists: add to the current list instead of replacing it */
+    char *dumped;           /* STRING holding JSON: the value as text (malloc'd by jansson) */
 } value;
 
 static pl_status check_value(const pl_field_table *t, const pl_field *f, const value *v) {
@@ -600,6 +602,7 @@ static pl_status set_value(const pl_field_table *t, const pl_field *f, void *obj
     if (s == PL_OK) s = store(t, f, obj, v);
     pl_free(v->ids);
     pl_free((void *)v->strs);
+    free(v->dumped);
     return s;
 }
 
@@ -676,6 +679,13 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
         return PL_OK;
     case PL_FIELD_STRING:
         if (json_is_null(j)) return (v->s = NULL), PL_OK;
+        if (f->value_name && !strcmp(f->value_name, "JSON") && !json_is_string(j)) {
+            /* a field holding JSON text (a schema, tools) also takes the value itself */
+            v->dumped = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+            if (!v->dumped) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+            v->s = v->dumped;
+            return PL_OK;
+        }
         if (!json_is_string(j)) return bad_json(t, f, j, "a string or null");
         if (!(v->s = json_cstr(j)))
             return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: the string contains a NUL byte",
@@ -786,20 +796,10 @@ static void put(out *o, const char *fmt, ...) {
     if (n > 0) o->len += (size_t)n;
 }
 
-/* Bytes of the valid UTF-8 character at p (no overlongs, surrogates or code points past
- * U+10FFFF); 0 when it is not one. */
+/* Bytes of the valid UTF-8 character at p; 0 when it is not one (the NUL stops the step). */
 static int utf8_len(const unsigned char *p) {
-    unsigned c = p[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
-    for (int k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80) return 0; /* also stops at the NUL */
-        cp = (cp << 6) | (p[k] & 0x3Fu);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
+    int k = pl_utf8_step(p, SIZE_MAX);
+    return k > 0 ? k : 0;
 }
 
 /* A JSON string; bytes that are not UTF-8 (a path may hold any) become U+FFFD. */

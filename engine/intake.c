@@ -7,7 +7,8 @@
  * register the id and append to the intake queue, and signal `arrived`. The stepping thread
  * drains the queue into the scheduler at the start of each step, so the scheduler itself
  * stays single-threaded; between steps it may sleep on `arrived` (pl_engine_wait). Only this
- * file touches the intake's fields.
+ * file touches the intake's fields and the live list (the requests the stepping thread holds,
+ * in submit order, until retired to the graveyard).
  */
 #include <errno.h>
 #include <math.h>
@@ -19,6 +20,7 @@
 #include "util/alloc.h"
 #include "util/log.h"
 #include "util/timer.h"
+#include "util/utf8.h"
 
 pl_status pl_intake_init(pl_intake *in) {
     memset(in, 0, sizeof *in);
@@ -52,24 +54,8 @@ void pl_intake_deinit(pl_intake *in) {
 
 /* Checks text: valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
 static pl_status check_utf8(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || i + len > n) goto bad;
-        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xC0) != 0x80) goto bad;
-            cp = (cp << 6) | (p[i + k] & 0x3Fu);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            goto bad;
-        i += len;
-        continue;
-    bad:
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "prompt: invalid UTF-8 at byte %zu", i);
-    }
+    size_t i = pl_utf8_validate(s, n);
+    if (i < n) return pl_fail(PL_ERR_INVALID_ARGUMENT, "prompt: invalid UTF-8 at byte %zu", i);
     return PL_OK;
 }
 
@@ -212,6 +198,22 @@ void pl_intake_publish(pl_engine *e) {
     pthread_mutex_unlock(&e->intake.mu);
 }
 
+/* The live list (submit order) of the requests the stepping thread holds. */
+static void live_append(pl_engine *e, pl_request *r) {
+    r->prev = e->live_tail;
+    r->next = NULL;
+    if (e->live_tail) e->live_tail->next = r;
+    else e->live_head = r;
+    e->live_tail = r;
+}
+
+static void live_remove(pl_engine *e, pl_request *r) {
+    if (r->prev) r->prev->next = r->next;
+    else e->live_head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else e->live_tail = r->prev;
+}
+
 void pl_intake_drain(pl_engine *e) {
     pl_intake *in = &e->intake;
     pthread_mutex_lock(&in->mu);
@@ -221,7 +223,7 @@ void pl_intake_drain(pl_engine *e) {
     while (r) {
         pl_request *next = r->inbox_next;
         r->inbox_next = NULL;
-        pl_engine_live_append(e, r);
+        live_append(e, r);
         pl_seq *dropped = NULL;
         pl_status s = pl_sched_add(e->sched, &r->samples[0].seq, &dropped);
         if (s != PL_OK) { /* only if the queue filled behind the submit-time check */
@@ -253,7 +255,7 @@ void pl_intake_retire_reported(pl_engine *e) {
     for (pl_request *r = e->live_head, *n; r; r = n) {
         n = r->next;
         if (r->n_unreported > 0) continue;
-        pl_engine_live_remove(e, r);
+        live_remove(e, r);
         pl_id_map_del(&in->live, r->id);
         r->inbox_next = e->graveyard;
         e->graveyard = r;

@@ -12,18 +12,14 @@
 #include "util/alloc.h"
 #include "util/log.h"
 #include "util/timer.h"
+#include "util/utf8.h"
 
 static pl_status text_append(pl_sample *s, const char *p, size_t n) {
     if (n == 0) return PL_OK;
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t cap = s->text_cap ? s->text_cap : 64;
-        while (cap < s->text_len + n + 1) cap *= 2;
-        char *g = pl_reallocarray(s->text, cap, 1);
-        if (!g) return pl_fail(PL_ERR_OUT_OF_MEMORY, "output text of request %llu",
-                               (unsigned long long)s->req->id);
-        s->text = g;
-        s->text_cap = cap;
-    }
+    if (s->text_len + n + 1 > s->text_cap &&
+        pl_grow_array((void **)&s->text, &s->text_cap, s->text_len + n + 1, 1, "text") != PL_OK)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "output text of request %llu",
+                       (unsigned long long)s->req->id);
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = '\0';
@@ -37,7 +33,7 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok,
     if (!s->finished && s->req->max_stop_len > 1) {
         size_t hold = s->req->max_stop_len - 1;
         safe = safe > hold ? safe - hold : 0;
-        while (safe > s->streamed && ((unsigned char)s->text[safe] & 0xC0) == 0x80) safe--;
+        while (safe > s->streamed && pl_utf8_is_cont((unsigned char)s->text[safe])) safe--;
     }
     if (safe < s->streamed) safe = s->streamed;
     void *p = b->deltas;
@@ -68,12 +64,13 @@ static long find_stop(const pl_request *r, const char *text, size_t len, size_t 
     return best;
 }
 
-static bool is_stop_id(const pl_engine *e, const pl_request *r, int32_t tok, int n_out) {
-    const pl_sampling_params *p = &r->params;
+static bool is_stop_id(const pl_engine *e, const pl_sample *s, int32_t tok, int n_out) {
+    const pl_sampling_params *p = &s->req->params;
     if (n_out <= p->min_tokens) return false; /* the sampler masked them; belt and braces */
     for (size_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] == tok) return true;
-    if (p->ignore_eos) return false;
+    /* a complete constrained output ends at end-of-text (its grammar allowed nothing else) */
+    if (p->ignore_eos && !pl_constrain_complete(s)) return false;
     return pl_engine_is_eos(e, tok);
 }
 
@@ -119,7 +116,7 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
     else pl_hist_add(&e->stats.itl, (double)(now - s->t_last_token_ns) * 1e-9);
     s->t_last_token_ns = now;
 
-    bool stop_id = is_stop_id(e, r, tok, n_out);
+    bool stop_id = is_stop_id(e, s, tok, n_out);
     size_t old_len = s->text_len;
     if (s->detok && !stop_id) {
         const char *piece;
@@ -226,4 +223,8 @@ pl_status pl_output_collect(pl_engine *e) {
         }
     }
     return PL_OK;
+}
+
+void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason) {
+    for (int i = 0; i < r->n_samples; i++) pl_output_finish(e, &r->samples[i], reason);
 }

@@ -1,5 +1,6 @@
 /*
- * engine/request.c - building and freeing a request record (submit-side, any thread).
+ * engine/request.c - building and freeing a request record (submit-side, any thread), and
+ * freeing the lists of them the stepping thread keeps.
  *
  * Everything the caller passed is copied: token ids (into each sample's sequence), sampling
  * parameters, stop ids and strings (one block). A failed create frees what it made.
@@ -11,6 +12,7 @@
 
 void pl_request_free(pl_request *r) {
     if (!r) return;
+    pl_constrain_free_request(r);
     if (r->samples) {
         for (int i = 0; i < r->n_samples; i++) {
             pl_sample *s = &r->samples[i];
@@ -28,6 +30,19 @@ void pl_request_free(pl_request *r) {
     }
     pl_free(r->stop_copy);
     pl_free(r);
+}
+
+void pl_request_free_all(pl_request *r, bool graveyard) {
+    while (r) {
+        pl_request *n = graveyard ? r->inbox_next : r->next;
+        pl_request_free(r);
+        r = n;
+    }
+}
+
+void pl_engine_free_graveyard(pl_engine *e) {
+    pl_request_free_all(e->graveyard, true);
+    e->graveyard = NULL;
 }
 
 static uint64_t mix(uint64_t x) {
@@ -133,6 +148,11 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
                                rows, e->vocab, (rows * (size_t)e->vocab * 4) >> 20);
             }
         }
+    }
+    pl_status cs = pl_constrain_request(e, r);
+    if (cs != PL_OK) {
+        pl_request_free(r);
+        return cs;
     }
     r->n_unreported = p->n;
     *out = r;

@@ -2,6 +2,7 @@
  * engine/sampling_params.c - per-request sampling parameters: their table
  * (PL_SAMPLING_PARAMS_FIELDS in pagellm.h) instantiated and the rules between fields.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -19,10 +20,12 @@ static void defaults(void *obj) {
 #undef DEF
 }
 
-/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h). */
-static const size_t sizes[] = {sizeof(pl_sampling_params)};
+/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h): before the
+ * constraint fields (json_schema ...), and now. */
+static const size_t sizes[] = {offsetof(pl_sampling_params, json_schema),
+                               sizeof(pl_sampling_params)};
 
-const pl_field_table pl_sampling_params_table = {
+static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],
     .struct_size = sizeof(pl_sampling_params), .known_sizes = sizes,
     .n_known = sizeof sizes / sizeof sizes[0], .defaults = defaults,
@@ -58,6 +61,11 @@ static pl_status check(const pl_sampling_params *p, int vocab) {
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "sampling.min_tokens = %d: must be in [0, max_tokens] (max_tokens = %d)",
                        p->min_tokens, p->max_tokens);
+    int n_constraints = (p->json_schema != NULL) + (p->grammar != NULL) + (p->regex != NULL) +
+                        (p->n_choice > 0);
+    if (n_constraints > 1)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling: json_schema, grammar, regex and choice "
+                       "exclude each other (%d are set)", n_constraints);
     for (size_t i = 0; vocab > 0 && i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= vocab)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,

@@ -1,6 +1,7 @@
 /*
- * model/backing.c - what a pl_model's weights point into, and binding a stored tensor to a
- * weight slot with type conversion.
+ * model/backing.c - what a pl_model's weights point into, binding a stored tensor to a weight
+ * slot with type conversion, and a model with blank weights (pl_model_alloc) in the layout
+ * weights.c computes.
  *
  * A model owns (through m->priv, a pl_model_backing) the file mappings its weights alias and
  * the heap blocks holding converted or generated tensors. pl_model_free releases all of it, so
@@ -12,6 +13,7 @@
  */
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/model_internal.h"
 #include "util/alloc.h"
@@ -123,5 +125,51 @@ pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void 
     if (s != PL_OK) return pl_fail_prefix(s, "tensor %s", name);
     pl_wtype_convert(buf, dt, src, src_type, (size_t)n);
     w->data = buf;
+    return PL_OK;
+}
+
+// ----------------------------------------------------------------------------
+// a model with blank weights
+
+static pl_status physical_memory_check(const char *name, uint64_t bytes) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return PL_OK; /* unknown: let the allocation decide */
+    uint64_t phys = (uint64_t)pages * (uint64_t)page;
+    if (bytes <= phys) return PL_OK;
+    return pl_fail(PL_ERR_OUT_OF_MEMORY,
+                   "%s: weights need %.1f GiB but this machine has %.1f GiB of memory", name,
+                   (double)bytes / (1 << 30), (double)phys / (1 << 30));
+}
+
+static pl_status check_matrix_type(const char *who, pl_wtype t) {
+    const pl_wtype_traits *tr = pl_wtype_traits_of(t);
+    if (!tr || !tr->from_f32)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: weight type %d (%s) cannot be made here",
+                       who, (int)t, pl_wtype_name(t));
+    return PL_OK;
+}
+
+pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
+                         pl_model **out) {
+    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc: out is NULL");
+    *out = NULL;
+    if (!name) name = "model";
+    PL_TRY(pl_model_config_validate(cfg));
+    PL_TRY(check_matrix_type(name, matrices));
+    uint64_t total;
+    if (!pl_model_layout(NULL, cfg, matrices, NULL, &total) || total > SIZE_MAX)
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
+    PL_TRY(physical_memory_check(name, total));
+    pl_model *m;
+    PL_TRY(pl_model_shell_create(cfg, name, &m));
+    void *base = NULL;
+    pl_status s = pl_model_own_alloc(m, (size_t)(total ? total : 1), &base);
+    if (s != PL_OK) {
+        pl_model_free(m);
+        return s;
+    }
+    pl_model_layout(m, cfg, matrices, base, &total);
+    pl_model_tie_output(m);
+    *out = m;
     return PL_OK;
 }

@@ -84,6 +84,11 @@ pl_status pl_model_bind(pl_model *m, pl_tensor_role role, int layer, const void 
                         pl_wtype src_type, pl_wtype matrices, const char *name);
 /* Ties the output projection to the embedding (same data) when m->cfg.tied_embeddings. */
 void pl_model_tie_output(pl_model *m);
+/* Walks every stored tensor of c in model order, placing each at the next 64-byte boundary;
+ * with base, points m's slots there. Total bytes into *total; false on overflow or a shape
+ * the type cannot hold (weights.c). */
+bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, uint8_t *base,
+                     uint64_t *total);
 
 /* ---- config checks (config.c) ---- */
 /* Checks every field of cfg against the limits above and the model's own rules (a known

@@ -1,11 +1,13 @@
 /*
  * model/weights.c - the tensor tables applied to a config: which tensors a model has and their
- * shapes, a model with blank weights, and every size figure (bytes to allocate, the memory
- * limit, bytes and parameters streamed per token), each one loop over the model's tensors.
+ * shapes, the layout of a model's weights in one block, and every size figure (bytes to
+ * allocate, the memory limit, bytes and parameters streamed per token), each one loop over the
+ * model's tensors.
  *
- * Layout of pl_model_alloc: every stored tensor in model order (pl_model_slot), each from a
- * 64-byte boundary, in one block. pl_model_config_weight_bytes is the same walk without a
- * block, so sizing a model from its config and allocating it cannot disagree.
+ * The layout (pl_model_layout): every stored tensor in model order (pl_model_slot), each from a
+ * 64-byte boundary, in one block. pl_model_alloc (backing.c) places a blank model with it and
+ * pl_model_config_weight_bytes is the same walk without a block, so sizing a model from its
+ * config and allocating it cannot disagree.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -77,10 +79,8 @@ static bool tensor_bytes(const pl_model_config *c, pl_tensor_role r, pl_wtype ma
            pl_model_mul_ok(row, (uint64_t)rows, out);
 }
 
-/* Walks every stored tensor of c in model order, placing each at the next 64-byte boundary;
- * with base, points m's slots there. Total bytes into *total; false on overflow or a shape
- * the type cannot hold. */
-static bool layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, uint8_t *base,
+/* See model_internal.h. */
+bool pl_model_layout(pl_model *m, const pl_model_config *c, pl_wtype matrices, uint8_t *base,
                    uint64_t *total) {
     uint64_t off = 0;
     size_t n = pl_model_n_slots(c);
@@ -110,49 +110,6 @@ void pl_model_tie_output(pl_model *m) {
             m->w[pl_model_slot(&m->cfg, PL_T_TOKEN_EMBD, 0)];
 }
 
-static pl_status physical_memory_check(const char *name, uint64_t bytes) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return PL_OK; /* unknown: let the allocation decide */
-    uint64_t phys = (uint64_t)pages * (uint64_t)page;
-    if (bytes <= phys) return PL_OK;
-    return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                   "%s: weights need %.1f GiB but this machine has %.1f GiB of memory", name,
-                   (double)bytes / (1 << 30), (double)phys / (1 << 30));
-}
-
-static pl_status check_matrix_type(const char *who, pl_wtype t) {
-    const pl_wtype_traits *tr = pl_wtype_traits_of(t);
-    if (!tr || !tr->from_f32)
-        return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: weight type %d (%s) cannot be made here",
-                       who, (int)t, pl_wtype_name(t));
-    return PL_OK;
-}
-
-pl_status pl_model_alloc(const pl_model_config *cfg, pl_wtype matrices, const char *name,
-                         pl_model **out) {
-    if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_alloc: out is NULL");
-    *out = NULL;
-    if (!name) name = "model";
-    PL_TRY(pl_model_config_validate(cfg));
-    PL_TRY(check_matrix_type(name, matrices));
-    uint64_t total;
-    if (!layout(NULL, cfg, matrices, NULL, &total) || total > SIZE_MAX)
-        return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weights do not fit the address space", name);
-    PL_TRY(physical_memory_check(name, total));
-    pl_model *m;
-    PL_TRY(pl_model_shell_create(cfg, name, &m));
-    void *base = NULL;
-    pl_status s = pl_model_own_alloc(m, (size_t)(total ? total : 1), &base);
-    if (s != PL_OK) {
-        pl_model_free(m);
-        return s;
-    }
-    layout(m, cfg, matrices, base, &total);
-    pl_model_tie_output(m);
-    *out = m;
-    return PL_OK;
-}
-
 // ----------------------------------------------------------------------------
 // size figures
 
@@ -164,7 +121,7 @@ pl_status pl_model_config_weight_bytes(const pl_model_config *cfg, pl_wtype matr
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "pl_model_config_weight_bytes: weight type %d is not a weight type",
                        (int)matrices);
-    if (!layout(NULL, cfg, matrices, NULL, out))
+    if (!pl_model_layout(NULL, cfg, matrices, NULL, out))
         return pl_fail(PL_ERR_OUT_OF_MEMORY,
                        "model config: weight bytes overflow 64 bits, or rows of %d (dim), %d "
                        "(hidden_dim) or %d (head_dim) elements are not whole blocks of %s",

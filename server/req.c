@@ -1,6 +1,12 @@
 /*
  * server/req.c - a request in flight: references, its queue of stream events, the copies of
  * logprobs the stepping thread makes, and resuming its suspended connection.
+ *
+ * The one loop between this file and another is deliberate: the last pl_srv_req_unref hands
+ * the request to the watcher (pl_srv_watch_bury, watch.c), and the watcher frees it with
+ * pl_srv_req_destroy here once its epoll batch is over, because an event of that batch may
+ * still name the request (watch.c says why). Freeing in place would be the use-after-free
+ * this hand-off exists to prevent.
  */
 #include <microhttpd.h>
 #include <stdlib.h>

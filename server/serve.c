@@ -28,27 +28,6 @@
 #include "server/server.h"
 #include "server/srv.h"
 
-double pl_srv_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-void pl_srv_log(const char *level, const char *fmt, ...) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    struct tm tm;
-    localtime_r(&t.tv_sec, &tm);
-    char line[2048];
-    int n = snprintf(line, sizeof line, "%s %02d:%02d:%02d.%03ld ", level, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, t.tv_nsec / 1000000);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "%s\n", line); /* one call: lines of different threads do not mix */
-}
-
 /* Idle keep-alive connections each hold a descriptor: take what the hard limit allows. */
 static void raise_fd_limit(void) {
     struct rlimit rl;

@@ -6,8 +6,10 @@
  *   _latency_histogram. Between steps it sleeps in pl_engine_wait. After each step it copies
  *   what the step reported into the requests it belongs to (step results are valid only
  *   until the next step) and hands the connections to resume to the watcher.
- * - libmicrohttpd's threads (http.c) parse, tokenize, submit and abort, and turn what the
- *   stepping thread copied into HTTP responses (a whole JSON body, or SSE chunks).
+ * - libmicrohttpd's threads run the transport (http.c: connections, bodies, suspending and
+ *   resuming, sending) and, through it, the routes (routes.c: parse, tokenize, submit and
+ *   abort, and turn what the stepping thread copied into responses: a whole JSON body, or
+ *   SSE chunks).
  * - The watcher thread (watch.c) resumes the connections the stepping thread has new output
  *   for (so that thread pays one wake-up per step, not one libmicrohttpd call per stream),
  *   notices clients that hang up while their connection is suspended (libmicrohttpd does not
@@ -36,6 +38,7 @@
 #include <stdint.h>
 
 #include "pagellm.h"
+#include "server/log.h"
 
 struct MHD_Connection;
 struct MHD_Daemon;
@@ -207,6 +210,15 @@ typedef struct pl_srv_choice {
 typedef struct pl_srv pl_srv;
 typedef struct pl_srv_conn pl_srv_conn;
 
+/* What a stream's next() did. */
+typedef enum pl_srv_next {
+    PL_SRV_NEXT_MORE,  /* appended to r->out; call again once it is sent */
+    PL_SRV_NEXT_END,   /* appended the last of the stream */
+    PL_SRV_NEXT_WAIT,  /* nothing yet: the connection sleeps until the stepping thread has
+                          more (r->ev_head, r->done or r->overflow) */
+    PL_SRV_NEXT_FAIL,  /* out of memory: the stream ends with an error */
+} pl_srv_next;
+
 typedef struct pl_srv_req {
     pthread_mutex_t mu;
     atomic_int refs;
@@ -249,6 +261,7 @@ typedef struct pl_srv_req {
     pl_srv_event *ev_head, *ev_tail;
     int n_events;
     /* streaming output (HTTP thread) */
+    pl_srv_next (*next)(pl_srv *s, struct pl_srv_req *r); /* the stream's (pl_srv_response) */
     bool stream_ended;
     char *out;
     size_t out_len, out_pos, out_cap;
@@ -375,6 +388,40 @@ bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s);
 /* Aborts every engine request the registry holds (the drain's end). */
 void pl_srv_abort_all(pl_srv *s);
 
+/* ------------------------------------------------------------------------------------------
+ * The HTTP exchange: the transport (http.c, libmicrohttpd's mechanics) calls the routes
+ * (routes.c, the endpoints as one table), which fill a response and never call back
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_srv_response {
+    int status;                    /* 0: nothing to send, close the connection */
+    const char *type;              /* Content-Type (static) */
+    char *body;                    /* malloc'd, taken by the transport */
+    size_t len;
+    const char *header, *value;    /* one more header (static), or NULL */
+    /* A stream: a chunked body whose chunks next() appends to r->out. */
+    pl_srv_next (*next)(pl_srv *s, pl_srv_req *r);
+    /* The answer comes once every choice finished (r->done): the connection sleeps until then,
+     * and pl_srv_route_answer gives it. */
+    bool wait;
+} pl_srv_response;
+
+/* The request headers the routes read. */
+typedef struct pl_srv_headers {
+    const char *authorization, *content_length; /* NULL when absent */
+} pl_srv_headers;
+
+/* routes.c */
+/* The headers arrived: picks the route (r->kind, r->path, r->allow) and checks the method,
+ * API key, draining and Content-Length. A refusal waits for the body (r->pending); returns
+ * true when *out must be sent now instead (413: the body is not read). */
+bool pl_srv_route_headers(pl_srv *s, pl_srv_req *r, const char *url, const char *method,
+                          const pl_srv_headers *h, pl_srv_response *out);
+/* The body is in: the pending refusal, or the route's answer. */
+void pl_srv_route_body(pl_srv *s, pl_srv_req *r, pl_srv_response *out);
+/* A waiting request is done: its answer. */
+void pl_srv_route_answer(pl_srv *s, pl_srv_req *r, pl_srv_response *out);
+
 /* http.c */
 bool pl_srv_http_start(pl_srv *s);
 void pl_srv_http_stop(pl_srv *s);
@@ -419,9 +466,5 @@ const char *pl_srv_finish_name(pl_finish_reason r);
 char *pl_srv_metrics_text(pl_srv *s, const pl_srv_snapshot *snap, size_t *out_len);
 /* The latency buckets of kind (upper bounds, seconds). */
 const double *pl_srv_buckets(pl_latency kind, size_t *out_n);
-
-/* Log lines on stderr: "INFO 12:34:56.789 text". */
-void pl_srv_log(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-double pl_srv_now(void); /* monotonic seconds */
 
 #endif

@@ -17,7 +17,9 @@
  * pointer, and a batch returned by epoll_wait may name a connection that closed since. So a
  * closed connection's record, and a request that lost its last reference (it is reached from
  * the record), go to this thread, which frees them only after the batch in progress: anything
- * seen in a batch is alive until the end of that batch.
+ * seen in a batch is alive until the end of that batch. This is the server's one deliberate
+ * loop between files: req.c's last unref calls pl_srv_watch_bury here, and this thread calls
+ * pl_srv_req_destroy there after the batch.
  *
  * Slow clients. Each record says what its connection is doing since when: idle (between
  * requests), reading a request (from its request line) or busy (being answered). Once a

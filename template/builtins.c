@@ -7,6 +7,7 @@
  * converted back (whole numbers become integers).
  */
 #include "template/tmpl_internal.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <string.h>
@@ -102,8 +103,8 @@ static int namespace_fn(pl_tm_rs *rs, const pl_tm_val *args, size_t n, pl_tm_val
                 } else if (pair.kind == PL_TM_V_STR) { /* a two-character string is a pair */
                     uint32_t cp;
                     pl_tm_str s = pair.u.s;
-                    int a = pl_tm_utf8_next(s.p, s.n, &cp);
-                    int b = a < (int)s.n ? pl_tm_utf8_next(s.p + a, s.n - (size_t)a, &cp) : 0;
+                    int a = pl_utf8_decode(s.p, s.n, &cp);
+                    int b = a < (int)s.n ? pl_utf8_decode(s.p + a, s.n - (size_t)a, &cp) : 0;
                     if (s.n == 0 || b == 0 || (size_t)(a + b) != s.n)
                         return pl_tm_fail(rs, PL_ERR_INVALID_ARGUMENT,
                                           "namespace expected an object or [key, value] pairs");

@@ -14,6 +14,12 @@
  *
  * Limits (pl_tmpl_limits): every node evaluated and every loop iteration costs a step, scans
  * cost by length; nesting (expressions, blocks, calls, nested values) is counted in depth.
+ *
+ * The one loop between files: this file applies filters (filters.c), and a filter evaluates
+ * its arguments through pl_tm_eval_args here, because arguments are expressions. That is the
+ * interpreter's own recursion, bounded by the depth limit; everything else this file uses
+ * (values, text, JSON, strings, failures and the budget in budget.c) sits below it and never
+ * calls back.
  */
 #include "template/tmpl_internal.h"
 
@@ -22,35 +28,10 @@
 #include <string.h>
 
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 /* Functions kept out of the recursive frames (see pl_tm_eval_expr). */
 #define NOINLINE __attribute__((noinline))
-
-/* ---- failures, budget ------------------------------------------------------------------ */
-
-int pl_tm_fail(pl_tm_rs *rs, pl_status code, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return pl_fail(code, "template line %d: %s", rs->line, msg);
-}
-
-int pl_tm_oom(pl_tm_rs *rs) {
-    if (rs->a.over_limit)
-        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "the render exceeds its memory limit of %zu bytes",
-                          rs->lim.max_memory_bytes);
-    return pl_tm_fail(rs, PL_ERR_OUT_OF_MEMORY, "out of memory");
-}
-
-int pl_tm_charge(pl_tm_rs *rs, uint64_t steps) {
-    rs->steps += steps;
-    if (rs->steps > rs->lim.max_steps)
-        return pl_tm_fail(rs, PL_ERR_TOO_LONG, "the render exceeds its budget of %llu steps",
-                          (unsigned long long)rs->lim.max_steps);
-    return 0;
-}
 
 static int enter(pl_tm_rs *rs) {
     if (++rs->depth > rs->lim.max_depth)
@@ -67,14 +48,7 @@ static int out_put(pl_tm_rs *rs, pl_tm_str s) {
         return pl_tm_fail(rs, PL_ERR_TOO_LONG, "the output exceeds the limit of %zu bytes",
                           rs->lim.max_output_bytes);
     PL_TRY(pl_tm_charge_n(rs, s.n));
-    if (o->n + s.n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 1024;
-        while (cap < o->n + s.n + 1) cap *= 2;
-        char *p = pl_reallocarray(o->p, cap, 1);
-        if (!p) return pl_tm_oom(rs);
-        o->p = p;
-        o->cap = cap;
-    }
+    if (pl_buf_reserve(o, s.n + 1, "template: output") != PL_OK) return pl_tm_oom(rs);
     if (s.n) memcpy(o->p + o->n, s.p, s.n);
     o->n += s.n;
     return 0;
@@ -195,7 +169,7 @@ static NOINLINE int eval_slice(pl_tm_rs *rs, pl_tm_val obj, const pl_tm_node *sl
         for (size_t i = 0; i < s.n;) {
             uint32_t cp;
             cps[len++] = s.p + i;
-            i += (size_t)pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+            i += (size_t)pl_utf8_decode(s.p + i, s.n - i, &cp);
         }
         cps[len] = s.p + s.n;
     } else {
@@ -261,7 +235,7 @@ static NOINLINE int index_at(pl_tm_rs *rs, pl_tm_val obj, double idx, pl_tm_val 
     size_t unit = 0;
     for (size_t i = 0; i < s.n;) {
         uint32_t cp;
-        int len = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+        int len = pl_utf8_decode(s.p + i, s.n - i, &cp);
         size_t units = cp >= 0x10000 ? 2 : 1;
         if ((double)(unit + units) > k) {
             if (units == 2) {

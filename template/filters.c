@@ -7,8 +7,12 @@
  * Beyond the oracle, with Jinja's meaning: d (= default), count (= length), select/reject
  * (by a test name, with an optional argument), the float test, and `x|default` without
  * parentheses. tojson(sort_keys=true) is refused: the oracle sorts with localeCompare.
+ *
+ * eval.c calls in here and this file calls eval.c back for a filter's arguments
+ * (pl_tm_eval_args): the interpreter's own recursion, the one loop allowed between files.
  */
 #include "template/tmpl_internal.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <string.h>
@@ -164,7 +168,7 @@ static int join_items(pl_tm_rs *rs, pl_tm_val v, pl_tm_str sep, pl_tm_val *out) 
         pl_tm_str s = v.u.s;
         for (size_t i = 0; i < s.n;) {
             uint32_t cp;
-            int k = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+            int k = pl_utf8_decode(s.p + i, s.n - i, &cp);
             if (i) PL_TRY(pl_tm_sb_put(rs, &b, sep));
             PL_TRY(pl_tm_sb_put(rs, &b, (pl_tm_str){s.p + i, (size_t)k}));
             i += (size_t)k;

@@ -12,27 +12,18 @@
 #include <string.h>
 
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 typedef struct sbuf {
     pl_tm_rs *rs;
-    char *p;
-    size_t n, cap;
+    pl_buf b;
 } sbuf;
 
 static int sb_put(sbuf *b, const char *s, size_t n) {
-    if (n > b->rs->lim.max_output_bytes - b->n)
+    if (n > b->rs->lim.max_output_bytes - b->b.n)
         return pl_tm_fail(b->rs, PL_ERR_TOO_LONG, "JSON text exceeds the limit of %zu bytes",
                           b->rs->lim.max_output_bytes);
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        char *p = pl_reallocarray(b->p, cap, 1);
-        if (!p) return pl_tm_oom(b->rs);
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
+    if (pl_buf_put(&b->b, s, n, "template: JSON text") != PL_OK) return pl_tm_oom(b->rs);
     return 0;
 }
 
@@ -74,7 +65,7 @@ static int quote(sbuf *b, pl_tm_str s, bool ascii) {
             k = 6;
         } else if (ascii && c >= 0x7F) {
             uint32_t cp;
-            len = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+            len = pl_utf8_decode(s.p + i, s.n - i, &cp);
             uint32_t units[2] = {cp, 0};
             int nu = 1;
             if (cp >= 0x10000) {
@@ -179,12 +170,12 @@ int pl_tm_to_json(pl_tm_rs *rs, pl_tm_val v, const pl_tm_json_opt *opt, pl_tm_st
     rs->depth = depth;
     if (rc == 0) {
         char *p;
-        rc = pl_tm_str_new(rs, b.n, &p);
+        rc = pl_tm_str_new(rs, b.b.n, &p);
         if (rc == 0) {
-            if (b.n) memcpy(p, b.p, b.n);
-            *out = (pl_tm_str){p, b.n};
+            if (b.b.n) memcpy(p, b.b.p, b.b.n);
+            *out = (pl_tm_str){p, b.b.n};
         }
     }
-    pl_free(b.p);
+    pl_buf_free(&b.b);
     return rc;
 }

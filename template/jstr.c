@@ -6,67 +6,17 @@
  * checked to be valid), so these helpers translate.
  */
 #include "template/tmpl_internal.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-int pl_tm_utf8_next(const char *s, size_t n, uint32_t *cp) {
-    const unsigned char *p = (const unsigned char *)s;
-    if (n == 0) {
-        *cp = 0;
-        return 0;
-    }
-    unsigned c = p[0];
-    if (c < 0x80 || n < 2) {
-        *cp = c;
-        return 1;
-    }
-    if (c < 0xE0) {
-        *cp = ((c & 0x1Fu) << 6) | (p[1] & 0x3Fu);
-        return 2;
-    }
-    if (c < 0xF0 || n < 4) {
-        if (n < 3) {
-            *cp = c;
-            return 1;
-        }
-        *cp = ((c & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
-        return 3;
-    }
-    *cp = ((c & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3Fu);
-    return 4;
-}
-
-int pl_tm_utf8_put(uint32_t cp, char *o) {
-    unsigned char *out = (unsigned char *)o;
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xC0 | (cp >> 6));
-        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xE0 | (cp >> 12));
-        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xF0 | (cp >> 18));
-    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 size_t pl_tm_utf16_len(pl_tm_str s) {
     size_t n = 0;
     for (size_t i = 0; i < s.n; i++) {
         unsigned char c = (unsigned char)s.p[i];
-        if ((c & 0xC0) != 0x80) n += c >= 0xF0 ? 2 : 1;
+        if (!pl_utf8_is_cont(c)) n += c >= 0xF0 ? 2 : 1;
     }
     return n;
 }
@@ -125,8 +75,8 @@ int pl_tm_js_cmp(pl_tm_str a, pl_tm_str b) {
     size_t i = 0, j = 0;
     while (i < a.n && j < b.n) {
         uint32_t ca, cb;
-        i += (size_t)pl_tm_utf8_next(a.p + i, a.n - i, &ca);
-        j += (size_t)pl_tm_utf8_next(b.p + j, b.n - j, &cb);
+        i += (size_t)pl_utf8_decode(a.p + i, a.n - i, &ca);
+        j += (size_t)pl_utf8_decode(b.p + j, b.n - j, &cb);
         if (ca == cb) continue;
         uint32_t ua = unit16(ca), ub = unit16(cb);
         if (ua != ub) return ua < ub ? -1 : 1;
@@ -169,7 +119,7 @@ int pl_tm_case(pl_tm_rs *rs, pl_tm_str s, bool upper, pl_tm_str *out) {
     bool changes = false;
     for (size_t i = 0; i < s.n;) {
         uint32_t cp;
-        int k = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+        int k = pl_utf8_decode(s.p + i, s.n - i, &cp);
         if (cp >= 0x80 && !caseless(cp))
             return pl_tm_fail(rs, PL_ERR_UNSUPPORTED,
                               "%s-casing the non-ASCII character U+%04X (no Unicode case tables)",

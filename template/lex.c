@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 /* A rewritten source: bytes and the original offset of each. */
 typedef struct src_buf {
@@ -56,7 +57,7 @@ int pl_tm_column(const char *src, size_t len, uint32_t off) {
     while (start > 0 && src[start - 1] != '\n') start--;
     int col = 1;
     for (size_t i = start; i < off; i++)
-        if (((unsigned char)src[i] & 0xC0) != 0x80) col++; /* characters, not bytes */
+        if (!pl_utf8_is_cont((unsigned char)src[i])) col++; /* characters, not bytes */
     return col;
 }
 
@@ -281,7 +282,7 @@ static pl_status string_lit(lexer *L, size_t *pos, char quote, pl_tm_str *out) {
     while (L->s.p[i] != quote) {
         char c = L->s.p[i];
         if (c != '\\') {
-            if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n), pending_high = 0;
+            if (pending_high) n += (size_t)pl_utf8_encode(0xFFFD, o + n), pending_high = 0;
             o[n++] = c;
             i++;
             continue;
@@ -301,23 +302,23 @@ static pl_status string_lit(lexer *L, size_t *pos, char quote, pl_tm_str *out) {
                 v = 0x10000 + ((pending_high - 0xD800) << 10) + (v - 0xDC00);
                 pending_high = 0;
             } else {
-                if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n), pending_high = 0;
+                if (pending_high) n += (size_t)pl_utf8_encode(0xFFFD, o + n), pending_high = 0;
                 if (v >= 0xD800 && v <= 0xDBFF) {
                     pending_high = v;
                     continue;
                 }
                 if (v >= 0xDC00 && v <= 0xDFFF) v = 0xFFFD; /* a lone low surrogate */
             }
-            n += (size_t)pl_tm_utf8_put(v, o + n);
+            n += (size_t)pl_utf8_encode(v, o + n);
             continue;
         }
         static const char from[] = "ntrbfv'\"\\", to[] = "\n\t\r\b\f\v'\"\\";
         const char *k = e ? strchr(from, e) : NULL;
         if (!k) return lex_error(L, i - 2, "unexpected escaped character");
-        if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n), pending_high = 0;
+        if (pending_high) n += (size_t)pl_utf8_encode(0xFFFD, o + n), pending_high = 0;
         o[n++] = to[k - from];
     }
-    if (pending_high) n += (size_t)pl_tm_utf8_put(0xFFFD, o + n);
+    if (pending_high) n += (size_t)pl_utf8_encode(0xFFFD, o + n);
     *pos = i + 1;
     *out = (pl_tm_str){o, n};
     return PL_OK;
@@ -474,37 +475,6 @@ static pl_status tokenize(lexer *L) {
 
 /* ---- entry ----------------------------------------------------------------------------- */
 
-/* Offset of the first invalid UTF-8 sequence (overlongs, surrogates and > U+10FFFF included),
- * or len. */
-static size_t utf8_invalid_at(const unsigned char *p, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = p[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        uint32_t cp, min;
-        if (c >= 0xC2 && c <= 0xDF)
-            k = 2, cp = c & 0x1F, min = 0x80;
-        else if (c >= 0xE0 && c <= 0xEF)
-            k = 3, cp = c & 0x0F, min = 0x800;
-        else if (c >= 0xF0 && c <= 0xF4)
-            k = 4, cp = c & 0x07, min = 0x10000;
-        else
-            return i;
-        if (i + k > len) return i;
-        for (size_t j = 1; j < k; j++) {
-            if ((p[i + j] & 0xC0) != 0x80) return i;
-            cp = (cp << 6) | (p[i + j] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-        i += k;
-    }
-    return len;
-}
-
 pl_status pl_tm_lex(const char *src, size_t len, pl_tm_arena *a, pl_tm_tok **out_toks,
                     size_t *out_n) {
     lexer L = {.a = a, .orig = src, .orig_n = len};
@@ -516,7 +486,7 @@ pl_status pl_tm_lex(const char *src, size_t len, pl_tm_arena *a, pl_tm_tok **out
     L.n_lines = 1;
     for (size_t i = 0; i < len; i++)
         if (src[i] == '\n') L.line_starts[L.n_lines++] = i + 1;
-    size_t bad = utf8_invalid_at((const unsigned char *)src, len);
+    size_t bad = pl_utf8_validate(src, len);
     if (bad < len) {
         st = pl_fail(PL_ERR_FORMAT, "template line %d, column %d: invalid UTF-8",
                      line_of(&L, (uint32_t)bad), pl_tm_column(src, len, (uint32_t)bad));

@@ -10,6 +10,7 @@
  * on white space runs.
  */
 #include "template/tmpl_internal.h"
+#include "util/utf8.h"
 
 #include <string.h>
 
@@ -109,7 +110,7 @@ static int capitalize(pl_tm_rs *rs, pl_tm_str s, pl_tm_str *out) {
         return 0;
     }
     uint32_t cp;
-    int k = pl_tm_utf8_next(s.p, s.n, &cp);
+    int k = pl_utf8_decode(s.p, s.n, &cp);
     pl_tm_str first = {s.p, (size_t)k}, up;
     PL_TRY(pl_tm_case(rs, first, true, &up));
     return pl_tm_str_cat(rs, up, (pl_tm_str){s.p + k, s.n - (size_t)k}, out);
@@ -266,7 +267,7 @@ int pl_tm_str_replace(pl_tm_rs *rs, pl_tm_str s, pl_tm_str from, pl_tm_str to, d
                 }
                 if (i >= s.n) break;
                 uint32_t cp;
-                int k = pl_tm_utf8_next(s.p + i, s.n - i, &cp);
+                int k = pl_utf8_decode(s.p + i, s.n - i, &cp);
                 EMIT(s.p + i, (size_t)k);
                 i += (size_t)k;
             }

@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "template/template.h"
+#include "util/buf.h"
 #include "util/status.h"
 
 /* ---- arena ----------------------------------------------------------------------------- */
@@ -285,10 +286,7 @@ struct pl_tm_env {
     pl_tm_val *vals;
 };
 
-typedef struct pl_tm_out {
-    char *p;
-    size_t n, cap;
-} pl_tm_out;
+typedef pl_buf pl_tm_out; /* the render's output */
 
 typedef struct pl_tm_rs {
     pl_tm_arena a;
@@ -311,6 +309,7 @@ int pl_tm_eval_args(pl_tm_rs *rs, pl_tm_node *const *args, size_t n, pl_tm_env *
 #define PL_TM_BREAK 1
 #define PL_TM_CONTINUE 2
 
+/* Failures and the budget (budget.c, below every other file of the render). */
 /* Records a render failure naming the current line; returns code. */
 int pl_tm_fail(pl_tm_rs *rs, pl_status code, const char *fmt, ...) PL_PRINTF(3, 4);
 /* PL_ERR_TOO_LONG when the arena hit its limit, else PL_ERR_OUT_OF_MEMORY. */
@@ -348,6 +347,7 @@ const char *pl_tm_kind_name(pl_tm_kind k); /* the oracle's type names ("StringVa
 
 /* JavaScript number -> string (Number.prototype.toString). buf >= 32 bytes. */
 size_t pl_tm_num_js(double x, char *buf);
+/* Values as text and equality (text.c). */
 /* The oracle's toString of a value (FloatValue 1 -> "1.0", arrays/objects -> JSON). */
 int pl_tm_to_string(pl_tm_rs *rs, pl_tm_val v, pl_tm_str *out);
 /* The JavaScript toString of the underlying value (`value.toString()`: FloatValue 1 -> "1",
@@ -372,9 +372,6 @@ int pl_tm_from_json(pl_tm_rs *rs, const json_t *j, int depth, pl_tm_val *out);
 
 /* Length in UTF-16 code units. */
 size_t pl_tm_utf16_len(pl_tm_str s);
-/* Decodes one code point at p (valid UTF-8 assumed); returns its byte length. */
-int pl_tm_utf8_next(const char *p, size_t n, uint32_t *cp);
-int pl_tm_utf8_put(uint32_t cp, char *out); /* returns bytes written (1..4) */
 /* Byte length of the JavaScript white space (\s, String.prototype.trim) at p, else 0. */
 int pl_tm_js_space(const char *p, size_t n);
 /* Byte length of JavaScript white space ending at p + n (looking backwards), else 0. */

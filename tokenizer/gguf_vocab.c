@@ -30,6 +30,7 @@
 #include "tokenizer/hf.h"
 #include "tokenizer/spm.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #define K_MODEL "tokenizer.ggml.model"
 #define K_TOKENS "tokenizer.ggml.tokens"
@@ -137,7 +138,7 @@ static pl_status read_tokens(vocab *v) {
         const unsigned char *u = (const unsigned char *)s.p;
         bool ok = s.n > 0 && s.n <= 65536;
         for (size_t k = 0; ok && k < s.n;) {
-            int step = u[k] ? pl_tok_utf8_step(u + k, (size_t)s.n - k) : -1;
+            int step = u[k] ? pl_utf8_step(u + k, (size_t)s.n - k) : -1;
             ok = step > 0;
             k += ok ? (size_t)step : 0;
         }

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "tokenizer/tokenizer.h"
+
 /* GGUF token types (llama.cpp's, the same numbers as SentencePiece's piece types). */
 enum {
     PL_GGUF_TOK_NORMAL = 1,
@@ -32,6 +34,10 @@ typedef struct pl_gguf_pre {
     bool nfc;
     bool ignore_merges;
 } pl_gguf_pre;
+
+/* Loads the vocabulary inside the GGUF file at path into t, as the loaders in tok_internal.h
+ * do (gguf_vocab.c). */
+pl_status pl_tok_gguf_open(pl_tokenizer *t, const char *path);
 
 /* The entry a tokenizer.ggml.pre names (NULL: unknown). */
 const pl_gguf_pre *pl_gguf_pre_by_name(const char *name, size_t len);

@@ -13,6 +13,7 @@
 
 #include "tokenizer/hf.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #define SMALL 48
 
@@ -103,7 +104,7 @@ static pl_status initial_symbols(const pl_hf_model *m, const char *w, size_t len
     }
     for (size_t i = 0; i < len;) {
         size_t k = 1;
-        while (i + k < len && (u[i + k] & 0xC0) == 0x80) k++;
+        while (i + k < len && pl_utf8_is_cont(u[i + k])) k++;
         int32_t id = pl_tok_strmap_get(&m->vocab, w + i, k);
         if (id >= 0) {
             s->v[s->n++].id = id;

@@ -7,6 +7,7 @@
  * and newline "Ċ" (U+010A).
  */
 #include "tokenizer/hf.h"
+#include "util/utf8.h"
 
 static bool stands_for_itself(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
@@ -19,7 +20,7 @@ int pl_hf_char_of_byte(uint8_t b, char *out) {
         for (unsigned x = 0; x < b; x++) n += !stands_for_itself(x);
         cp = 0x100 + n;
     }
-    return pl_tok_utf8_encode(cp, out);
+    return pl_utf8_encode(cp, out);
 }
 
 int pl_hf_byte_of_char(uint32_t cp) {
@@ -40,8 +41,8 @@ pl_status pl_hf_lossy_append(pl_tok_buf *out, const unsigned char *b, size_t n) 
             *o++ = (char)b[i++];
             continue;
         }
-        int k = pl_tok_utf8_subpart(b + i, n - i);
-        int need = b[i] >= 0xF0 ? 4 : b[i] >= 0xE0 ? 3 : 2;
+        int k = pl_utf8_subpart(b + i, n - i);
+        int need = pl_utf8_lead_len(b[i]);
         if (k > 0 && k == need) {
             for (int j = 0; j < k; j++) *o++ = (char)b[i + j];
             i += (size_t)k;

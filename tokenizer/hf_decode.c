@@ -24,6 +24,7 @@
 
 #include "tokenizer/hf.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 // ---- shared pieces ----------------------------------------------------------------------------
 
@@ -54,8 +55,6 @@ static int byte_token(const char *s, size_t n) {
 static bool isxdigit_ascii(uint8_t c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
-
-static int char_len(unsigned char c) { return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2; }
 
 /* Appends text with NUL -> U+FFFD. */
 static pl_status put_text(pl_tok_buf *b, const char *s, size_t n) {
@@ -188,7 +187,7 @@ static pl_status stage_list(const pl_hf_dec *d, const tlist *in, tlist *out) {
                     if (!(i == 0 && d->drop_first)) PL_TRY(tl_put(out, " ", 1));
                     j += (size_t)d->ch_len;
                 } else {
-                    int k = char_len((unsigned char)s[j]);
+                    int k = pl_utf8_lead_len((unsigned char)s[j]);
                     PL_TRY(tl_put(out, s + j, (size_t)k));
                     j += (size_t)k;
                 }
@@ -203,7 +202,7 @@ static pl_status stage_list(const pl_hf_dec *d, const tlist *in, tlist *out) {
             size_t n = in->v[i].len, mark = bytes.n;
             for (size_t j = 0; j < n && st == PL_OK;) {
                 uint32_t cp;
-                j += (size_t)pl_tok_utf8_decode((const unsigned char *)s + j, &cp);
+                j += (size_t)pl_utf8_decode(s + j, n - j, &cp);
                 int b = pl_hf_byte_of_char(cp);
                 if (b < 0) { /* a character outside the alphabet: the token's own bytes */
                     bytes.n = mark;
@@ -313,8 +312,8 @@ static void send_data(hf_detok *d, int k, const char *p, size_t n) {
 static void utf8_byte(hf_detok *d, int k, stage *s, uint8_t b) {
     s->part[s->n_part++] = b;
     while (s->n_part > 0) {
-        int m = pl_tok_utf8_subpart(s->part, s->n_part);
-        int need = char_len(s->part[0]);
+        int m = pl_utf8_subpart(s->part, s->n_part);
+        int need = pl_utf8_lead_len(s->part[0]);
         if (m > 0 && m == need) {
             send_data(d, k + 1, (const char *)s->part, (size_t)m);
         } else if (m > 0 && (uint32_t)m == s->n_part) {
@@ -339,7 +338,7 @@ typedef void (*char_fn)(hf_detok *d, int k, stage *s, const char *c, int n);
 static void per_char(hf_detok *d, int k, stage *s, const char *p, size_t n, char_fn fn) {
     for (size_t i = 0; i < n; i++) {
         s->part[s->n_part++] = (uint8_t)p[i];
-        if (s->n_part == (uint32_t)char_len(s->part[0]) || s->n_part == 4) {
+        if (s->n_part == (uint32_t)pl_utf8_lead_len(s->part[0]) || s->n_part == 4) {
             fn(d, k, s, (const char *)s->part, (int)s->n_part);
             s->n_part = 0;
         }
@@ -520,7 +519,7 @@ static void stage_event(hf_detok *d, int k, int ev, const char *p, size_t n) {
             bool mapped = true;
             for (size_t j = 0; j < n && mapped;) {
                 uint32_t cp;
-                j += (size_t)pl_tok_utf8_decode((const unsigned char *)p + j, &cp);
+                j += (size_t)pl_utf8_decode((const char *)p + j, n - j, &cp);
                 mapped = pl_hf_byte_of_char(cp) >= 0;
             }
             for (size_t j = 0; j < n;) {
@@ -529,7 +528,7 @@ static void stage_event(hf_detok *d, int k, int ev, const char *p, size_t n) {
                     continue;
                 }
                 uint32_t cp;
-                j += (size_t)pl_tok_utf8_decode((const unsigned char *)p + j, &cp);
+                j += (size_t)pl_utf8_decode((const char *)p + j, n - j, &cp);
                 utf8_byte(d, k, s, (uint8_t)pl_hf_byte_of_char(cp));
             }
         }

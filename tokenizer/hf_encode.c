@@ -23,6 +23,7 @@
 
 #include "tokenizer/hf.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 typedef struct piece {
     size_t off, len; /* in the arena */
@@ -169,7 +170,7 @@ static pl_status char_spans(enc *e, const piece *p, bool (*is_delim)(uint32_t, c
     size_t last = 0;
     for (size_t i = 0; i < p->len;) {
         uint32_t cp;
-        int k = pl_tok_utf8_decode(s + i, &cp);
+        int k = pl_utf8_decode((const char *)s + i, p->len - i, &cp);
         if (is_delim(cp, arg)) {
             if (last < i) PL_TRY(span_push(e, last, i, false));
             PL_TRY(span_push(e, i, i + (size_t)k, true));
@@ -197,7 +198,7 @@ static pl_status metaspace(enc *e, const pl_hf_pre *st, plist *in, plist *out) {
     for (size_t i = 0; i < in->n; i++) need += in->v[i].len * 4 + 4;
     PL_TRY(pl_tok_buf_reserve(&e->arena, need)); /* no reallocation below: sources stay put */
     uint32_t repl;
-    pl_tok_utf8_decode((const unsigned char *)st->repl, &repl);
+    pl_utf8_decode(st->repl, strlen(st->repl), &repl);
     for (size_t i = 0; i < in->n; i++) {
         const piece *p = &in->v[i];
         const char *s = e->arena.p + p->off;
@@ -329,16 +330,16 @@ static pl_status words(enc *e, const char *s, size_t n, bool origin) {
 static bool word_before(const char *s, size_t at) {
     if (at == 0) return false;
     size_t i = at - 1;
-    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+    while (i > 0 && pl_utf8_is_cont((unsigned char)s[i])) i--;
     uint32_t cp;
-    pl_tok_utf8_decode((const unsigned char *)s + i, &cp);
+    pl_utf8_decode(s + i, at - i, &cp);
     return pl_tok_is_word_char(cp);
 }
 
 static bool word_at(const char *s, size_t len, size_t at) {
     if (at >= len) return false;
     uint32_t cp;
-    pl_tok_utf8_decode((const unsigned char *)s + at, &cp);
+    pl_utf8_decode(s + at, len - at, &cp);
     return pl_tok_is_word_char(cp);
 }
 
@@ -346,9 +347,9 @@ static bool word_at(const char *s, size_t len, size_t at) {
 static size_t space_back(const char *s, size_t at, size_t floor) {
     while (at > floor) {
         size_t i = at - 1;
-        while (i > floor && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+        while (i > floor && pl_utf8_is_cont((unsigned char)s[i])) i--;
         uint32_t cp;
-        pl_tok_utf8_decode((const unsigned char *)s + i, &cp);
+        pl_utf8_decode(s + i, at - i, &cp);
         if (!pl_tok_is_white_space(cp)) break;
         at = i;
     }
@@ -358,7 +359,7 @@ static size_t space_back(const char *s, size_t at, size_t floor) {
 static size_t space_fwd(const char *s, size_t len, size_t at) {
     while (at < len) {
         uint32_t cp;
-        int k = pl_tok_utf8_decode((const unsigned char *)s + at, &cp);
+        int k = pl_utf8_decode(s + at, len - at, &cp);
         if (!pl_tok_is_white_space(cp)) break;
         at += (size_t)k;
     }

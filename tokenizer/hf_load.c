@@ -23,6 +23,7 @@
 
 #include "tokenizer/hf.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #define JP 256 /* room for a JSON path */
 
@@ -148,7 +149,7 @@ static pl_status one_char(const loader *L, json_t *obj, const char *key, const c
     jp_key(p, jp, key);
     if (n == 0) return bad(L, p, "expected one character, got an empty string");
     uint32_t cp;
-    int k = pl_tok_utf8_decode((const unsigned char *)s, &cp);
+    int k = pl_utf8_decode(s, n, &cp);
     if ((size_t)k != n) return bad(L, p, "expected one character, got \"%s\"", s);
     memcpy(out, s, n);
     *out_len = k;
@@ -623,7 +624,7 @@ static pl_status build_model_vocab(loader *L) {
         bool ok = true;
         for (size_t i = 0; i < n && ok;) {
             uint32_t cp;
-            i += (size_t)pl_tok_utf8_decode((const unsigned char *)p + i, &cp);
+            i += (size_t)pl_utf8_decode(p + i, n - i, &cp);
             int b = pl_hf_byte_of_char(cp);
             ok = b >= 0;
             if (ok) m->keys[at + k++] = (char)b;

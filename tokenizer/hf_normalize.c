@@ -13,6 +13,7 @@
 
 #include "tokenizer/hf.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 static bool all_ascii(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -51,7 +52,7 @@ static pl_status unicode_form(pl_hf_norm_kind kind, const char *s, size_t n, pl_
     } else {
         st = pl_tok_buf_reserve(out, 4 * (size_t)got);
         for (utf8proc_ssize_t i = 0; i < got && st == PL_OK; i++)
-            out->n += (size_t)pl_tok_utf8_encode((uint32_t)cps[i], out->p + out->n);
+            out->n += (size_t)pl_utf8_encode((uint32_t)cps[i], out->p + out->n);
     }
     pl_free(cps);
     return st;
@@ -68,12 +69,12 @@ static pl_status lowercase(const char *s, size_t n, pl_tok_buf *out) {
             continue;
         }
         uint32_t cp;
-        i += (size_t)pl_tok_utf8_decode((const unsigned char *)s + i, &cp);
+        i += (size_t)pl_utf8_decode(s + i, n - i, &cp);
         if (cp == 0x130) {
             out->p[out->n++] = 'i';
-            out->n += (size_t)pl_tok_utf8_encode(0x307, out->p + out->n);
+            out->n += (size_t)pl_utf8_encode(0x307, out->p + out->n);
         } else {
-            out->n += (size_t)pl_tok_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp),
+            out->n += (size_t)pl_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp),
                                                  out->p + out->n);
         }
     }

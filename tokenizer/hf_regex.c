@@ -12,6 +12,7 @@
 
 #include "tokenizer/hf.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 /* Generous for real patterns (a 1 MB run of spaces under the Llama 3 pattern needs a few
  * million), small enough that a catastrophic pattern stops within a second or so. */
@@ -100,7 +101,7 @@ static int match_once(const pl_tok_regex *re, pl_tok_matcher *m, const char *s, 
 
 static size_t next_char(const char *s, size_t len, size_t at) {
     at++;
-    while (at < len && ((unsigned char)s[at] & 0xC0) == 0x80) at++;
+    while (at < len && pl_utf8_is_cont((unsigned char)s[at])) at++;
     return at;
 }
 

@@ -26,6 +26,7 @@
 #include "tokenizer/spm_shim.h"
 #include "tokenizer/tok_trie.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #define SPACE_SYMBOL "\xE2\x96\x81" /* U+2581 "▁", SentencePiece's visible space */
 #define SPACE_SYMBOL_LEN 3
@@ -259,17 +260,6 @@ static size_t write_surface(char *dst, const char *p, size_t n, bool map_space) 
     return k;
 }
 
-/* True when p[0..n) is valid UTF-8 (NUL allowed: surfaces map it to U+FFFD). */
-static bool utf8_ok(const char *p, size_t n) {
-    const unsigned char *u = (const unsigned char *)p;
-    for (size_t i = 0; i < n;) {
-        int k = pl_tok_utf8_step(u + i, n - i);
-        if (k <= 0) return false;
-        i += (size_t)k;
-    }
-    return true;
-}
-
 static size_t count_nul(const char *p, size_t n) {
     size_t c = 0;
     for (size_t i = 0; i < n; i++) c += p[i] == '\0';
@@ -372,7 +362,7 @@ static pl_status build_table(spm_impl *s, const char *path) {
         piece_bytes += len + 1;
         /* Decoded text must be valid UTF-8 whatever the file says; the library does not
          * check its pieces, so a damaged model could otherwise stream broken text. */
-        if (kind == PL_TOK_SPM_NORMAL && !utf8_ok(p, len))
+        if (kind == PL_TOK_SPM_NORMAL && pl_utf8_validate(p, len) != len)
             return pl_fail(PL_ERR_FORMAT, "tokenizer %s: piece %d is not valid UTF-8", path, id);
         if (kind == PL_TOK_SPM_NORMAL) surf_bytes += surface_size(p, len);
         if (kind == PL_TOK_SPM_UNKNOWN && unk < 0) unk = id;
@@ -385,7 +375,7 @@ static pl_status build_table(spm_impl *s, const char *path) {
         pl_status ds = spm_decode_text(s, &unk, 1, &unk_text);
         if (ds != PL_OK) return pl_fail_prefix(ds, "tokenizer %s: unk surface", path);
         unk_len = strlen(unk_text);
-        if (!utf8_ok(unk_text, unk_len)) {
+        if (pl_utf8_validate(unk_text, unk_len) != unk_len) {
             pl_free(unk_text);
             return pl_fail(PL_ERR_FORMAT, "tokenizer %s: the unk surface is not valid UTF-8",
                            path);
@@ -573,35 +563,6 @@ pl_tok_ws_rule pl_tok_ws_rule_of(const pl_tokenizer *t) {
     return t->ops == &spm_ops ? impl_of(t)->ws_rule : PL_TOK_WS_KEEP;
 }
 
-/* See spm.h. The second byte carries all the range rules (overlongs, surrogates, the
- * U+10FFFF ceiling); later bytes only need to be continuation bytes. SentencePiece's
- * DecodeUTF8 accepts the same set, which is what lets spm_detok.c cut byte runs as it does. */
-int pl_tok_utf8_step(const unsigned char *b, size_t n) {
-    unsigned char c = b[0];
-    if (c < 0x80) return 1;
-    int need;
-    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;      /* overlong */
-        if (c == 0xED) hi = 0x9F;      /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;      /* overlong */
-        if (c == 0xF4) hi = 0x8F;      /* above U+10FFFF */
-    } else {
-        return -1;
-    }
-    for (int i = 1; i < need; i++) {
-        if ((size_t)i >= n) return 0;
-        unsigned char x = b[i];
-        if (i == 1 ? (x < lo || x > hi) : (x & 0xC0) != 0x80) return -1;
-    }
-    return need;
-}
-
 // ---- encode, decode ------------------------------------------------------------------------
 
 /* One stretch of text through the library, appended to out. */
@@ -649,12 +610,17 @@ static pl_status spm_decode(const pl_tokenizer *t, const int32_t *ids, size_t n,
     return spm_decode_text(impl_of(t), ids, n, out_text);
 }
 
+/* The detokeniser gets the decode table now, so spm_detok.c never calls back into this file. */
+static pl_status spm_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out) {
+    return pl_tok_spm_detok_create(t, impl_of(t)->entries, impl_of(t)->ws_rule, flags, out);
+}
+
 static const pl_tok_ops spm_ops = {
     .name = "sentencepiece",
     .destroy = spm_destroy,
     .encode = spm_encode,
     .decode = spm_decode,
-    .detok_create = pl_tok_spm_detok_create,
+    .detok_create = spm_detok_create,
     .detok_free = pl_tok_spm_detok_free,
     .detok_push = pl_tok_spm_detok_push,
     .detok_text = pl_tok_spm_detok_text,

@@ -58,18 +58,19 @@ const pl_tok_spm_spec *pl_tok_spm_spec_of(const pl_tokenizer *t);
 float pl_tok_spm_score_of(const pl_tokenizer *t, int32_t id);
 int pl_tok_spm_type_of(const pl_tokenizer *t, int32_t id);
 
+/* Loads a .model file (and tokenizer_config.json at config_path, when not NULL) into t, as
+ * the loaders in tok_internal.h do. */
+pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_path);
+
 /* Loads a serialized ModelProto (bytes[0..n), copied) into t as pl_tok_spm_open does a file,
  * but leaves the facts unfinished: the caller sets BOS/EOS and the add flags, then calls
  * pl_tok_finish_facts. name is for messages. */
 pl_status pl_tok_spm_open_proto(pl_tokenizer *t, const char *name, const void *bytes, size_t n);
 
-/* Strict UTF-8 (RFC 3629, which is also what SentencePiece's decoder accepts): the length
- * (1..4) of the sequence at b[0..n) when complete and valid, 0 when b[0..n) is a proper
- * prefix of a valid sequence, -1 when b[0] cannot start one given the bytes present. n >= 1. */
-int pl_tok_utf8_step(const unsigned char *b, size_t n);
-
 /* The streaming detokeniser of spm_detok.c (the ops of the SentencePiece implementation). */
-pl_status pl_tok_spm_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out);
+/* entries and ws_rule: the tokenizer's decode table and rule (see pl_tok_entry_of). */
+pl_status pl_tok_spm_detok_create(const pl_tokenizer *t, const pl_tok_entry *entries,
+                                  pl_tok_ws_rule ws_rule, unsigned flags, pl_detok **out);
 void pl_tok_spm_detok_free(pl_detok *d);
 pl_status pl_tok_spm_detok_push(pl_detok *d, int32_t id, const char **out_new,
                                 size_t *out_len);

@@ -25,6 +25,7 @@
 
 #include "tokenizer/spm.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
 /* Room pl_detok_text needs beyond text_len: up to 4 held-back bytes as U+FFFD, plus NUL. */
@@ -39,12 +40,17 @@ typedef struct spm_detok {
     int n_pending;        /* 0..3 between pushes */
     bool bos_ws_open;     /* a leading "▁" would still be dropped (library's is_bos_ws) */
     bool bos_ws_seen;     /* the last non-byte piece had its leading "▁" dropped */
+    const pl_tok_entry *entries; /* the tokenizer's decode table */
+    pl_tok_ws_rule ws_rule;
 } spm_detok;
 
-pl_status pl_tok_spm_detok_create(const pl_tokenizer *t, unsigned flags, pl_detok **out) {
+pl_status pl_tok_spm_detok_create(const pl_tokenizer *t, const pl_tok_entry *entries,
+                                  pl_tok_ws_rule ws_rule, unsigned flags, pl_detok **out) {
     spm_detok *d = pl_calloc(1, sizeof *d);
     if (!d) return pl_fail(PL_ERR_OUT_OF_MEMORY, "detok: state");
     d->base.tok = t;
+    d->entries = entries;
+    d->ws_rule = ws_rule;
     /* After a prompt, text already exists, so the window for dropping "▁" is closed. */
     d->bos_ws_open = !(flags & PL_TOK_AFTER_PROMPT);
     *out = &d->base;
@@ -79,7 +85,7 @@ static void drain(spm_detok *d, bool at_end) {
     int start = 0;
     while (start < d->n_pending) {
         const unsigned char *b = d->pending + start;
-        int k = pl_tok_utf8_step(b, (size_t)(d->n_pending - start));
+        int k = pl_utf8_step(b, (size_t)(d->n_pending - start));
         if (k == 0 && !at_end) break; /* could still complete: hold back */
         if (k > 0) {
             put_char(d, b, k);
@@ -98,19 +104,13 @@ static void drain(spm_detok *d, bool at_end) {
 static pl_status reserve(spm_detok *d, size_t more) {
     size_t need = d->text_len + more + RESERVE;
     if (need <= d->text_cap) return PL_OK;
-    size_t cap = d->text_cap ? d->text_cap : 64;
-    while (cap < need) cap *= 2;
-    char *p = pl_reallocarray(d->text, cap, 1);
-    if (!p) return pl_fail(PL_ERR_OUT_OF_MEMORY, "detok: %zu bytes of text", cap);
-    d->text = p;
-    d->text_cap = cap;
-    return PL_OK;
+    return pl_grow_array((void **)&d->text, &d->text_cap, need, 1, "detok: text");
 }
 
 pl_status pl_tok_spm_detok_push(pl_detok *base, int32_t id, const char **out_new,
                                 size_t *out_len) {
     spm_detok *d = (spm_detok *)base;
-    const pl_tok_entry *e = pl_tok_entry_of(d->base.tok, id); /* id checked by the caller */
+    const pl_tok_entry *e = &d->entries[id]; /* id checked by the caller */
     /* Everything this push can write: the closed run (3 bytes of U+FFFD each at most) and the
      * surface. Reserved first, so a failure leaves the state as it was. */
     PL_TRY(reserve(d, 4 * 3 + e->surface_len));
@@ -126,12 +126,12 @@ pl_status pl_tok_spm_detok_push(pl_detok *base, int32_t id, const char **out_new
         if (e->kind == PL_TOK_KIND_NORMAL) {
             const char *s = e->surface;
             size_t n = e->surface_len;
-            if (d->bos_ws_open && e->lead_ws && pl_tok_ws_rule_of(d->base.tok) != PL_TOK_WS_KEEP) {
+            if (d->bos_ws_open && e->lead_ws && d->ws_rule != PL_TOK_WS_KEEP) {
                 s++;
                 n--;
                 /* Under ALL (remove_extra_whitespaces) the window stays open while the text
                  * is empty; under FIRST one dropped "▁" closes it. */
-                dropped = pl_tok_ws_rule_of(d->base.tok) == PL_TOK_WS_FIRST;
+                dropped = d->ws_rule == PL_TOK_WS_FIRST;
             }
             put(d, s, n);
         } else if (e->kind == PL_TOK_KIND_UNKNOWN) {

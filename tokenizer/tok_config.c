@@ -1,7 +1,10 @@
 /*
- * tokenizer/tok_config.c - reading tokenizer_config.json: the facts Hugging Face keeps beside
- * tokenizer.json (BOS/EOS tokens, whether to add them, the chat templates), plus
- * chat_template.jinja, where newer exports keep the template.
+ * tokenizer/tok_config.c - the token facts every implementation shares (BOS/EOS, the
+ * end-of-generation set, special tokens, the piece map, chat templates): reading
+ * tokenizer_config.json, the facts Hugging Face keeps beside tokenizer.json (BOS/EOS tokens,
+ * whether to add them, the chat templates), plus chat_template.jinja, where newer exports keep
+ * the template; finishing them once a loader has filled the vocabulary; and answering for them.
+ * The loaders (spm.c, hf_load.c, gguf_vocab.c) call down into this file, never the reverse.
  *
  * Field shapes accepted (anything else in these fields is PL_ERR_FORMAT naming the file and
  * the field; other fields are ignored, added_tokens_decoder too: it repeats tokenizer.json's
@@ -15,6 +18,7 @@
  * but has no id; a warning says so.
  */
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/tok_internal.h"
@@ -185,4 +189,112 @@ done:
         *out_class = NULL;
     }
     return s;
+}
+
+// ---- the token facts -----------------------------------------------------------------------------------
+
+int pl_tok_vocab_size(const pl_tokenizer *t) { return t->n_vocab; }
+int pl_tok_bos_id(const pl_tokenizer *t) { return t->bos_id; }
+int pl_tok_eos_id(const pl_tokenizer *t) { return t->eos_id; }
+const char *pl_tok_bos_text(const pl_tokenizer *t) { return t->bos_text; }
+const char *pl_tok_eos_text(const pl_tokenizer *t) { return t->eos_text; }
+bool pl_tok_add_bos(const pl_tokenizer *t) { return t->add_bos; }
+bool pl_tok_add_eos(const pl_tokenizer *t) { return t->add_eos; }
+
+const int32_t *pl_tok_eog_ids(const pl_tokenizer *t, size_t *out_n) {
+    *out_n = t->n_eog;
+    return t->eog;
+}
+
+bool pl_tok_is_eog(const pl_tokenizer *t, int32_t id) {
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+bool pl_tok_is_special(const pl_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && t->special[id];
+}
+
+const char *pl_tok_piece(const pl_tokenizer *t, int32_t id) {
+    if (id < 0 || id >= t->n_vocab) return NULL;
+    return t->piece_of[id];
+}
+
+int32_t pl_tok_token_id(const pl_tokenizer *t, const char *token) {
+    if (!token) return -1;
+    return pl_tok_strmap_get(&t->pieces, token, strlen(token));
+}
+
+const char *pl_tok_chat_template(const pl_tokenizer *t, const char *name) {
+    if (!name) name = "default";
+    for (size_t i = 0; i < t->n_templates; i++)
+        if (strcmp(t->templates[i].name, name) == 0) return t->templates[i].text;
+    return NULL;
+}
+
+size_t pl_tok_chat_template_count(const pl_tokenizer *t) { return t->n_templates; }
+
+const char *pl_tok_chat_template_name(const pl_tokenizer *t, size_t i) {
+    return i < t->n_templates ? t->templates[i].name : NULL;
+}
+
+/* Added or control tokens with these texts end a generation (llama.cpp's list, with "</s>"). */
+static const char *const EOG_TEXTS[] = {
+    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "</s>",
+    "<|end|>", "<end_of_turn>", "<EOT>", "_<EOT>", "<|return|>", "<|call|>",
+    "<end_of_utterance>",
+};
+
+static int cmp_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+pl_status pl_tok_index_pieces(pl_tokenizer *t, const char *path) {
+    if (t->pieces.slots) return PL_OK;
+    pl_status s = pl_tok_strmap_init(&t->pieces, (size_t)t->n_vocab);
+    /* For a string two ids share, the lower id wins (SentencePiece user pieces; the BPE
+     * loader refuses such vocabularies). */
+    for (int32_t id = 0; id < t->n_vocab && s == PL_OK; id++)
+        s = pl_tok_strmap_put(&t->pieces, t->piece_of[id], strlen(t->piece_of[id]), id, NULL);
+    return s == PL_OK ? PL_OK : pl_fail_prefix(s, "tokenizer %s", path);
+}
+
+pl_status pl_tok_finish_facts(pl_tokenizer *t, const char *path) {
+    PL_TRY(pl_tok_index_pieces(t, path));
+    size_t n_max = 1 + sizeof EOG_TEXTS / sizeof EOG_TEXTS[0];
+    t->eog = pl_calloc(n_max, sizeof *t->eog);
+    if (!t->eog) return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s: end-of-generation ids", path);
+    size_t n = 0;
+    if (t->eos_id >= 0) t->eog[n++] = t->eos_id;
+    for (size_t i = 0; i < sizeof EOG_TEXTS / sizeof EOG_TEXTS[0]; i++) {
+        int32_t id = pl_tok_strmap_get(&t->pieces, EOG_TEXTS[i], strlen(EOG_TEXTS[i]));
+        if (id >= 0 && t->special[id]) t->eog[n++] = id;
+    }
+    qsort(t->eog, n, sizeof *t->eog, cmp_id);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || t->eog[k - 1] != t->eog[i]) t->eog[k++] = t->eog[i];
+    t->n_eog = k;
+    /* The strings of BOS/EOS, when the config did not name them. */
+    if (t->bos_id >= 0 && !t->bos_text && !(t->bos_text = pl_strdup(t->piece_of[t->bos_id])))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s", path);
+    if (t->eos_id >= 0 && !t->eos_text && !(t->eos_text = pl_strdup(t->piece_of[t->eos_id])))
+        return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer %s", path);
+    return PL_OK;
+}
+
+void pl_tok_free_facts(pl_tokenizer *t) {
+    pl_free(t->piece_of);
+    pl_free(t->special);
+    pl_tok_strmap_free(&t->pieces);
+    pl_free(t->bos_text);
+    pl_free(t->eos_text);
+    pl_free(t->eog);
+    for (size_t i = 0; i < t->n_templates; i++) {
+        pl_free(t->templates[i].name);
+        pl_free(t->templates[i].text);
+    }
+    pl_free(t->templates);
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "tokenizer/tokenizer.h"
+#include "util/buf.h"
 
 /* Files larger than this are refused before reading: the biggest real tokenizers are tens
  * of MB. */
@@ -40,16 +41,17 @@ typedef struct pl_tok_ids {
 pl_status pl_tok_ids_push(pl_tok_ids *l, int32_t id);
 pl_status pl_tok_ids_append(pl_tok_ids *l, const int32_t *ids, size_t n);
 
-// ---- growable byte buffer -------------------------------------------------------------------
+// ---- growable byte buffer: util's, with the tokenizer's message ------------------------------
 
-typedef struct pl_tok_buf {
-    char *p; /* (cap) pl_malloc'd */
-    size_t n, cap;
-} pl_tok_buf;
+typedef pl_buf pl_tok_buf;
 
-pl_status pl_tok_buf_reserve(pl_tok_buf *b, size_t more);
-pl_status pl_tok_buf_put(pl_tok_buf *b, const void *s, size_t n);
-void pl_tok_buf_free(pl_tok_buf *b);
+static inline pl_status pl_tok_buf_reserve(pl_tok_buf *b, size_t more) {
+    return pl_buf_reserve(b, more, "tokenizer: text buffer");
+}
+static inline pl_status pl_tok_buf_put(pl_tok_buf *b, const void *s, size_t n) {
+    return pl_buf_put(b, s, n, "tokenizer: text buffer");
+}
+static inline void pl_tok_buf_free(pl_tok_buf *b) { pl_buf_free(b); }
 
 // ---- the implementation table ---------------------------------------------------------------
 
@@ -130,6 +132,8 @@ pl_status pl_tok_index_pieces(pl_tokenizer *t, const char *path);
  * plus the special tokens that end a turn), the BOS/EOS strings. Called by each loader last,
  * once piece_of, special and bos/eos are set. */
 pl_status pl_tok_finish_facts(pl_tokenizer *t, const char *path);
+/* Frees what the facts own (t itself and its implementation stay). */
+void pl_tok_free_facts(pl_tokenizer *t);
 
 /* Reads tokenizer_config.json at path (and chat_template.jinja beside it when the config has
  * no template) into t's facts: bos/eos (string or {"content": ...}), add_bos_token,
@@ -154,21 +158,11 @@ bool pl_tok_file_exists(const char *path);
 
 /* Each fills t (whose facts are zeroed, bos/eos -1) and sets t->ops/impl; on failure it
  * leaves nothing for the caller to free besides t's common fields. */
-pl_status pl_tok_spm_open(pl_tokenizer *t, const char *path, const char *config_path);
 pl_status pl_tok_hf_open(pl_tokenizer *t, const char *path, const char *config_path);
-/* The vocabulary inside a GGUF file (gguf_vocab.c). */
-pl_status pl_tok_gguf_open(pl_tokenizer *t, const char *path);
+/* pl_tok_spm_open: spm.h; pl_tok_gguf_open (the vocabulary inside a GGUF file):
+ * gguf_vocab.h. */
 
 // ---- UTF-8 and Unicode ---------------------------------------------------------------------
-
-/* Decodes the code point at s (valid UTF-8 assumed); returns its length in bytes. */
-int pl_tok_utf8_decode(const unsigned char *s, uint32_t *out_cp);
-/* Encodes cp into out (4 bytes room); returns the length. */
-int pl_tok_utf8_encode(uint32_t cp, char *out);
-/* The length of the maximal valid prefix of b[0..n) that could start a character (the
- * "maximal subpart" of Unicode's U+FFFD substitution), at least 1 when b[0] is a lead byte
- * of a possible sequence; 0 when b[0] can start nothing. n >= 1. */
-int pl_tok_utf8_subpart(const unsigned char *b, size_t n);
 
 bool pl_tok_is_white_space(uint32_t cp); /* Unicode White_Space */
 bool pl_tok_is_word_char(uint32_t cp);   /* \w of the regex crate: letters, marks, Nd, Nl, Pc */

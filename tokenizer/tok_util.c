@@ -31,24 +31,6 @@ pl_status pl_tok_ids_append(pl_tok_ids *l, const int32_t *ids, size_t n) {
     return PL_OK;
 }
 
-pl_status pl_tok_buf_reserve(pl_tok_buf *b, size_t more) {
-    if (b->cap - b->n >= more) return PL_OK;
-    if (more > SIZE_MAX / 2 - b->n) return pl_fail(PL_ERR_OUT_OF_MEMORY, "tokenizer: text buffer");
-    return pl_grow_array((void **)&b->p, &b->cap, b->n + more, 1, "tokenizer: text buffer");
-}
-
-pl_status pl_tok_buf_put(pl_tok_buf *b, const void *s, size_t n) {
-    PL_TRY(pl_tok_buf_reserve(b, n));
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    return PL_OK;
-}
-
-void pl_tok_buf_free(pl_tok_buf *b) {
-    pl_free(b->p);
-    *b = (pl_tok_buf){0};
-}
-
 // ---- string -> id map ------------------------------------------------------------------------
 
 uint64_t pl_tok_hash_bytes(const void *p, size_t n) { return XXH3_64bits(p, n); }
@@ -173,77 +155,6 @@ pl_status pl_tok_read_file(const char *path, char **out, size_t *out_n) {
     *out = buf;
     *out_n = n;
     return PL_OK;
-}
-
-// ---- UTF-8 -----------------------------------------------------------------------------------
-
-int pl_tok_utf8_decode(const unsigned char *s, uint32_t *out_cp) {
-    unsigned c = s[0];
-    if (c < 0x80) {
-        *out_cp = c;
-        return 1;
-    }
-    if (c < 0xE0) {
-        *out_cp = (c & 0x1Fu) << 6 | (s[1] & 0x3Fu);
-        return 2;
-    }
-    if (c < 0xF0) {
-        *out_cp = (c & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu);
-        return 3;
-    }
-    *out_cp = (c & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 | (s[3] & 0x3Fu);
-    return 4;
-}
-
-int pl_tok_utf8_encode(uint32_t cp, char *out) {
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | cp >> 6);
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | cp >> 12);
-        o[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | cp >> 18);
-    o[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Same byte ranges as pl_tok_utf8_step (RFC 3629): the second byte carries the range rules. */
-int pl_tok_utf8_subpart(const unsigned char *b, size_t n) {
-    unsigned char c = b[0];
-    if (c < 0x80) return 1;
-    int need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    int k = 1;
-    for (; k < need && (size_t)k < n; k++) {
-        unsigned char x = b[k];
-        if (k == 1 ? (x < lo || x > hi) : (x & 0xC0) != 0x80) break;
-    }
-    return k;
 }
 
 // ---- Unicode properties ----------------------------------------------------------------------

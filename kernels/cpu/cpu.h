@@ -127,13 +127,14 @@ typedef struct pl_cpu_ctx {
 
 /* The best ISA this machine supports. */
 pl_cpu_isa pl_cpu_detect_isa(void);
-const char *pl_cpu_isa_name(pl_cpu_isa isa);
+const char *pl_cpu_isa_name(pl_cpu_isa isa); /* ctx.c */
 
 /* As pl_backend_cpu_create, but never using an ISA above `isa` (tests and benchmarks run every
  * code path on one machine). Asking for more than the machine has gives the machine's best. */
 pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa isa,
                                     pl_backend **out);
 
+/* ctx.c: what the ops share. */
 /* Grows every thread's scratch to at least n_floats and the int scratch to n_ints. */
 pl_status pl_cpu_reserve(pl_cpu_ctx *c, size_t n_floats, size_t n_ints);
 
@@ -231,31 +232,6 @@ typedef struct pl_cpu_qgemv_job {
 /* Rows k0 .. k1-1 of each quarter, and the tail when tail is true. */
 void pl_cpu_qgemv(const pl_cpu_qgemv_job *J, int k0, int k1, bool tail);
 
-/* One product of the int8 GEMM: out (n_rows rows, ldo floats apart) = the activation rows
- * times w^T, w (d_out, K) of the quantised type wt. */
-typedef struct pl_cpu_qgemm_part {
-    float *out;
-    size_t ldo;
-    const void *w;
-    pl_wtype wt;
-    int d_out;
-} pl_cpu_qgemm_part;
-
-/* Whether kernel k may run on this ctx (the CPU has it and the ctx's ISA flags allow it). */
-bool pl_cpu_qgemm_usable(const pl_cpu_ctx *c, pl_cpu_qgemm_kernel k);
-/* The kernel a call runs: qgemm_force when usable, else the best usable. */
-pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c);
-const char *pl_cpu_qgemm_kernel_name(pl_cpu_qgemm_kernel k);
-
-/* The int8 GEMM: row i of every part's out = activation row rows[i] of a (rows NULL: row i)
- * times the part's w^T, for i < n_rows, all parts in one pool call. a must hold the natural
- * layout and PL_CPU_QA_SUMS. Threads split each part's output columns into panels: a panel's
- * weight rows are unpacked once into int8 tiles (qgemm_pack.c) and multiplied with every
- * activation row by the kernel's register-blocked tiles (qgemm_kern.c, qgemm_amx.c). A row's
- * result does not depend on the other rows, nor on the kernel: every kernel sums the same
- * exact integer products per block and applies the scales in the same f32 order. */
-pl_status pl_cpu_qgemm(pl_cpu_ctx *c, const pl_cpu_qact *a, const int32_t *rows, int n_rows,
-                       const pl_cpu_qgemm_part *parts, int n_parts);
 
 /* ---- ops (kernels/cpu/<op>.c), signatures of pl_backend_ops ---- */
 pl_status pl_cpu_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,

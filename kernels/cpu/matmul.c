@@ -36,6 +36,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "kernels/cpu/ranges.h"
 #include "kernels/ref/ref.h"
 #include "util/dtype.h"

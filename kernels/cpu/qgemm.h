@@ -29,6 +29,32 @@
 
 #include "kernels/cpu/cpu.h"
 
+/* One product of the int8 GEMM: out (n_rows rows, ldo floats apart) = the activation rows
+ * times w^T, w (d_out, K) of the quantised type wt. */
+typedef struct pl_cpu_qgemm_part {
+    float *out;
+    size_t ldo;
+    const void *w;
+    pl_wtype wt;
+    int d_out;
+} pl_cpu_qgemm_part;
+
+/* Whether kernel k may run on this ctx (the CPU has it and the ctx's ISA flags allow it). */
+bool pl_cpu_qgemm_usable(const pl_cpu_ctx *c, pl_cpu_qgemm_kernel k);
+/* The kernel a call runs: qgemm_force when usable, else the best usable. */
+pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c);
+const char *pl_cpu_qgemm_kernel_name(pl_cpu_qgemm_kernel k);
+
+/* The int8 GEMM: row i of every part's out = activation row rows[i] of a (rows NULL: row i)
+ * times the part's w^T, for i < n_rows, all parts in one pool call. a must hold the natural
+ * layout and PL_CPU_QA_SUMS. Threads split each part's output columns into panels: a panel's
+ * weight rows are unpacked once into int8 tiles (qgemm_pack.c) and multiplied with every
+ * activation row by the kernel's register-blocked tiles (qgemm_kern.c, qgemm_amx.c). A row's
+ * result does not depend on the other rows, nor on the kernel: every kernel sums the same
+ * exact integer products per block and applies the scales in the same f32 order. */
+pl_status pl_cpu_qgemm(pl_cpu_ctx *c, const pl_cpu_qact *a, const int32_t *rows, int n_rows,
+                       const pl_cpu_qgemm_part *parts, int n_parts);
+
 #define PL_QG_MR_MAX 32 /* rows of the largest tile (AMX: 2 x 16) */
 
 typedef struct pl_qg_panel {

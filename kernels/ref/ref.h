@@ -45,7 +45,9 @@ pl_status pl_ref_add_bias(pl_backend *be, float *x, const float *bias, int n_row
 pl_status pl_ref_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
                              const int32_t *pairs, int n_pairs);
 
-/* ---- argument checks shared by host backends (kernels/ref/backend_ref.c) ---- */
+/* ---- argument checks shared by host backends (kernels/ref/check.c) ---- */
+/* f32, f16 or bf16: the storage types the host backends keep weights and KV in. */
+bool pl_ref_dtype_ok(pl_dtype t);
 /* embed and matmul also check that the weight type has a row in util/wtype.h and that a row
  * (dim, d_in) is a whole number of its blocks. */
 pl_status pl_ref_check_embed(const float *out, const int32_t *ids, int n_tokens,

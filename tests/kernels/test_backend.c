@@ -153,23 +153,14 @@ Test(backend, memory_functions) {
  * PL_ERR_OUT_OF_MEMORY with nothing leaked, and a later attempt must succeed. */
 Test(backend, create_survives_allocation_failures) {
     for (int which = 0; which < 2; which++) {
-        bool ok = false;
-        for (long n = 0; n < 64 && !ok; n++) {
-            pl_backend *be = NULL;
-            pl_backend_options o = {.n_threads = 2};
-            pl_alloc_fail_after(n);
-            pl_status st = which ? pl_backend_cpu_create(&o, &be) : pl_backend_ref_create(&o, &be);
-            pl_alloc_fail_after(-1);
-            if (st == PL_OK) {
-                ok = true;
-                pl_backend_destroy(be);
-            } else {
-                cr_assert_eq(st, PL_ERR_OUT_OF_MEMORY, "after %ld allocations: %s", n,
-                             pl_last_error());
-                cr_assert_null(be);
-            }
-        }
-        cr_assert(ok, "create never succeeded");
+        int n_fail = 0;
+        pl_backend *be = NULL;
+        pl_backend_options o = {.n_threads = 2};
+        PL_ALLOC_SWEEP(n_fail, n,
+                       (be = NULL, which ? pl_backend_cpu_create(&o, &be)
+                                         : pl_backend_ref_create(&o, &be)),
+                       cr_assert_null(be););
+        pl_backend_destroy(be);
     }
     PL_ASSERT_NO_LEAKS();
 }
@@ -300,17 +291,9 @@ Test(threadpool, create_errors) {
     cr_assert_eq(pl_threadpool_create(-1, &p), PL_ERR_INVALID_ARGUMENT);
     cr_assert_null(p);
     cr_assert_eq(pl_threadpool_create(100000, &p), PL_ERR_INVALID_ARGUMENT);
-    for (long n = 0; n < 8; n++) {
-        pl_alloc_fail_after(n);
-        pl_status st = pl_threadpool_create(4, &p);
-        pl_alloc_fail_after(-1);
-        if (st == PL_OK) {
-            pl_threadpool_destroy(p);
-            break;
-        }
-        cr_assert_eq(st, PL_ERR_OUT_OF_MEMORY);
-        cr_assert_null(p);
-    }
+    int n_fail = 0;
+    PL_ALLOC_SWEEP(n_fail, n, pl_threadpool_create(4, &p), cr_assert_null(p););
+    pl_threadpool_destroy(p);
     cr_assert_eq(pl_threadpool_create(0, &p), PL_OK);
     cr_assert_eq(pl_threadpool_size(p), pl_cpu_count());
     pl_threadpool_destroy(p);

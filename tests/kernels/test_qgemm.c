@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "tests/kernels/kernels_test.h"
 #include "util/dtype.h"
 

@@ -16,20 +16,12 @@ static void teardown(void) { pl_alloc_fail_after(-1); }
 TestSuite(kv_faults, .fini = teardown);
 
 Test(kv_faults, create) {
-    int k = 0;
-    for (;; k++) {
-        pl_kv_pool *pool = (pl_kv_pool *)&k; /* sentinel: untouched on failure */
-        pl_alloc_fail_after(k);
-        pl_status s = pl_kv_pool_create(4, 32, true, &pool);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) {
-            KV_CHECK_EMPTY(pool);
-            pl_kv_pool_destroy(pool);
-            break;
-        }
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "fail point %d: %s", k, pl_last_error());
-        cr_assert_eq(pool, (pl_kv_pool *)&k);
-    }
+    int k = 0; /* failed runs: each failed at the next allocation */
+    pl_kv_pool *pool = NULL;
+    PL_ALLOC_SWEEP(k, n, (pool = (pl_kv_pool *)&k, pl_kv_pool_create(4, 32, true, &pool)),
+                   cr_assert_eq(pool, (pl_kv_pool *)&k);); /* sentinel: untouched on failure */
+    KV_CHECK_EMPTY(pool);
+    pl_kv_pool_destroy(pool);
     cr_assert_geq(k, 5, "only %d allocations were swept", k);
     PL_ASSERT_NO_LEAKS();
 }

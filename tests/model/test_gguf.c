@@ -358,7 +358,7 @@ static void save(const pl_model *m, pl_wtype type, const char *path) {
 }
 
 static pl_status load(const char *path, pl_dtype dt, pl_model **out) {
-    pl_model_load_options o = {dt, 0};
+    pl_model_load_options o = {dt, 0, 0};
     pl_clear_error();
     *out = (pl_model *)(uintptr_t)1;
     pl_status s = pl_model_load(path, &o, out);
@@ -490,7 +490,7 @@ Test(gguf, mapped_without_copy_and_converted_on_request) {
     cr_assert(pl_fixture_compare(m, got, 1e-4f, 1e-2f));
     pl_model_free(got);
     /* the memory limit is checked from the tensor directory */
-    pl_model_load_options o = {PL_DTYPE_AUTO, 0};
+    pl_model_load_options o = {PL_DTYPE_AUTO, 0, 0};
     got = NULL;
     cr_assert_eq(pl_model_load_within(path, &o, 1000, &got), PL_ERR_OUT_OF_MEMORY);
     cr_assert(strstr(pl_last_error(), "q.gguf"));
@@ -672,6 +672,15 @@ Test(gguf, model_truncated_at_every_byte, .timeout = 120) {
     PL_ASSERT_NO_LEAKS();
 }
 
+/* Writes m as F16 GGUF at path through a writer of its own: one call for the sweep. */
+static pl_status save_f16(const pl_model *m, const char *path) {
+    pl_gguf_writer *w = NULL;
+    pl_status s = pl_gguf_writer_create(&w);
+    if (s == PL_OK) s = pl_model_save_gguf(m, PL_WTYPE_F16, w, path);
+    pl_gguf_writer_free(w);
+    return s;
+}
+
 Test(gguf, allocation_failure_at_every_allocation) {
     const char *dir = pl_test_tmpdir();
     const char *path = pl_fixture_path(dir, "a.gguf");
@@ -682,37 +691,17 @@ Test(gguf, allocation_failure_at_every_allocation) {
     const pl_dtype dts[] = {PL_DTYPE_AUTO, PL_DTYPE_F32};
     for (int d = 0; d < 2; d++) {
         int n_fail = 0;
-        for (long k = 0;; k++) {
-            pl_model_load_options o = {dts[d], 0};
-            pl_model *got = (pl_model *)(uintptr_t)1;
-            pl_alloc_fail_after(k);
-            pl_status s = pl_model_load(path, &o, &got);
-            pl_alloc_fail_after(-1);
-            if (s == PL_OK) {
-                cr_assert(pl_fixture_compare(m, got, 1e-4f, 1e-2f));
-                pl_model_free(got);
-                break;
-            }
-            cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "failing allocation %ld: %s (%s)", k,
-                         pl_status_name(s), pl_last_error());
-            cr_assert_null(got);
-            n_fail++;
-            cr_assert_lt(k, 10000);
-        }
+        pl_model_load_options o = {dts[d], 0, 0};
+        pl_model *got = NULL;
+        PL_ALLOC_SWEEP(n_fail, k, (got = (pl_model *)(uintptr_t)1, pl_model_load(path, &o, &got)),
+                       cr_assert_null(got););
+        cr_assert(pl_fixture_compare(m, got, 1e-4f, 1e-2f));
+        pl_model_free(got);
         cr_assert_gt(n_fail, 2);
     }
     /* and writing */
-    for (long k = 0;; k++) {
-        pl_gguf_writer *w = NULL;
-        pl_alloc_fail_after(k);
-        pl_status s = pl_gguf_writer_create(&w);
-        if (s == PL_OK) s = pl_model_save_gguf(m, PL_WTYPE_F16, w, path);
-        pl_alloc_fail_after(-1);
-        pl_gguf_writer_free(w);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "%s", pl_last_error());
-        cr_assert_lt(k, 10000);
-    }
+    int n_write_fail = 0;
+    PL_ALLOC_SWEEP(n_write_fail, k, save_f16(m, path), {});
     pl_model_free(m);
     pl_fixture_remove_dir(dir);
     PL_ASSERT_NO_LEAKS();

@@ -251,7 +251,7 @@ Test(hostile, paths_and_arguments) {
     cr_assert_eq(pl_model_load(NULL, NULL, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_model_load("", NULL, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_model_load("dummy:tiny", NULL, NULL), PL_ERR_INVALID_ARGUMENT);
-    pl_model_load_options o = {(pl_dtype)9, 0};
+    pl_model_load_options o = {(pl_dtype)9, 0, 0};
     cr_assert_eq(pl_model_load("dummy:tiny", &o, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(pl_last_error(), "dtype"));
     cr_assert_null(m);
@@ -881,24 +881,13 @@ Test(hostile, allocation_failure_at_every_allocation) {
     const pl_model *refs[] = {m, m, m, m, NULL, m2, m3};
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
         int n_fail = 0;
-        for (long n = 0;; n++) {
-            pl_model_load_options o = {dts[p], 0};
-            pl_model *got = (pl_model *)(uintptr_t)1;
-            pl_alloc_fail_after(n);
-            pl_status s = pl_model_load(paths[p], &o, &got);
-            pl_alloc_fail_after(-1);
-            if (s == PL_OK) {
-                cr_assert(!refs[p] || pl_fixture_compare(refs[p], got, 1e-2f, 1e-2f), "%s",
-                          paths[p]);
-                pl_model_free(got);
-                break;
-            }
-            cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "%s, failing allocation %ld: %s (%s)",
-                         paths[p], n, pl_status_name(s), pl_last_error());
-            cr_assert_null(got);
-            n_fail++;
-            cr_assert_lt(n, 10000);
-        }
+        pl_model_load_options o = {dts[p], 0, 0};
+        pl_model *got = NULL;
+        PL_ALLOC_SWEEP(n_fail, n,
+                       (got = (pl_model *)(uintptr_t)1, pl_model_load(paths[p], &o, &got)),
+                       cr_assert_null(got, "%s", paths[p]););
+        cr_assert(!refs[p] || pl_fixture_compare(refs[p], got, 1e-2f, 1e-2f), "%s", paths[p]);
+        pl_model_free(got);
         cr_assert_gt(n_fail, 2, "%s: the sweep reached no allocation", paths[p]);
     }
     pl_model_free(m);
@@ -920,25 +909,17 @@ Test(hostile, allocation_failure_inside_json_parsing) {
     cr_assert(pl_fixture_write_hf(m, hf, &(pl_fixture_hf_options){.n_shards = 2}));
     pl_model_free(m);
     int in_json[3] = {0}; /* failures in config.json, the index, a safetensors header */
-    for (long n = 0;; n++) {
-        pl_model *got = NULL;
-        pl_alloc_fail_after(n);
-        pl_status s = pl_model_load(hf, NULL, &got);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) {
-            pl_model_free(got);
-            break;
-        }
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "failing allocation %ld: %s (%s)", n,
-                     pl_status_name(s), pl_last_error());
+    int n_fail = 0;
+    pl_model *got = NULL;
+    PL_ALLOC_SWEEP(n_fail, n, (got = NULL, pl_model_load(hf, NULL, &got)), {
         const char *e = pl_last_error();
         if (strstr(e, "out of memory parsing")) {
             if (strstr(e, "config.json")) in_json[0]++;
             else if (strstr(e, "index.json")) in_json[1]++;
             else if (strstr(e, "header JSON")) in_json[2]++;
         }
-        cr_assert_lt(n, 10000);
-    }
+    });
+    pl_model_free(got);
     for (int i = 0; i < 3; i++)
         cr_assert_gt(in_json[i], 0, "no failure inside JSON document %d was reached", i);
     pl_fixture_remove_dir(dir);

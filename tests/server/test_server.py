@@ -801,6 +801,9 @@ CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case
 
 def main():
     global PAGELLM
+    if sys.argv[1:] == ["--list"]:  # tests/server/meson.build makes one test per case
+        print("\n".join(CASES))
+        return 0
     if len(sys.argv) != 3 or sys.argv[2] not in CASES:
         print(f"usage: {sys.argv[0]} PAGELLM CASE ({', '.join(CASES)})")
         return 2

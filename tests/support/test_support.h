@@ -50,6 +50,28 @@ const char *pl_test_tmpdir(void);
 }
 #endif
 
+/* ---- the allocation-failure sweep (needs util/alloc.h, util/status.h and criterion) ---- */
+/* Runs CALL, an expression giving a pl_status, with allocation k failing
+ * (pl_alloc_fail_after(k)) for k = 0, 1, ... until it returns PL_OK, and asserts that every
+ * failure is PL_ERR_OUT_OF_MEMORY; after each failure the statements given last run (checks
+ * of what it left, cleanup; `{}` for none). k names the counter, in scope in CALL and those
+ * statements; the int lvalue n_failed counts the failed runs. The hook is reset after each
+ * call, so the checks and what follows the sweep allocate freely. */
+#define PL_ALLOC_SWEEP_MAX 100000
+#define PL_ALLOC_SWEEP(n_failed, k, CALL, ...)                                                  \
+    for (long k = 0;; k++) {                                                                    \
+        pl_alloc_fail_after(k);                                                                 \
+        pl_status pl_sweep_st_ = (CALL);                                                        \
+        pl_alloc_fail_after(-1);                                                                \
+        if (pl_sweep_st_ == PL_OK) break;                                                       \
+        cr_assert_eq(pl_sweep_st_, PL_ERR_OUT_OF_MEMORY, "%s, failing allocation %ld: %s (%s)", \
+                     #CALL, k, pl_status_name(pl_sweep_st_), pl_last_error());                  \
+        cr_assert_lt(k, PL_ALLOC_SWEEP_MAX, "%s: still failing after %ld allocations", #CALL,   \
+                     k);                                                                        \
+        (n_failed)++;                                                                           \
+        __VA_ARGS__                                                                             \
+    }
+
 /* Asserts at the end of a test body that nothing leaked (only under AddressSanitizer, whose
  * leak report alone does not fail a Criterion test). */
 #if defined(__SANITIZE_ADDRESS__)

@@ -679,34 +679,13 @@ Test(tokenizer, every_allocation_failure_is_reported_and_leaks_nothing) {
     const char *text = "Ünïcode 🐈 text";
     pl_tokenizer *t = NULL;
     int failures = 0;
-    for (long k = 0;; k++) {
-        pl_alloc_fail_after(k);
-        pl_status s = pl_tok_load(path, &t);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "load, failing allocation %ld: %s", k,
-                     pl_last_error());
-        cr_assert_null(t);
-        failures++;
-    }
+    PL_ALLOC_SWEEP(failures, k, pl_tok_load(path, &t), cr_assert_null(t););
     cr_assert_gt(failures, 3);
     int32_t *ids = NULL;
     size_t n = 0;
-    for (long k = 0;; k++) {
-        pl_alloc_fail_after(k);
-        pl_status s = pl_tok_encode(t, text, strlen(text), true, &ids, &n);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "encode: %s", pl_last_error());
-    }
+    PL_ALLOC_SWEEP(failures, k, pl_tok_encode(t, text, strlen(text), true, &ids, &n), {});
     char *back = NULL;
-    for (long k = 0;; k++) {
-        pl_alloc_fail_after(k);
-        pl_status s = pl_tok_decode(t, ids, n, 0, &back);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "decode: %s", pl_last_error());
-    }
+    PL_ALLOC_SWEEP(failures, k, pl_tok_decode(t, ids, n, 0, &back), {});
     cr_assert_str_eq(back, text);
     pl_free(back);
     /* A failed push leaves the detok as it was: retrying gives the same stream. */

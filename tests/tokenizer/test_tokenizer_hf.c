@@ -25,6 +25,7 @@
 #include "tokenizer/hf.h"
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
+#include "util/utf8.h"
 
 #ifndef PL_TOK_DATA_DIR
 #error "PL_TOK_DATA_DIR (tests/data) must be defined"
@@ -548,7 +549,7 @@ static pl_tokenizer *byte_tok(void) {
         char ch[4];
         int k = pl_hf_char_of_byte((uint8_t)b, ch);
         uint32_t cp;
-        pl_tok_utf8_decode((const unsigned char *)ch, &cp);
+        pl_utf8_decode(ch, (size_t)k, &cp);
         n += (size_t)snprintf(vocab + n, cap - n, "%s\"\\u%04x\": %d", b ? ", " : "", cp, b);
         (void)k;
     }
@@ -1019,46 +1020,20 @@ Test(tokenizer_hf, every_allocation_failure_is_reported_and_leaks_nothing, .time
     snprintf(path, sizeof path, "%s/tok512_hf", PL_TOK_DATA_DIR);
     pl_tokenizer *t = NULL;
     int failures = 0;
-    for (long k = 0;; k++) {
-        pl_alloc_fail_after(k);
-        pl_status s = pl_tok_load(path, &t);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "load, failing allocation %ld: %s", k,
-                     pl_last_error());
-        cr_assert_null(t);
-        failures++;
-    }
+    PL_ALLOC_SWEEP(failures, k, pl_tok_load(path, &t), cr_assert_null(t););
     cr_assert_gt(failures, 10);
     const char *text = "<s>Ünïcode 🐈 text   with  spaces</s>";
     int32_t *ids = NULL;
     size_t n = 0;
-    for (long k = 0;; k++) {
-        pl_alloc_fail_after(k);
-        pl_status s = pl_tok_encode(t, text, strlen(text), PL_TOK_PARSE_SPECIAL, &ids, &n);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "encode: %s", pl_last_error());
-    }
+    PL_ALLOC_SWEEP(failures, k,
+                   pl_tok_encode(t, text, strlen(text), PL_TOK_PARSE_SPECIAL, &ids, &n), {});
     char *back = NULL;
-    for (long k = 0;; k++) {
-        pl_alloc_fail_after(k);
-        pl_status s = pl_tok_decode(t, ids, n, 0, &back);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY, "decode: %s", pl_last_error());
-    }
+    PL_ALLOC_SWEEP(failures, k, pl_tok_decode(t, ids, n, 0, &back), {});
     cr_assert_str_eq(back, "<s> Ünïcode 🐈 text   with  spaces</s>");
     pl_free(back);
     /* a failed push leaves the detok as it was: retrying gives the same stream */
     pl_detok *d = NULL;
-    for (long k = 0;; k++) {
-        pl_alloc_fail_after(k);
-        pl_status s = pl_detok_create(t, 0, &d);
-        pl_alloc_fail_after(-1);
-        if (s == PL_OK) break;
-        cr_assert_eq(s, PL_ERR_OUT_OF_MEMORY);
-    }
+    PL_ALLOC_SWEEP(failures, k, pl_detok_create(t, 0, &d), {});
     size_t cap = 256, len = 0;
     char *all = malloc(cap);
     for (size_t i = 0; i < n; i++) {

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "util/dtype.h"
 #include "util/threadpool.h"
 #include "util/timer.h"

@@ -106,9 +106,14 @@ static void qg_item(const qg_job *J, int item, int thread) {
 #ifdef PL_CPU_X86
     if (J->k == PL_QGEMM_AMX) pl_qg_amx_config(P.kb);
 #endif
+    /* chunks of k outer: a chunk of the panel stays in L1 while every tile passes over it */
+    for (int k0 = 0; k0 < J->K; k0 += PL_QG_KC)
     for (int m0 = 0; m0 < J->n_rows; m0 += J->mr) {
         pl_qg_tile T;
         T.n_rows = J->n_rows - m0 < J->mr ? J->n_rows - m0 : J->mr;
+        T.k0 = k0;
+        T.k1 = J->K - k0 < PL_QG_KC ? J->K : k0 + PL_QG_KC;
+        T.accumulate = k0 > 0;
         for (int m = 0; m < T.n_rows; m++) {
             int r = J->rows ? J->rows[m0 + m] : m0 + m;
             T.q[m] = J->xq ? J->xq + (size_t)(m0 + m) * J->xq_stride : pl_cpu_qact_q(J->a, r);

@@ -8,9 +8,12 @@
  * with I(b) = sum_{i in b} L_n,i * q_m,i the exact integer dot product of the weight levels
  * (offset removed) and the activations' int8 values, d_m the activation block scale (per 32),
  * sc_n the weight block scale, and for Q4_K/Q5_K mn_n the block's min (dmin * m) and ds_m =
- * d_m * sum q. Every kernel adds, per block and in this order, t = (float)I * sc_n; acc =
- * fma(t, d_m, acc); then acc = fma(-mn_n, ds_m, acc): the integer sums are exact and the f32
- * steps the same, so every kernel gives the same bits.
+ * d_m * sum q. K is walked in chunks of PL_QG_KC (the last one shorter): per chunk acc starts
+ * at 0 and every kernel adds, per block and in this order, t = (float)I * sc_n; acc =
+ * fma(t, d_m, acc); then acc = fma(-mn_n, ds_m, acc); then out = acc (first chunk) or out +
+ * acc. The integer sums are exact and the f32 steps the same, so every kernel gives the same
+ * bits. The chunks keep a panel's slice of weights (48 x 256 bytes for the 512-bit kernel) in
+ * L1 while every tile of activation rows passes over it.
  *
  * A panel holds nr weight rows (columns of the output) over all K:
  *   lev  K/4 steps x nr columns x 4 bytes: the levels of k = 4s .. 4s+3 of column n at
@@ -79,9 +82,15 @@ size_t pl_qg_panel_bytes(int nr, int K);
 void pl_qg_pack(pl_cpu_isa isa, const uint8_t *w, size_t row_bytes, pl_wtype t, int n_valid,
                 int nr, int K, bool is_signed, void *buf, pl_qg_panel *P);
 
-/* Up to PL_QG_MR_MAX activation rows and their outputs (the panel's first column). */
+/* k per chunk (a multiple of 256: whole K-quant super-blocks). */
+#define PL_QG_KC 256
+
+/* Up to PL_QG_MR_MAX activation rows and their outputs (the panel's first column), over the
+ * chunk k0 .. k1 - 1 (k0 a multiple of PL_QG_KC, k1 of 32). */
 typedef struct pl_qg_tile {
     int n_rows;
+    int k0, k1;
+    bool accumulate; /* out += this chunk's sums (false: out = them) */
     const int8_t *q[PL_QG_MR_MAX];
     const float *d[PL_QG_MR_MAX];    /* per 32 */
     const float *ds[PL_QG_MR_MAX];   /* per 32 */

@@ -133,18 +133,27 @@ PL_INLINE PL_TARGET_AMX void tiles(const pl_qg_panel *P, const pl_qg_tile *T, si
                                    void *scratch, const int kb, const bool has_mn) {
     float *facc = scratch;                                      /* (32, 32) */
     int32_t *ci = (int32_t *)((unsigned char *)scratch + 4096); /* 2 x 4 x (16, 16) */
-    const int nb = P->K / kb;
+    const int b0 = T->k0 / kb, b1 = T->k1 / kb;
     const bool two = T->n_rows > 16;
     memset(facc, 0, (size_t)T->n_rows * 32 * sizeof(float));
     const int8_t *x0 = T->q[0];
-    products(P, x0, xq_stride, 0, ci, kb, two);
-    for (int b = 1; b < nb; b++) {
-        products(P, x0, xq_stride, b, ci + 1024 * (b % 2), kb, two);
-        scale_block(P, T, ci + 1024 * ((b - 1) % 2), facc, b - 1, kb, has_mn, two);
+    products(P, x0, xq_stride, b0, ci, kb, two);
+    for (int b = b0 + 1; b < b1; b++) {
+        products(P, x0, xq_stride, b, ci + 1024 * ((b - b0) % 2), kb, two);
+        scale_block(P, T, ci + 1024 * ((b - 1 - b0) % 2), facc, b - 1, kb, has_mn, two);
     }
-    scale_block(P, T, ci + 1024 * ((nb - 1) % 2), facc, nb - 1, kb, has_mn, two);
-    for (int m = 0; m < T->n_rows; m++)
-        memcpy(T->out[m], facc + (size_t)m * 32, (size_t)P->n_valid * sizeof(float));
+    scale_block(P, T, ci + 1024 * ((b1 - 1 - b0) % 2), facc, b1 - 1, kb, has_mn, two);
+    const __mmask16 lo = P->n_valid >= 16 ? 0xffff : pl_avx512_mask(P->n_valid);
+    const __mmask16 hi = P->n_valid >= 32 ? 0xffff : P->n_valid > 16 ? pl_avx512_mask(P->n_valid - 16) : 0;
+    for (int m = 0; m < T->n_rows; m++) {
+        __m512 a = _mm512_loadu_ps(facc + (size_t)m * 32), b = _mm512_loadu_ps(facc + (size_t)m * 32 + 16);
+        if (T->accumulate) {
+            a = _mm512_add_ps(_mm512_maskz_loadu_ps(lo, T->out[m]), a);
+            b = _mm512_add_ps(_mm512_maskz_loadu_ps(hi, T->out[m] + 16), b);
+        }
+        _mm512_mask_storeu_ps(T->out[m], lo, a);
+        _mm512_mask_storeu_ps(T->out[m] + 16, hi, b);
+    }
 }
 
 PL_TARGET_AMX void pl_qg_kernel_amx(const pl_qg_panel *P, const pl_qg_tile *T, size_t xq_stride,

@@ -30,14 +30,14 @@ PL_INLINE K256_TARGET __m256i K256_(dot)(__m256i acc, __m256i w, __m256i wabs, _
 PL_INLINE K256_TARGET void K256_(tile)(const pl_qg_panel *P, const pl_qg_tile *T, const int MR,
                                        const int kb, const int shift, const bool has_mn,
                                        const bool sgn) {
-    const int nr = P->nr, nb = P->K / kb, steps = kb / 4;
+    const int nr = P->nr, b0 = T->k0 / kb, b1 = T->k1 / kb, steps = kb / 4;
     __m256 acc[K256_MR][K256_NV];
 #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 2
         for (int v = 0; v < K256_NV; v++) acc[m][v] = _mm256_setzero_ps();
-    const uint8_t *lev = P->lev;
-    for (int b = 0; b < nb; b++) {
+    const uint8_t *lev = P->lev + (size_t)(T->k0 / 4) * nr * 4;
+    for (int b = b0; b < b1; b++) {
         __m256i ia[K256_MR][K256_NV];
 #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
@@ -90,10 +90,17 @@ PL_INLINE K256_TARGET void K256_(tile)(const pl_qg_panel *P, const pl_qg_tile *T
 #pragma GCC unroll 2
         for (int v = 0; v < K256_NV; v++) {
             int n0 = 8 * v, left = P->n_valid - n0;
+            if (left <= 0) continue;
+            __m256 r = acc[m][v];
+            if (T->accumulate)
+                r = _mm256_add_ps(left >= 8 ? _mm256_loadu_ps(T->out[m] + n0)
+                                            : pl_avx2_load_part(T->out[m], PL_DTYPE_F32,
+                                                                (size_t)n0, left),
+                                  r);
             if (left >= 8)
-                _mm256_storeu_ps(T->out[m] + n0, acc[m][v]);
-            else if (left > 0)
-                pl_avx2_store_part(T->out[m] + n0, acc[m][v], left);
+                _mm256_storeu_ps(T->out[m] + n0, r);
+            else
+                pl_avx2_store_part(T->out[m] + n0, r, left);
         }
 }
 

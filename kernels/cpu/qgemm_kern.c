@@ -14,12 +14,12 @@
 #include "kernels/cpu/qgemm.h"
 
 void pl_qg_kernel_scalar(const pl_qg_panel *P, const pl_qg_tile *T) {
-    const int nr = P->nr, kb = P->kb, nb = P->K / kb;
+    const int nr = P->nr, kb = P->kb, b0 = T->k0 / kb, b1 = T->k1 / kb;
     for (int m = 0; m < T->n_rows; m++) {
         const int8_t *q = T->q[m];
         for (int n = 0; n < P->n_valid; n++) {
             float acc = 0;
-            for (int b = 0; b < nb; b++) {
+            for (int b = b0; b < b1; b++) {
                 int32_t I = P->shift ? T->sn[m][b] * (1 << P->shift) : 0;
                 for (int k = b * kb; k < (b + 1) * kb; k++) {
                     uint8_t l = P->lev[((size_t)(k / 4) * nr + n) * 4 + k % 4];
@@ -29,7 +29,7 @@ void pl_qg_kernel_scalar(const pl_qg_panel *P, const pl_qg_tile *T) {
                 acc = fmaf(t, T->d[m][b * kb / 32], acc);
                 if (P->has_mn) acc = fmaf(-P->mn[(size_t)b * nr + n], T->ds[m][b], acc);
             }
-            T->out[m][n] = acc;
+            T->out[m][n] = T->accumulate ? T->out[m][n] + acc : acc;
         }
     }
 }
@@ -64,14 +64,14 @@ void pl_qg_kernel_scalar(const pl_qg_panel *P, const pl_qg_tile *T) {
 PL_INLINE PL_TARGET_AVX512_VNNI void tile512(const pl_qg_panel *P, const pl_qg_tile *T,
                                              const int MR, const int kb, const int shift,
                                              const bool has_mn) {
-    const int nr = K512_NV * 16, nb = P->K / kb, steps = kb / 4;
+    const int nr = K512_NV * 16, b0 = T->k0 / kb, b1 = T->k1 / kb, steps = kb / 4;
     __m512 acc[K512_MR][K512_NV];
 #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 3
         for (int v = 0; v < K512_NV; v++) acc[m][v] = _mm512_setzero_ps();
-    const uint8_t *lev = P->lev;
-    for (int b = 0; b < nb; b++) {
+    const uint8_t *lev = P->lev + (size_t)(T->k0 / 4) * nr * 4;
+    for (int b = b0; b < b1; b++) {
         __m512i ia[K512_MR][K512_NV];
 #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
@@ -120,10 +120,11 @@ PL_INLINE PL_TARGET_AVX512_VNNI void tile512(const pl_qg_panel *P, const pl_qg_t
 #pragma GCC unroll 3
         for (int v = 0; v < K512_NV; v++) {
             int n0 = 16 * v, left = P->n_valid - n0;
-            if (left >= 16)
-                _mm512_storeu_ps(T->out[m] + n0, acc[m][v]);
-            else if (left > 0)
-                _mm512_mask_storeu_ps(T->out[m] + n0, pl_avx512_mask(left), acc[m][v]);
+            if (left <= 0) continue;
+            __mmask16 k = left >= 16 ? 0xffff : pl_avx512_mask(left);
+            __m512 r = acc[m][v];
+            if (T->accumulate) r = _mm512_add_ps(_mm512_maskz_loadu_ps(k, T->out[m] + n0), r);
+            _mm512_mask_storeu_ps(T->out[m] + n0, k, r);
         }
 }
 

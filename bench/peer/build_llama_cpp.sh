@@ -7,6 +7,12 @@
 # ggml-org's, August 2026). Only the top-level entries the build needs are checked out: not
 # models/, docs/ or media/, whose largest files a mirror may lack.
 #
+# One line of ggml is patched: GCC 12 drops the stores that build ggml's AMX tile
+# configuration (ggml_tile_config_init: a local struct handed to _tile_loadconfig, whose
+# builtin GCC does not see reading it), so on a CPU with AMX-INT8 its first tile instruction
+# raises SIGILL (llama-perplexity and llama-batched-bench on Q8_0/Q4_0 files). A compiler
+# barrier before the load keeps the stores; nothing else changes.
+#
 # usage: bench/peer/build_llama_cpp.sh [SOURCE]
 #   SOURCE             a git URL or a local clone to clone from
 #                      (default https://github.com/unslothai/llama.cpp)
@@ -35,6 +41,10 @@ fi
 git -C "$ABS" fetch --quiet origin "$COMMIT" 2>/dev/null || true
 git -C "$ABS" ls-tree --name-only "$COMMIT" | grep -v -x -e models -e docs -e media |
     xargs git -C "$ABS" checkout --quiet "$COMMIT" --
+MMQ=$ABS/ggml/src/ggml-cpu/amx/mmq.cpp
+if [ -f "$MMQ" ] && ! grep -q 'GCC 12 drops' "$MMQ"; then
+    sed -i 's|^    _tile_loadconfig(&tc);|    __asm__ volatile("" : : "m"(tc) : "memory"); /* GCC 12 drops the stores above */\n    _tile_loadconfig(\&tc);|' "$MMQ"
+fi
 cmake -S "$ABS" -B "$ABS/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 cmake --build "$ABS/build" -j "$JOBS" \

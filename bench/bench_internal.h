@@ -186,6 +186,13 @@ typedef struct pl_bench_roofline_opts {
     int reps;             /* best of */
 } pl_bench_roofline_opts;
 
+/* The int8 multiply-add peak of one instruction path (bench/int_peak.c). */
+typedef struct pl_bench_int_peak {
+    const char *path;      /* "AVX-512 VNNI", "AVX-VNNI", "AVX2", "AMX"; static storage */
+    double gops;           /* a multiply and an add per int8 product, per second, / 1e9 */
+} pl_bench_int_peak;
+#define PL_BENCH_INT_PATHS 4
+
 typedef struct pl_bench_roofline {
     int n_threads;
     size_t array_bytes;    /* per array; three arrays */
@@ -198,6 +205,8 @@ typedef struct pl_bench_roofline {
     int blas_threads;
     double fma_gflops;     /* register-resident f32 FMAs on n_threads threads: the cores' peak */
     const char *fma_isa;   /* "AVX-512", "AVX2" or "none" (fma_gflops 0) */
+    pl_bench_int_peak int_peaks[PL_BENCH_INT_PATHS]; /* the paths this CPU has, best first */
+    int n_int_peaks;
     double seconds;        /* time the measurement took */
 } pl_bench_roofline;
 
@@ -227,6 +236,9 @@ int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline
 /* f32 FMA peak in GFLOP/s of n_threads threads, best of reps (bench/fma_peak.c); 0 and
  * *isa "none" without AVX2+FMA. */
 double pl_bench_fma_peak_gflops(int n_threads, int reps, const char **isa);
+/* int8 multiply-add peaks of n_threads threads, best of reps, for each path this CPU (and
+ * OS, for AMX) has, into out (PL_BENCH_INT_PATHS entries); returns how many. */
+int pl_bench_int_peaks(int n_threads, int reps, pl_bench_int_peak *out);
 void pl_bench_roofline_print(FILE *f, const pl_bench_roofline *r);
 json_t *pl_bench_roofline_json(const pl_bench_roofline *r);
 

@@ -10,7 +10,9 @@
  *   cache, all threads (bench/membw.c). Best of --roofline-reps.
  * - Compute: f32 square sgemm through OpenBLAS (cblas_sgemm, its own threads), best of reps
  *   after one warm-up call, 2*n^3 FLOPs per call; and the FMA units' peak (bench/fma_peak.c),
- *   the ceiling no kernel passes even where OpenBLAS stays under it.
+ *   the ceiling no kernel passes even where OpenBLAS stays under it; and the int8
+ *   multiply-add peak of each path the int8 GEMM has (bench/int_peak.c: AVX-512 VNNI,
+ *   AVX-VNNI, AVX2, AMX), the ceilings of quantised batches.
  */
 #include <cblas.h>
 #include <math.h>
@@ -122,7 +124,7 @@ static int measure_gemm(const pl_bench_roofline_opts *o, pl_bench_roofline *out)
 int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline *out) {
     memset(out, 0, sizeof *out);
     pl_progress bar; /* three ceilings, seconds each */
-    pl_progress_start(&bar, true, "ceilings", 3);
+    pl_progress_start(&bar, true, "ceilings", 4);
     bar.show_rate = false;
     snprintf(bar.label, sizeof bar.label, "roofline");
     snprintf(bar.note, sizeof bar.note, "memory bandwidth");
@@ -137,6 +139,10 @@ int pl_bench_roofline_measure(const pl_bench_roofline_opts *o, pl_bench_roofline
     snprintf(bar.note, sizeof bar.note, "FMA peak");
     pl_progress_update(&bar);
     if (rc == 0) out->fma_gflops = pl_bench_fma_peak_gflops(out->n_threads, o->reps, &out->fma_isa);
+    bar.done++;
+    snprintf(bar.note, sizeof bar.note, "int8 peaks");
+    pl_progress_update(&bar);
+    if (rc == 0) out->n_int_peaks = pl_bench_int_peaks(out->n_threads, o->reps, out->int_peaks);
     bar.done++;
     bar.note[0] = '\0';
     out->seconds = pl_bench_now_s() - t0;
@@ -158,6 +164,9 @@ void pl_bench_roofline_print(FILE *f, const pl_bench_roofline *r) {
         fprintf(f, "FMA peak (f32 %s FMAs on registers, %d threads): %.2f GFLOP/s; sgemm reaches "
                    "%.0f%% of it\n", r->fma_isa, r->n_threads, r->fma_gflops,
                 100.0 * r->gemm_gflops / r->fma_gflops);
+    for (int i = 0; i < r->n_int_peaks; i++)
+        fprintf(f, "Int8 peak (%s multiply-adds on registers, %d threads): %.2f GOPS\n",
+                r->int_peaks[i].path, r->n_threads, r->int_peaks[i].gops);
 }
 
 json_t *pl_bench_roofline_json(const pl_bench_roofline *r) {
@@ -175,6 +184,10 @@ json_t *pl_bench_roofline_json(const pl_bench_roofline *r) {
                         json_real(r->read_gbs > 0 ? r->gemm_gflops / r->read_gbs : 0.0));
     json_object_set_new(o, "fma_gflops", json_real(r->fma_gflops));
     json_object_set_new(o, "fma_isa", json_string(r->fma_isa ? r->fma_isa : "none"));
+    json_t *ip = json_object();
+    for (int i = 0; i < r->n_int_peaks; i++)
+        json_object_set_new(ip, r->int_peaks[i].path, json_real(r->int_peaks[i].gops));
+    json_object_set_new(o, "int8_gops", ip);
     json_object_set_new(o, "seconds", json_real(r->seconds));
     return o;
 }
@@ -186,8 +199,9 @@ json_t *pl_bench_roofline_json(const pl_bench_roofline *r) {
 static void usage(void) {
     printf("usage: pagellm bench roofline [roofline flags] [--output-json FILE]\n\n"
            "Measures this machine's memory bandwidth (read and STREAM triad, all threads, arrays\n"
-           "far larger than the last-level cache), f32 GEMM peak (OpenBLAS sgemm) and the\n"
-           "cores' f32 FMA peak (independent FMA chains on registers).\n\n");
+           "far larger than the last-level cache), f32 GEMM peak (OpenBLAS sgemm), the cores'\n"
+           "f32 FMA peak (independent FMA chains on registers) and their int8 multiply-add peak\n"
+           "per instruction path (AVX-512 VNNI, AVX-VNNI, AVX2, AMX: what the CPU has).\n\n");
     pl_bench_print_roofline_flags();
 }
 

@@ -124,15 +124,21 @@ pl_status pl_draw_tokens(pl_engine *e, const pl_sched_output *so, size_t *n_out)
 
 /* ---- prompt logprobs ------------------------------------------------------------------ */
 
-/* Logprobs of prompt tokens whose predicting row is in entry en: position q's logits predict
- * token q + 1, so rows q in [start, min(start + n_new, n_prompt - 1)) are prompt positions;
- * those recorded before a preemption are skipped. rows is the entry's first batch row. */
+/* Prompt logprobs and prompt logits of the positions entry en computed this step (rows
+ * from first_row): position q's logits predict token q + 1, so logprobs take positions below
+ * n_prompt - 1 and logits positions logits_from .. n_prompt - 1; positions recorded before a
+ * preemption are skipped. */
 static pl_status prompt_rows(pl_engine *e, const pl_sched_entry *en, int first_row) {
     pl_sample *s = en->seq->user;
-    pl_logprob_list *l = &s->lp->prompt;
+    pl_sample_logprobs *lp = s->lp;
+    pl_logprob_list *l = &lp->prompt;
     const pl_seq *q = en->seq;
-    int from = s->lp->n_prompt_done > en->start ? s->lp->n_prompt_done : en->start;
-    int to = en->start + en->n_new < q->n_prompt - 1 ? en->start + en->n_new : q->n_prompt - 1;
+    const bool want_lp = l->on, want_lg = lp->logits != NULL;
+    int lo = want_lp ? 0 : lp->logits_from;
+    int last = want_lg ? q->n_prompt : q->n_prompt - 1; /* exclusive */
+    int from = lp->n_prompt_done > en->start ? lp->n_prompt_done : en->start;
+    if (from < lo) from = lo;
+    int to = en->start + en->n_new < last ? en->start + en->n_new : last;
     int max_rows = e->cfg.max_batch_size, V = e->vocab;
     int32_t rows[512];
     if (max_rows > (int)(sizeof rows / sizeof rows[0])) max_rows = sizeof rows / sizeof rows[0];
@@ -142,13 +148,18 @@ static pl_status prompt_rows(pl_engine *e, const pl_sched_entry *en, int first_r
         PL_TRY(pl_runner_logits(e->runner, rows, n, e->sb.logits));
         mask_undecodable(e, e->sb.logits, n);
         for (int i = 0; i < n; i++) {
-            pl_token_logprobs lp;
+            int pos = p0 + i;
+            const float *row = e->sb.logits + (size_t)i * V;
+            if (want_lg && pos >= lp->logits_from)
+                memcpy(lp->logits + (size_t)(pos - lp->logits_from) * V, row,
+                       (size_t)V * sizeof *row);
+            if (!want_lp || pos >= q->n_prompt - 1) continue;
+            pl_token_logprobs tl;
             pl_logprob tops[PL_MAX_LOGPROBS];
-            pl_logprobs_compute(e->sb.logits + (size_t)i * V, V, q->tokens[p0 + i + 1], l->k,
-                                &lp, tops);
-            PL_TRY(pl_logprob_list_push(l, &lp, tops));
+            pl_logprobs_compute(row, V, q->tokens[pos + 1], l->k, &tl, tops);
+            PL_TRY(pl_logprob_list_push(l, &tl, tops));
         }
-        s->lp->n_prompt_done = p0 + n;
+        lp->n_prompt_done = p0 + n;
     }
     return PL_OK;
 }
@@ -158,7 +169,8 @@ pl_status pl_draw_prompt_logprobs(pl_engine *e, const pl_sched_output *so) {
     for (int i = 0; i < so->n_seqs; i++) {
         const pl_sched_entry *en = &so->entries[i];
         pl_sample *s = en->seq->user;
-        if (!s->lp || !s->lp->prompt.on || s->finished || en->start >= en->seq->n_prompt - 1)
+        if (!s->lp || (!s->lp->prompt.on && !s->lp->logits) || s->finished ||
+            en->start >= en->seq->n_prompt)
             continue;
         PL_TRY(prompt_rows(e, en, qstart[i]));
     }

@@ -56,6 +56,9 @@ typedef struct pl_sample_logprobs {
     pl_logprob_list prompt;     /* sample 0 only (params.prompt_logprobs >= 0) */
     int n_prompt_done;          /* prompt positions recorded (they are computed again after
                                    a preemption: recorded once) */
+    float *logits;              /* sample 0 with params.prompt_logits = P >= 0: (n_prompt - P,
+                                   vocab), allocated at submit; NULL otherwise */
+    int logits_from;            /* P */
 } pl_sample_logprobs;
 
 typedef struct pl_sample {

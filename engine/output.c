@@ -185,6 +185,10 @@ void pl_output_fill_completion(const pl_sample *s, pl_completion *c) {
         c->prompt_logprobs = s->lp->prompt.entries;
         c->n_prompt_logprobs = s->lp->prompt.n;
     }
+    if (s->lp && s->lp->logits) {
+        c->prompt_logits = s->lp->logits;
+        c->n_prompt_logits = (size_t)(q->n_prompt - s->lp->logits_from);
+    }
     double sub = (double)r->t_submit_ns;
     if (r->t_first_sched_ns) c->queue_s = ((double)r->t_first_sched_ns - sub) * 1e-9;
     if (s->t_first_token_ns) c->ttft_s = ((double)s->t_first_token_ns - sub) * 1e-9;

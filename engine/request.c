@@ -22,6 +22,7 @@ void pl_request_free(pl_request *r) {
             if (s->lp) {
                 pl_logprob_list_free(&s->lp->output);
                 pl_logprob_list_free(&s->lp->prompt);
+                pl_free(s->lp->logits);
                 pl_free(s->lp);
             }
         }
@@ -141,10 +142,11 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
     }
     r->samples[0].seq.n_forks = p->n - 1;
     /* cached prompt tokens would have no logits to take their logprobs from */
-    r->samples[0].seq.skip_prefix_cache = p->prompt_logprobs >= 0;
+    r->samples[0].seq.skip_prefix_cache = p->prompt_logprobs >= 0 || p->prompt_logits >= 0;
     for (int i = 0; i < p->n; i++) {
         bool prompt = i == 0 && p->prompt_logprobs >= 0;
-        if (p->logprobs < 0 && !prompt) continue;
+        bool logits = i == 0 && p->prompt_logits >= 0;
+        if (p->logprobs < 0 && !prompt && !logits) continue;
         pl_sample_logprobs *lp = r->samples[i].lp = pl_calloc(1, sizeof *lp);
         if (!lp) goto oom;
         lp->output = (pl_logprob_list){.on = p->logprobs >= 0, .k = p->logprobs};
@@ -152,6 +154,18 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         /* every prompt position's entry, reserved now: a step appends without allocating */
         if (prompt && n_ids > 1 && pl_logprob_list_reserve(&lp->prompt, n_ids - 1) != PL_OK)
             goto oom;
+        lp->logits_from = p->prompt_logits;
+        if (logits && (size_t)p->prompt_logits < n_ids) {
+            size_t rows = n_ids - (size_t)p->prompt_logits;
+            if (rows > SIZE_MAX / sizeof(float) / (size_t)e->vocab) goto oom;
+            lp->logits = pl_malloc(rows * (size_t)e->vocab * sizeof(float));
+            if (!lp->logits) {
+                pl_request_free(r);
+                return pl_fail(PL_ERR_OUT_OF_MEMORY, "submit: prompt logits of %zu positions x "
+                               "%d tokens (%zu MiB): ask for fewer (sampling.prompt_logits)",
+                               rows, e->vocab, (rows * (size_t)e->vocab * 4) >> 20);
+            }
+        }
     }
     pl_status cs = pl_constrain_request(e, r);
     if (cs != PL_OK) {

@@ -207,6 +207,10 @@ static void take_completion(pl_engine *e, size_t i, pl_completion *dst) {
         dst->logprobs = take_logprobs(&s->lp->output, &dst->n_logprobs);
     if (s->lp && s->lp->prompt.on)
         dst->prompt_logprobs = take_logprobs(&s->lp->prompt, &dst->n_prompt_logprobs);
+    if (s->lp && s->lp->logits) {
+        dst->prompt_logits = s->lp->logits;
+        s->lp->logits = NULL;
+    }
 }
 
 static void free_logprobs(pl_token_logprobs *l, size_t n) {
@@ -223,6 +227,7 @@ void pl_completions_free(pl_completion *c, size_t n) {
         pl_free(c[i].text);
         free_logprobs(c[i].logprobs, c[i].n_logprobs);
         free_logprobs(c[i].prompt_logprobs, c[i].n_prompt_logprobs);
+        pl_free(c[i].prompt_logits);
     }
     pl_free(c);
 }

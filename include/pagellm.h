@@ -389,8 +389,11 @@ typedef struct pl_logit_bias {
       "keep the stop string that ended the output at the end of its text")                     \
     X(BIAS, pl_logit_bias, logit_bias, NULL, PL_RANGE(0, 1024), "--logit-bias", 0, "ID:BIAS", \
       "added to a token's logit before sampling, in [-100, 100] (OpenAI's logit_bias: -100 "    \
-      "bans the token); comma-separated, repeatable")
-
+      "bans the token); comma-separated, repeatable")                                              \
+    X(INT, int, prompt_logits, -1, PL_RANGE(-1, 16777216), "--prompt-logits", 0, "P",         \
+      "the full-vocabulary logits at every prompt position from P to the last (which gives "   \
+      "the first output token's distribution), in the completion (API; generate does not "     \
+      "print them); -1 = none. Such a request does not read the prefix cache")
 /* How a chat is turned into a prompt (pl_engine_apply_chat_template and the chat submits).
  * JSON values are JSON text, parsed per call. */
 #define PL_CHAT_OPTIONS_FIELDS(X)                                                              \
@@ -699,6 +702,12 @@ typedef struct pl_completion {
      * has no context to predict it); NULL otherwise. */
     pl_token_logprobs *prompt_logprobs;
     size_t n_prompt_logprobs;
+    /* With prompt_logits = P >= 0, on sample 0 only: (n_prompt_logits, vocab_size) raw logits,
+     * row i those at prompt position P + i (predicting prompt token P + i + 1; the last row,
+     * at the last prompt position, predicts the first output token); n_prompt_logits =
+     * n_prompt_ids - P (0 when P >= n_prompt_ids: NULL). NULL otherwise. */
+    float *prompt_logits;
+    size_t n_prompt_logits;
 } pl_completion;
 
 /* What one step appended to one sample: new text for streaming. */

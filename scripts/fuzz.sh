@@ -15,7 +15,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
   fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server
-  fuzz_plan fuzz_grammar fuzz_schema)
+  fuzz_plan fuzz_grammar fuzz_schema fuzz_logits)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -73,6 +73,19 @@ mkdir -p "$seeds/server"
 cp tests/fuzz/server/*.txt "$seeds/server/"
 # grammars (GBNF, a NUL, output bytes) and schemas / regexes (first byte: which)
 for d in grammar schema; do mkdir -p "$seeds/$d"; cp tests/fuzz/$d/* "$seeds/$d/"; done
+# pagellm perplexity's saved-logits files (tools/ppl_logits.h): small valid ones
+mkdir -p "$seeds/logits"
+python3 - "$seeds/logits" <<'PY'
+import os, struct, sys
+out = sys.argv[1]
+for i, (vocab, ctx, windows) in enumerate([(3, 4, 1), (5, 6, 2), (2, 2, 3), (7, 9, 1)]):
+    first = ctx // 2
+    rows = windows * (ctx - 1 - first)
+    b = b"PLLOGITS" + struct.pack("<6I", 1, vocab, ctx, windows, first, 0)
+    b += struct.pack("<%di" % (windows * ctx), *[(k * 7) % vocab for k in range(windows * ctx)])
+    b += struct.pack("<%df" % (rows * vocab), *[-1.0 - k for k in range(rows * vocab)])
+    open(os.path.join(out, "l%d" % i), "wb").write(b)
+PY
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -91,6 +104,7 @@ for t in "${targets[@]}"; do
     fuzz_template) sd=template ;; fuzz_sse) sd=sse ;; fuzz_server) sd=server ;;
     fuzz_plan) sd=plan ;;
     fuzz_grammar) sd=grammar ;; fuzz_schema) sd=schema ;;
+    fuzz_logits) sd=logits ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

@@ -12,6 +12,7 @@ int cmd_detokenize(int argc, char **argv); /* tokenize.c */
 int cmd_quantize(int argc, char **argv);   /* quantize.c */
 int cmd_info(int argc, char **argv);       /* info.c */
 int cmd_doctor(int argc, char **argv);     /* doctor.c */
+int cmd_perplexity(int argc, char **argv); /* perplexity.c, ppl_run.c */
 
 /* `bench` and `profile` are implemented in bench/ (library pl_bench): pl_bench_main and
  * pl_bench_profile_main, same convention. */

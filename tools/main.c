@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "  quantize    write a model as a GGUF file in another weight type\n"
             "  info        what a model holds: architecture, shapes, parameters, tensor types,\n"
             "              tokenizer, chat template, context, KV bytes per token\n"
+            "  perplexity  perplexity over a text; KL divergence from a base model\n"
             "  serve       an OpenAI-compatible HTTP server (completions, chat, streaming)\n"
             "  doctor      checks of this machine: comm (tensor-parallel all-reduce speed)\n"
             "  version     print the version (also --version)\n"
@@ -59,7 +60,7 @@ static const struct {
     {"generate", cmd_generate},     {"chat", cmd_chat},         {"tokenize", cmd_tokenize},
     {"detokenize", cmd_detokenize}, {"bench", pl_bench_main},   {"profile", pl_bench_profile_main},
     {"quantize", cmd_quantize},     {"serve", pl_serve_main},   {"info", cmd_info},
-    {"doctor", cmd_doctor},
+    {"doctor", cmd_doctor},         {"perplexity", cmd_perplexity},
 };
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -14,6 +14,12 @@
 #   PEER_MODELS        output directory (default /tmp/pagellm-peer-models; never the repo)
 #   TOKENIZER          the 32000-token vocabulary stored in the files (llama.cpp needs one):
 #                      default $PAGELLM_TEST_MODELS/tokenizer.model (Llama 2's)
+# Shape stories260k is the trained stories260K.bin of $PAGELLM_TEST_MODELS (with its tok512
+# vocabulary): an F32 file (the KL-divergence base; random weights give near-uniform
+# distributions, so accuracy is compared on this one) and the same types from it, by pagellm
+# only: its hidden size 172 is not whole blocks of 32, which llama-quantize refuses for these
+# types ("no tensor type fallback"), where `pagellm quantize` stores those tensors in F16 as
+# llama.cpp does for its other fallbacks. llama.cpp runs the pl- files.
 # Files that exist are kept. Disk: ~0.9 GB (stories110m) and ~5 GB (tinyllama) in all.
 set -eu
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,13 +33,21 @@ QUANTIZE=$PEER/build/bin/llama-quantize
 for shape in "$@"; do
     d=$OUT/$shape
     mkdir -p "$d"
-    [ -f "$d/pl-f16.gguf" ] ||
-        "$PAGELLM" quantize "dummy:$shape" "$d/pl-f16.gguf" f16 --tokenizer "$TOKENIZER"
+    if [ "$shape" = stories260k ]; then
+        MODELS=${PAGELLM_TEST_MODELS:-$REPO/../shared/models}
+        src=$d/pl-f32.gguf
+        [ -f "$src" ] || "$PAGELLM" quantize "$MODELS/stories260K.bin" "$src" f32 \
+            --tokenizer "$MODELS/tok512.model"
+    else
+        src=$d/pl-f16.gguf
+        [ -f "$src" ] ||
+            "$PAGELLM" quantize "dummy:$shape" "$src" f16 --tokenizer "$TOKENIZER"
+    fi
     for t in q8_0 q4_0 q4_k_m; do
-        [ -f "$d/pl-$t.gguf" ] || "$PAGELLM" quantize "$d/pl-f16.gguf" "$d/pl-$t.gguf" "$t"
-        if [ -x "$QUANTIZE" ] && [ ! -f "$d/ll-$t.gguf" ]; then
+        [ -f "$d/pl-$t.gguf" ] || "$PAGELLM" quantize "$src" "$d/pl-$t.gguf" "$t"
+        if [ -x "$QUANTIZE" ] && [ ! -f "$d/ll-$t.gguf" ] && [ "$shape" != stories260k ]; then
             T=$(echo "$t" | tr a-z A-Z)
-            "$QUANTIZE" "$d/pl-f16.gguf" "$d/ll-$t.gguf" "$T" 2 >"$d/ll-$t.log" 2>&1 ||
+            "$QUANTIZE" "$src" "$d/ll-$t.gguf" "$T" 2 >"$d/ll-$t.log" 2>&1 ||
                 { cat "$d/ll-$t.log" >&2; exit 1; }
         fi
     done

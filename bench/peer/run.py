@@ -3,8 +3,10 @@
 alternating, and the ratios (pagellm / llama.cpp; above 1 = pagellm faster).
 
 usage: bench/peer/run.py [--shapes stories110m,tinyllama-1.1b] [--types f16,q8_0,q4_0,q4_k_m]
-                         [--files pl,ll] [--reps 3] [--threads 2] [--batched 16,64]
+                         [--files pl,ll] [--reps 3] [--threads 2] [--batched 16,32,64]
                          [--batched-shapes S,..] [--batched-files pl,ll] [--json OUT.json]
+                         [--kld stories260k] [--kld-types q8_0,q4_0,q4_k_m] [--kld-text FILE]
+                         [--kld-ctx 128] [--no-speed]
 
 Files come from bench/peer/make_models.sh ($PEER_MODELS/SHAPE/{pl,ll}-TYPE.gguf: made by
 `pagellm quantize` or by llama-quantize; f16 only pl); the peer from
@@ -22,6 +24,12 @@ rule), the order swapped every repetition; the table gives medians:
             throughput --num-prompts B --input-len BP --output-len BG --max-batch-size B`
   GB/s      pagellm's matmul weight bytes per decode step x decode tokens/s, and that as a
             share of the read bandwidth `bench latency --bandwidth` measured around its runs
+  accuracy  (--kld SHAPE) for each quantised file of SHAPE and the same text: llama-perplexity's
+            mean KL divergence from the shape's F32 file and its "Same top p" (the F32 file's
+            log-probabilities saved by llama-perplexity --kl-divergence-base, then read with
+            --kl-divergence) beside `pagellm perplexity --kl-divergence-base F32-FILE`'s, same
+            window size (--kld-ctx), printed side by side (pagellm / llama.cpp, and the
+            difference in points)
 """
 import argparse
 import json
@@ -35,7 +43,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LOCK = "/tmp/pagellm-bench.lock"
 # token counts per shape: (decode N, prefill P, batched prompt BP, batched output BG); the
 # TinyLlama shape is ~10x the work per token on 2 cores, so its counts are smaller
-COUNTS = {"stories110m": (128, 128, 64, 64), "tinyllama-1.1b": (32, 128, 32, 16),
+COUNTS = {"stories110m": (128, 512, 128, 64), "tinyllama-1.1b": (32, 512, 128, 64),
           "mixtral-mini": (64, 128, 32, 32)}
 
 
@@ -60,7 +68,10 @@ class Peer:
     def __init__(self, d):
         self.bench = os.path.join(d, "build", "bin", "llama-bench")
         self.batched = os.path.join(d, "build", "bin", "llama-batched-bench")
-        for b in (self.bench, self.batched):
+        self.perplexity = os.path.join(d, "build", "bin", "llama-perplexity")
+        self.commit = subprocess.run(["git", "-C", d, "rev-parse", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip() or "unknown"
+        for b in (self.bench, self.batched, self.perplexity):
             if not os.access(b, os.X_OK):
                 sys.exit(f"{b} is missing: run bench/peer/build_llama_cpp.sh (PAGELLM_PEER_DIR)")
         # newer llama.cpp takes -fa on|off|auto (a bare -fa is an error there), older a bare flag
@@ -133,6 +144,62 @@ def batched_rep(a, peer, pagellm, model, shape, npl, tmp, first_llama):
     return best, pl_tps
 
 
+def kld_figures(text):
+    """Mean KLD and Same top p (%) from llama-perplexity's / pagellm perplexity's output."""
+    import re
+    k = re.search(r"^Mean +KLD: +([0-9.e+-]+) ± +([0-9.e+-]+)", text, re.M)
+    t = re.search(r"^Same top p: +([0-9.]+) ± +([0-9.]+) %", text, re.M)
+    if not k or not t:
+        sys.exit("no 'Mean    KLD' / 'Same top p' lines in:\n" + text[-3000:])
+    return float(k.group(1)), float(k.group(2)), float(t.group(1)), float(t.group(2))
+
+
+def accuracy(a, peer, pagellm, models, tmp):
+    """llama-perplexity and pagellm perplexity on the same quantised files and text."""
+    d = os.path.join(models, a.kld)
+    base = os.path.join(d, "pl-f32.gguf")
+    if not os.path.exists(base):
+        sys.exit(f"{base} is missing: bench/peer/make_models.sh {a.kld}")
+    t, ctx = str(a.threads), str(a.kld_ctx)
+    kld_file = os.path.join(tmp, "base.kld")
+    # runs of whitespace as one space: SentencePiece's normaliser collapses them (pagellm
+    # tokenizes as SentencePiece does), llama.cpp's tokenizer keeps them, and the two would
+    # score different token streams (GPL-3: 21599 tokens against 22144)
+    with open(a.kld_text, encoding="utf-8") as f:
+        flat = " ".join(f.read().split())
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write(flat)
+    locked([[peer.perplexity, "-m", base, "-f", text, "-c", ctx, "-t", t,
+             "--kl-divergence-base", kld_file]])
+    print(f"\n## accuracy: {a.kld} against its F32 file, text {a.kld_text} (whitespace runs as "
+          f"one space), windows of {ctx} tokens, llama.cpp {peer.commit[:12]}")
+    print("| file | mean KLD llama.cpp | mean KLD pagellm | pagellm / llama.cpp | "
+          "Same top p llama.cpp | Same top p pagellm | difference (points) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
+    for ty in a.kld_types.split(","):
+        for who in a.files.split(","):
+            model = os.path.join(d, f"{who}-{ty}.gguf")
+            if not os.path.exists(model):
+                continue
+            ll = subprocess.run(["flock", LOCK, peer.perplexity, "-m", model, "-f", text,
+                                 "-c", ctx, "-t", t, "--kl-divergence-base", kld_file,
+                                 "--kl-divergence"], capture_output=True, text=True)
+            pl = subprocess.run(["flock", LOCK, pagellm, "perplexity", "--model", model,
+                                 "--file", text, "--ctx-size", ctx, "-t", t,
+                                 "--no-progress", "--kl-divergence-base", base],
+                                capture_output=True, text=True)
+            lk, lku, lt, ltu = kld_figures(ll.stdout + ll.stderr)
+            pk, pku, pt, ptu = kld_figures(pl.stdout)
+            rows.append({"file": f"{who}-{ty}", "ll_kld": lk, "pl_kld": pk, "ll_same_top": lt,
+                         "pl_same_top": pt})
+            print(f"| {who}-{ty} | {lk:.6f} ± {lku:.6f} | {pk:.6f} ± {pku:.6f} | {pk / lk:.3f} "
+                  f"| {lt:.3f} ± {ltu:.3f} % | {pt:.3f} ± {ptu:.3f} % | {pt - lt:+.3f} |",
+                  flush=True)
+    return rows
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -145,18 +212,27 @@ def main():
                     "ll (llama-quantize)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batched", default="16,64", help="sequence counts ('' = none)")
+    ap.add_argument("--batched", default="16,32,64", help="sequence counts ('' = none)")
     ap.add_argument("--batched-shapes", default="stories110m,tinyllama-1.1b")
     ap.add_argument("--batched-files", default="pl", help="whose files run batched")
     ap.add_argument("--json", help="write every repetition's figures here")
+    ap.add_argument("--kld", help="a shape whose quantised files are compared for accuracy "
+                    "(stories260k: make_models.sh stories260k)")
+    ap.add_argument("--kld-types", default="q8_0,q4_0,q4_k_m")
+    ap.add_argument("--kld-text", default="/usr/share/common-licenses/GPL-3")
+    ap.add_argument("--kld-ctx", type=int, default=128)
+    ap.add_argument("--no-speed", action="store_true", help="only the accuracy comparison")
     a = ap.parse_args()
     peer = Peer(os.environ.get("PAGELLM_PEER_DIR",
                                os.path.join(REPO, "..", "pagellm-peer", "llama.cpp")))
     pagellm = os.environ.get("PAGELLM", os.path.join(REPO, "build", "tools", "pagellm"))
     models = os.environ.get("PEER_MODELS", "/tmp/pagellm-peer-models")
     results = []
+    print(f"llama.cpp {peer.commit}")
     with tempfile.TemporaryDirectory(prefix="pagellm-peer-") as tmp:
-        for shape in a.shapes.split(","):
+        if a.kld:
+            results.append({"accuracy": accuracy(a, peer, pagellm, models, tmp)})
+        for shape in ([] if a.no_speed else a.shapes.split(",")):
             n, p, bp, bg = COUNTS[shape]
             print(f"\n## {shape}: decode {n} tokens, prefill {p}, batched {bp}+{bg} per "
                   f"sequence, {a.threads} threads, median of {a.reps} alternating pairs")

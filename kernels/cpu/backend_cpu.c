@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "kernels/ref/ref.h"
 #include "util/alloc.h"
 #include "util/dtype.h"
@@ -51,6 +52,17 @@ pl_cpu_isa pl_cpu_detect_isa(void) {
 static bool has_avx512_vnni(void) {
 #ifdef PL_CPU_X86
     return __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
+/* AVX-VNNI: CPUID leaf 7 sub-leaf 1, EAX bit 4 (the VEX encoding of vpdpbusd). */
+static bool has_avxvnni(void) {
+#ifdef PL_CPU_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return (a & (1u << 4)) != 0;
 #else
     return false;
 #endif
@@ -112,6 +124,7 @@ static void cpu_destroy(pl_backend *be) {
         pl_free_aligned(c->qbuf);
         pl_free(c->moe_ints);
         pl_free(c->moe_floats);
+        pl_free_aligned(c->qx);
         pl_free(c);
     }
     pl_free(be);
@@ -174,18 +187,22 @@ static const pl_backend_ops cpu_ops = {
  * to 48 rows. In the engine the f32 GEMV stays ahead at 32 rows too (issue 8's throughput
  * command, 32 sequences, alternating builds: GEMV 457/453/505, own 450/435/458 total
  * tokens/s), so the own GEMM starts at 48 rows for both. */
-/* Quantised weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): below this many rows the integer GEMV
- * (qgemv.c), from it the own GEMM on dequantised chunks. With VNNI the integer kernel, which
- * walks each group of 4 weight rows once for all x rows in fours, is the faster int8 GEMM
- * for whole prefill chunks of Q8_0/Q4_0/Q4_K (Zen 4, one thread, weights in L2/L3, TSC
- * cycles per 32 values per x row, integer/own: 2048x2048 Q4_0 0.96/2.31 at 16 rows,
- * 0.99/1.76 at 64; 1024x2048 at 256 rows Q8_0 1.31/1.84, Q4_0 1.09/1.67, Q4_K 1.97/2.34),
- * while Q5_K and Q6_K cross at ~128 rows (Q6_K 1.86/2.05 at 128, 1.98/1.77 at 256). The
- * AVX2 kernels (vpmaddubsw) cross far sooner (1024x2048, same machine, 16 rows: Q8_0
- * 2.50/2.62, Q4_0 2.90/2.68, Q4_K 2.55/3.07, Q5_K 3.35/3.25, Q6_K 3.96/3.00; 4 rows: all
- * 2.5-4 against 7-9). */
-static const int VNNI_OWN_MIN_ROWS_QUANT[5] = {1 << 20, 1 << 20, 1 << 20, 128, 128};
-static const int AVX2_OWN_MIN_ROWS_QUANT[5] = {24, 12, 24, 12, 8};
+/* Quantised weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): below this many activation rows the
+ * integer GEMV (qgemv.c), from it the int8 GEMM (qgemm.c), whose panels cost an unpacking of
+ * the weights per call that the GEMV does not pay (measured here: 0.10-0.17 TSC cycles a
+ * weight on one core, what 10-17 rows of its products cost). With AVX-512 VNNI, Intel Xeon
+ * with AMX (bench_kernels --only qgemm --threads 1, fastest of repeats, GOPS GEMV / GEMM
+ * with its 512-bit kernel, 2048x768 and 768x2048):
+ *   Q8_0 at 8 rows 137/112, 131/127; 12 rows 141/158, 135/168; 16 rows 144/186, 138/201
+ *   Q4_0 at 8 rows 173/135, 168/130; 12 rows 175/176, 172/170; 16 rows 176/209, 174/200
+ *   Q4_K at 8 rows 131/152, 125/157; 12 rows 122/197, 138/205
+ *   Q5_K at 8 rows 111/103; 12 rows 111/141;  Q6_K at 8 rows 104/90; 12 rows 114/123
+ * Without VNNI the int8 GEMM's AVX2 kernel (vpmaddubsw) takes over from the rows where the
+ * own GEMM on dequantised chunks used to (measured on a Zen 4 with that kernel forced: it
+ * crossed the GEMV at 8-24 rows); the int8 kernel is faster than that GEMM, so these are
+ * upper bounds. */
+static const int VNNI_QGEMM_MIN_ROWS[5] = {12, 12, 8, 12, 12};
+static const int AVX2_QGEMM_MIN_ROWS[5] = {24, 12, 24, 12, 8};
 #define AVX2_OWN_MIN_ROWS_F32 48
 #define AVX2_OWN_MIN_ROWS_HALF 48
 #define AVX2_OWN_MAX_ROWS 96
@@ -228,11 +245,15 @@ pl_status pl_cpu_backend_create_isa(const pl_backend_options *opt, pl_cpu_isa is
     pl_cpu_isa best = pl_cpu_detect_isa();
     c->isa = isa < best ? isa : best;
     c->vnni = c->isa == PL_CPU_ISA_AVX512 && has_avx512_vnni();
+    c->avxvnni = c->isa >= PL_CPU_ISA_AVX2 && has_avxvnni();
+#ifdef PL_CPU_X86
+    c->amx = c->isa == PL_CPU_ISA_AVX512 && pl_qg_amx_available();
+#endif
+    for (int q = 0; q < PL_CPU_MM_CLASSES - 2; q++)
+        c->qgemm_min_rows[2 + q] = c->vnni ? VNNI_QGEMM_MIN_ROWS[q] : AVX2_QGEMM_MIN_ROWS[q];
     c->gemm_min_rows = DEFAULT_GEMM_MIN_ROWS;
     c->own_min_rows[0] = DEFAULT_OWN_MIN_ROWS_F32;
     c->own_min_rows[1] = DEFAULT_OWN_MIN_ROWS_HALF;
-    for (int q = 0; q < PL_CPU_MM_CLASSES - 2; q++)
-        c->own_min_rows[2 + q] = c->vnni ? VNNI_OWN_MIN_ROWS_QUANT[q] : AVX2_OWN_MIN_ROWS_QUANT[q];
     c->own_max_rows[0] = DEFAULT_OWN_MAX_ROWS_F32;
     if (c->isa == PL_CPU_ISA_AVX2) {
         c->own_min_rows[0] = AVX2_OWN_MIN_ROWS_F32;

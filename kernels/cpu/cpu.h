@@ -53,7 +53,20 @@ typedef enum pl_cpu_mm_path {
     PL_CPU_MM_GEMV = 1,
     PL_CPU_MM_OWN = 2,
     PL_CPU_MM_BLAS = 3,
+    PL_CPU_MM_QGEMM = 4, /* the int8 GEMM (qgemm.c); quantised weights only, else AUTO */
 } pl_cpu_mm_path;
+
+/* The int8 GEMM's micro-kernels (qgemm.c), in order of preference; AUTO: the best one this
+ * ctx may use (pl_cpu_qgemm_usable). */
+typedef enum pl_cpu_qgemm_kernel {
+    PL_QGEMM_AUTO = 0,
+    PL_QGEMM_SCALAR = 1,  /* portable C */
+    PL_QGEMM_AVX2 = 2,    /* vpmaddubsw + vpmaddwd, 8 columns a vector */
+    PL_QGEMM_AVXVNNI = 3, /* VEX vpdpbusd (AVX-VNNI), 8 columns a vector */
+    PL_QGEMM_VNNI512 = 4, /* EVEX vpdpbusd (AVX-512 VNNI), 16 columns a vector */
+    PL_QGEMM_AMX = 5,     /* AMX tiles (tdpbssd) */
+    PL_QGEMM_COUNT = 6,
+} pl_cpu_qgemm_kernel;
 
 /* The matmul thresholds' classes of weight types: 0 f32, 1 f16/bf16, 2 + the quantised type's
  * place from Q8_0 (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). */
@@ -69,16 +82,26 @@ typedef struct pl_cpu_ctx {
     /* AVX-512 VNNI (vpdpbusd) present: the quantised GEMV uses its 512-bit kernels; without
      * it an AVX-512 CPU runs the AVX2 ones (tests clear it to run those). */
     bool vnni;
+    /* AVX-VNNI (VEX vpdpbusd on 256 bits) present; AMX tiles present and granted by the OS.
+     * Tests clear them, as vnni, to run the kernels below them. */
+    bool avxvnni, amx;
 
     /* matmul regime by activation rows R (see matmul.c), unless mm_force names one:
-     * - AVX-512 and AVX2, indexed by pl_cpu_mm_class (f32; f16/bf16; each quantised type):
-     *   R < own_min_rows streams the weights through the GEMV kernel (for the quantised
-     *   types the integer one, qgemv.c); up to own_max_rows (0: no limit) the own
-     *   register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
-     * - scalar: R < gemm_min_rows GEMV, otherwise OpenBLAS. */
+     * - f32, f16, bf16 on AVX-512 and AVX2, indexed by pl_cpu_mm_class (f32; f16/bf16):
+     *   R < own_min_rows streams the weights through the GEMV kernel; up to own_max_rows
+     *   (0: no limit) the own register-tiled GEMM runs; beyond, OpenBLAS sgemm on tiles.
+     * - f32, f16, bf16 on scalar CPUs: R < gemm_min_rows GEMV, otherwise OpenBLAS.
+     * - the quantised types, on every ISA: R < qgemm_min_rows the integer GEMV (qgemv.c),
+     *   otherwise the int8 GEMM (qgemm.c). The own GEMM and OpenBLAS on dequantised chunks
+     *   run them only when forced. */
     pl_cpu_mm_path mm_force;
     int own_min_rows[PL_CPU_MM_CLASSES], own_max_rows[PL_CPU_MM_CLASSES];
     int gemm_min_rows;
+    /* Quantised types (indexed as own_min_rows' classes from 2): from this many rows the int8
+     * GEMM (qgemm.c) instead of the GEMV; qgemm_force names its kernel (tests, benchmarks;
+     * AUTO: the best usable). */
+    int qgemm_min_rows[PL_CPU_MM_CLASSES];
+    pl_cpu_qgemm_kernel qgemm_force;
     /* Own GEMM work ranges per call, 0: one per thread (tests set more than the threads, so
      * that finished tasks must steal from the others' ranges). */
     int own_ranges;
@@ -101,6 +124,10 @@ typedef struct pl_cpu_ctx {
     size_t moe_ints_cap;
     float *moe_floats;
     size_t moe_floats_cap;
+    /* The int8 GEMM's AMX path: the call's quantised rows gathered contiguously (qx_cap
+     * bytes, 64-byte aligned). */
+    unsigned char *qx;
+    size_t qx_cap;
 } pl_cpu_ctx;
 
 /* The best ISA this machine supports. */
@@ -163,7 +190,28 @@ typedef struct pl_cpu_qact {
  * Q4_K/Q5_K one). */
 #define PL_CPU_QA_HALVES 1u
 #define PL_CPU_QA_PAIRS 2u
+/* The int8 GEMM's: minus the sum of each block of 32 q (K/32 int32) and of each 16 (K/16
+ * int32), at the end of the row. */
+#define PL_CPU_QA_SUMS 4u
 unsigned pl_cpu_qact_layouts(const pl_cpu_ctx *c, pl_wtype t);
+
+/* Row r's parts of the natural layout and of the sums (PL_CPU_QA_SUMS). */
+static inline const int8_t *pl_cpu_qact_q(const pl_cpu_qact *a, int r) {
+    return (const int8_t *)(a->base + (size_t)r * a->stride);
+}
+static inline const float *pl_cpu_qact_d(const pl_cpu_qact *a, int r) {
+    return (const float *)(a->base + (size_t)r * a->stride + 3 * (size_t)a->K);
+}
+static inline const float *pl_cpu_qact_ds(const pl_cpu_qact *a, int r) {
+    return (const float *)(a->base + (size_t)r * a->stride + 3 * (size_t)a->K +
+                           (size_t)a->K / 8);
+}
+static inline const int32_t *pl_cpu_qact_sn32(const pl_cpu_qact *a, int r) {
+    return (const int32_t *)(a->base + (size_t)(r + 1) * a->stride - 3 * (size_t)a->K / 8);
+}
+static inline const int32_t *pl_cpu_qact_sn16(const pl_cpu_qact *a, int r) {
+    return (const int32_t *)(a->base + (size_t)(r + 1) * a->stride - (size_t)a->K / 4);
+}
 
 /* Most x rows quantised at once (matmul.c runs larger products in blocks of these). */
 #define PL_CPU_QGEMV_BLOCK_ROWS 256
@@ -188,6 +236,7 @@ typedef struct pl_cpu_qgemv_job {
 
 /* Rows k0 .. k1-1 of each quarter, and the tail when tail is true. */
 void pl_cpu_qgemv(const pl_cpu_qgemv_job *J, int k0, int k1, bool tail);
+
 
 /* ---- ops (kernels/cpu/<op>.c), signatures of pl_backend_ops ---- */
 pl_status pl_cpu_embed(pl_backend *be, float *out, const int32_t *ids, int n_tokens,
@@ -238,6 +287,9 @@ pl_status pl_cpu_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout 
 #define PL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define PL_TARGET_AVX512_VNNI                                                                 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define PL_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define PL_TARGET_AMX                                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,amx-tile,amx-int8")))
 
 /* ---- AVX-512: 16 floats per vector ---- */
 

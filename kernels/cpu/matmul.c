@@ -22,6 +22,10 @@
  * - Own GEMM (AVX-512 and AVX2; batched decode and prefill, own_gemm.c): register-tiled
  *   outer products on a transposed copy of x, every weight element read from memory once per
  *   256 rows. Quantised weights are dequantised chunk by chunk into its f32 buffers.
+ * - Int8 GEMM (quantised weights from qgemm_min_rows rows: batched decode and prefill,
+ *   qgemm.c): the activations quantised as for the GEMV, each panel of weight rows unpacked
+ *   to int8 tiles once per call and multiplied with every row by register-blocked integer
+ *   kernels (AVX-512 VNNI, AVX-VNNI, AVX2, AMX tiles where the CPU and OS allow them).
  * - OpenBLAS sgemm (single-threaded, one tile of output features per task): large batches
  *   where it measures faster, and every batch on CPUs without AVX2; f16/bf16 tiles are first
  *   widened (quantised tiles dequantised) into the task's thread scratch (TILE_FLOATS).
@@ -32,6 +36,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "kernels/cpu/ranges.h"
 #include "kernels/ref/ref.h"
 #include "util/dtype.h"
@@ -302,10 +307,13 @@ static void gemm_task(void *arg, int task, int thread) {
 
 static pl_cpu_mm_path choose_path(const pl_cpu_ctx *c, pl_wtype wt, int n_rows) {
     pl_cpu_mm_path path = c->mm_force;
-    bool own_ok = c->isa >= PL_CPU_ISA_AVX2;
+    bool own_ok = c->isa >= PL_CPU_ISA_AVX2, quant = pl_wtype_is_quant(wt);
     if (path == PL_CPU_MM_OWN && !own_ok) path = PL_CPU_MM_AUTO;
+    if (path == PL_CPU_MM_QGEMM && !quant) path = PL_CPU_MM_AUTO;
     if (path != PL_CPU_MM_AUTO) return path;
     int d = pl_cpu_mm_class(wt);
+    if (quant) /* the integer kernels, on the activations quantised once */
+        return n_rows >= c->qgemm_min_rows[d] ? PL_CPU_MM_QGEMM : PL_CPU_MM_GEMV;
     if (!own_ok) return n_rows >= c->gemm_min_rows ? PL_CPU_MM_BLAS : PL_CPU_MM_GEMV;
     if (n_rows < c->own_min_rows[d]) return PL_CPU_MM_GEMV;
     return c->own_max_rows[d] > 0 && n_rows > c->own_max_rows[d] ? PL_CPU_MM_BLAS : PL_CPU_MM_OWN;
@@ -373,6 +381,7 @@ pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n
     pl_cpu_ctx *c = be->ctx;
     gemv_group G = {.n_parts = 0};
     int quant[PL_MATMUL_MAX_PARTS], n_quant = 0;
+    bool is_qgemm[PL_MATMUL_MAX_PARTS] = {false};
     unsigned layouts = 0;
     for (int p = 0; p < n_parts; p++) {
         mm_job J = {.c = c, .out = parts[p].out, .x = x, .w = parts[p].w,
@@ -381,6 +390,11 @@ pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n
         switch (choose_path(c, J.wt, n_rows)) {
         case PL_CPU_MM_OWN: PL_TRY(run_own(c, &J)); break;
         case PL_CPU_MM_BLAS: PL_TRY(run_blas(c, &J)); break;
+        case PL_CPU_MM_QGEMM: /* after the others, on x quantised once */
+            is_qgemm[n_quant] = true;
+            quant[n_quant++] = p;
+            layouts |= PL_CPU_QA_SUMS;
+            break;
         default: /* GEMV: gathered into one pool call below */
             if (pl_wtype_is_quant(J.wt)) { /* after the others, on x quantised once */
                 quant[n_quant++] = p;
@@ -398,23 +412,35 @@ pl_status pl_cpu_matmul_group(pl_backend *be, const pl_matmul_part *parts, int n
         pl_ranges_init(&G.chunks, G.first_chunk[G.n_parts], c->n_threads);
         pl_threadpool_run(c->pool, G.chunks.n, gemv_task, &G);
     }
-    /* The integer GEMV parts, in blocks of rows whose quantised x (a few bytes a value) stays
-     * small, each block one pool call for all of them. */
+    /* The quantised parts, in blocks of rows whose quantised x (a few bytes a value) stays
+     * small: x quantised once per block for all of them, then the integer GEMV parts as one
+     * pool call and the int8 GEMM parts as another. */
     for (int r0 = 0; n_quant > 0 && r0 < n_rows; r0 += PL_CPU_QGEMV_BLOCK_ROWS) {
         int rb = n_rows - r0 < PL_CPU_QGEMV_BLOCK_ROWS ? n_rows - r0 : PL_CPU_QGEMV_BLOCK_ROWS;
         pl_cpu_qact qa;
         PL_TRY(pl_cpu_qact_quantize(c, x + (size_t)r0 * d_in, rb, d_in, layouts, &qa));
         gemv_group Q = {.n_parts = 0};
+        pl_cpu_qgemm_part qg[PL_MATMUL_MAX_PARTS];
+        int n_qg = 0;
         for (int k = 0; k < n_quant; k++) {
             const pl_matmul_part *pp = &parts[quant[k]];
+            if (is_qgemm[k]) {
+                qg[n_qg++] = (pl_cpu_qgemm_part){.out = pp->out + (size_t)r0 * pp->d_out,
+                                                 .ldo = (size_t)pp->d_out, .w = pp->w,
+                                                 .wt = pp->w_type, .d_out = pp->d_out};
+                continue;
+            }
             mm_job J = {.c = c, .out = pp->out + (size_t)r0 * pp->d_out, .x = NULL, .w = pp->w,
                         .wt = pp->w_type, .dt = PL_DTYPE_AUTO, .qa = &qa, .n_rows = rb,
                         .d_in = d_in, .d_out = pp->d_out};
             Q.first_chunk[Q.n_parts + 1] = Q.first_chunk[Q.n_parts] + gemv_chunks(c, &J);
             Q.part[Q.n_parts++] = J;
         }
-        pl_ranges_init(&Q.chunks, Q.first_chunk[Q.n_parts], c->n_threads);
-        pl_threadpool_run(c->pool, Q.chunks.n, gemv_task, &Q);
+        if (Q.n_parts > 0) {
+            pl_ranges_init(&Q.chunks, Q.first_chunk[Q.n_parts], c->n_threads);
+            pl_threadpool_run(c->pool, Q.chunks.n, gemv_task, &Q);
+        }
+        if (n_qg > 0) PL_TRY(pl_cpu_qgemm(c, &qa, NULL, rb, qg, n_qg));
     }
     return PL_OK;
 }

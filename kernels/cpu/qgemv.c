@@ -22,7 +22,7 @@
  * has: "halves" (Q8_0/Q4_0: the first and last 16 values of each block apart, so a Q4_0
  * block's low and high nibbles line up with them lane for lane) and "pairs" (Q4_K/Q5_K on
  * VNNI: blocks in the order 0, 2, 1, 3 within each 128 values, matching one 64-byte load of
- * levels split into nibbles).
+ * levels split into nibbles); and the int8 GEMM's block sums (qgemm.c).
  *
  * Kernels, by ISA (ctx->isa, ctx->vnni):
  * - AVX-512 VNNI: vpdpbusd (unsigned weight bytes x signed activation bytes, 4 products
@@ -52,7 +52,9 @@
  * quantize_row_halves). */
 static size_t qa_natural(int K) { return ((size_t)3 * K + (size_t)K / 4 + 63) & ~(size_t)63; }
 static size_t qa_halves(int K) { return (size_t)(K + 127) / 128 * 256; }
-static size_t qa_stride(int K) { return qa_natural(K) + qa_halves(K) + 2 * (size_t)K; }
+static size_t qa_stride(int K) {
+    return qa_natural(K) + qa_halves(K) + 2 * (size_t)K + 3 * (size_t)K / 8; /* + the sums */
+}
 
 static inline const int8_t *qa_q(const pl_cpu_qact *a, int r) {
     return (const int8_t *)(a->base + (size_t)r * a->stride);
@@ -265,6 +267,15 @@ static void quantize_row_halves(const pl_cpu_ctx *c, const pl_cpu_qact *a, int r
     }
 }
 
+/* The sums layout of a row (PL_CPU_QA_SUMS), from the natural one's minus sums of 4. */
+static void quantize_row_sums(const pl_cpu_qact *a, int r) {
+    const int32_t *s4n = (const int32_t *)(a->base + (size_t)r * a->stride + 2 * (size_t)a->K);
+    int32_t *s32n = (int32_t *)pl_cpu_qact_sn32(a, r), *s16n = (int32_t *)pl_cpu_qact_sn16(a, r);
+    for (int j = 0; j < a->K / 16; j++)
+        s16n[j] = s4n[4 * j] + s4n[4 * j + 1] + s4n[4 * j + 2] + s4n[4 * j + 3];
+    for (int b = 0; b < a->K / 32; b++) s32n[b] = s16n[2 * b] + s16n[2 * b + 1];
+}
+
 /* The pair-permuted layout of a row, for the 512-bit Q4_K/Q5_K kernel: within every 128
  * values (a K-quant's chunk pair) the blocks of 32 go in the order 0, 2, 1, 3, so that one
  * 64-byte load of levels split into low and high nibbles (sub-blocks 0 and 2, then 1 and 3)
@@ -293,6 +304,7 @@ static void qa_task(void *arg, int task, int thread) {
         quantize_row(J->c, J->x, J->a, r);
         if (J->a->layouts & PL_CPU_QA_HALVES) quantize_row_halves(J->c, J->a, r);
         if (J->a->layouts & PL_CPU_QA_PAIRS) quantize_row_pairs(J->a, r);
+        if (J->a->layouts & PL_CPU_QA_SUMS) quantize_row_sums(J->a, r);
     }
 }
 

@@ -114,7 +114,8 @@ class Completion(Structure):
                 ("n_cached_prompt_ids", c_size_t), ("n_preemptions", c_int),
                 ("queue_s", c_double), ("ttft_s", c_double), ("total_s", c_double),
                 ("logprobs", POINTER(TokenLogprobs)), ("n_logprobs", c_size_t),
-                ("prompt_logprobs", POINTER(TokenLogprobs)), ("n_prompt_logprobs", c_size_t)]
+                ("prompt_logprobs", POINTER(TokenLogprobs)), ("n_prompt_logprobs", c_size_t),
+                ("prompt_logits", POINTER(c_float)), ("n_prompt_logits", c_size_t)]
 
 
 class StreamDeltaC(Structure):

@@ -224,6 +224,90 @@ Test(logprobs, are_the_raw_distribution_under_penalties_and_temperature) {
     PL_ASSERT_NO_LEAKS();
 }
 
+/* Full-vocabulary prompt logits (sampling.prompt_logits = P): rows for prompt positions P ..
+ * n_prompt - 1, each the reference's distribution there (compared as log-softmax, which is
+ * what perplexity and KL divergence read), whether the prompt is computed in one step or in
+ * chunks across steps, with or without prompt logprobs, and with a plain request of the same
+ * prompt cached before it (the logits request computes it again). P at or past the prompt's
+ * end gives none. */
+Test(logprobs, prompt_logits_match_the_reference_at_every_position) {
+    static const int from[] = {0, 6, 10, 11, 40};
+    static const int budget[] = {4096, 3}; /* one step; chunks of 3 tokens */
+    int32_t prompt[11] = {1, 45, 7, 300, 12, 12, 99, 401, 3, 250, 18};
+    const int n_prompt = 11;
+    pl_model *m;
+    pl_engine_config c0 = tiny_config();
+    pl_model_load_options mo = {.dummy_seed = c0.dummy_seed};
+    cr_assert_eq(pl_model_load(TINY, &mo, &m), PL_OK, "%s", pl_last_error());
+    const int V = m->cfg.vocab_size;
+    double *lp = dense_log_softmax(m, prompt, n_prompt);
+    for (int bi = 0; bi < 2; bi++) {
+        pl_engine_config c = tiny_config();
+        c.max_total_tokens = budget[bi];
+        c.max_batch_size = 3;
+        pl_engine *e = e2e_engine(&c);
+        pl_sampling_params sp;
+        pl_sampling_params_default(&sp);
+        sp.temperature = 0.0f;
+        sp.max_tokens = 2;
+        cr_assert_eq(pl_engine_submit_tokens(e, prompt, n_prompt, &sp, NULL), PL_OK);
+        pl_completion *cs;
+        size_t n;
+        cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK); /* the prompt is in the cache now */
+        pl_completions_free(cs, n);
+        for (int fi = 0; fi < 5; fi++) {
+            sp.prompt_logits = from[fi];
+            sp.prompt_logprobs = fi % 2 ? 2 : -1;
+            cr_assert_eq(pl_engine_submit_tokens(e, prompt, n_prompt, &sp, NULL), PL_OK);
+            cr_assert_eq(pl_engine_run(e, &cs, &n), PL_OK, "%s", pl_last_error());
+            cr_assert_eq(n, 1);
+            int rows = from[fi] < n_prompt ? n_prompt - from[fi] : 0;
+            cr_assert_eq(cs[0].n_prompt_logits, (size_t)rows, "from %d", from[fi]);
+            cr_assert_eq(cs[0].n_cached_prompt_ids, 0);
+            cr_assert(rows > 0 ? cs[0].prompt_logits != NULL : cs[0].prompt_logits == NULL);
+            cr_assert_eq(cs[0].n_prompt_logprobs, fi % 2 ? (size_t)n_prompt - 1 : 0);
+            for (int i = 0; i < rows; i++) {
+                const float *x = cs[0].prompt_logits + (size_t)i * V;
+                const double *want = lp + (size_t)(from[fi] + i) * V;
+                double mx = -INFINITY, sum = 0;
+                for (int t = 0; t < V; t++) mx = x[t] > mx ? x[t] : mx;
+                for (int t = 0; t < V; t++) sum += exp((double)x[t] - mx);
+                for (int t = 0; t < V; t++)
+                    cr_assert(close_to((double)x[t] - mx - log(sum), want[t]),
+                              "budget %d from %d row %d token %d: %.6f, reference %.6f",
+                              budget[bi], from[fi], i, t, (double)x[t] - mx - log(sum), want[t]);
+            }
+            /* the last row is the distribution the first output token was drawn from */
+            if (rows > 0) {
+                const float *x = cs[0].prompt_logits + (size_t)(rows - 1) * V;
+                int best = 0;
+                for (int t = 1; t < V; t++) best = x[t] > x[best] ? t : best;
+                cr_assert_eq(cs[0].output_ids[0], best);
+            }
+            pl_completions_free(cs, n);
+        }
+        pl_engine_destroy(e);
+    }
+    free(lp);
+    pl_model_free(m);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* prompt_logits below -1 is refused at submit, naming the field, and nothing is queued. */
+Test(logprobs, prompt_logits_out_of_range_is_refused_at_submit) {
+    pl_engine_config c = tiny_config();
+    pl_engine *e = e2e_engine(&c);
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    sp.prompt_logits = -2;
+    int32_t prompt[3] = {1, 2, 3};
+    cr_assert_eq(pl_engine_submit_tokens(e, prompt, 3, &sp, NULL), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "prompt_logits"), "%s", pl_last_error());
+    cr_assert(!pl_engine_has_pending_work(e));
+    pl_engine_destroy(e);
+    PL_ASSERT_NO_LEAKS();
+}
+
 /* A prompt already in the prefix cache is computed again for a request that wants its
  * logprobs (cached tokens have no logits); others still hit the cache. Parallel samples each
  * get their own output logprobs; the prompt's come with sample 0. */

@@ -4,6 +4,7 @@
 #include "tests/kernels/kernels_test.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,4 +79,41 @@ void *pl_kt_rand_weights(pl_test_rng *r, size_t n, pl_wtype t, float **f32_out) 
         free(f);
     }
     return w;
+}
+
+void pl_kt_qact_bound(const float *x, const float *wf, int rows, int d_in, int d_out,
+                      float *bound) {
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < d_out; o++) {
+            double b = 0;
+            for (int k = 0; k < d_in; k += 32) {
+                float amax = 0;
+                double sw = 0;
+                for (int i = k; i < k + 32; i++) {
+                    amax = fmaxf(amax, fabsf(x[(size_t)r * d_in + i]));
+                    sw += fabs(wf[(size_t)o * d_in + i]);
+                }
+                b += amax / 254.0 * sw;
+            }
+            bound[(size_t)r * d_out + o] = (float)(TOL_QACT_SLACK * b);
+        }
+}
+
+bool pl_kt_q_close(const char *what, const float *want, const float *got, const float *bound,
+                    size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float lim = bound[i] + TOL_QMATMUL.atol + TOL_QMATMUL.rtol * fabsf(want[i]);
+        if (!(fabsf(got[i] - want[i]) <= lim)) {
+            cr_log_error("%s: element %zu is %.7g, ref %.7g, allowed +-%.3g", what, i,
+                         (double)got[i], (double)want[i], (double)lim);
+            return false;
+        }
+    }
+    /* nmse is a statistic of many independent roundings: a handful of outputs says little */
+    double e = n >= 100 ? pl_nmse(want, got, n) : 0;
+    if (e > TOL_QMATMUL.nmse) {
+        cr_log_error("%s: nmse %.3g > %.3g", what, e, TOL_QMATMUL.nmse);
+        return false;
+    }
+    return true;
 }

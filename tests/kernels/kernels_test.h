@@ -41,4 +41,14 @@ float *pl_kt_rand(pl_test_rng *r, size_t n, float scale);
  * represent (the reference dequantiser's); free() both. */
 void *pl_kt_rand_weights(pl_test_rng *r, size_t n, pl_wtype t, float **f32_out);
 
+/* The activation-rounding bound of every output of a quantised matmul (tolerances.h,
+ * TOL_QMATMUL): bound (rows, d_out) from x (rows, d_in) and the weights' exact values wf
+ * (d_out, d_in). */
+void pl_kt_qact_bound(const float *x, const float *wf, int rows, int d_in, int d_out,
+                      float *bound);
+/* got within bound of want, element by element, and (for 100 outputs or more) the nmse of
+ * TOL_QMATMUL; logs `what` and the first mismatch. */
+bool pl_kt_q_close(const char *what, const float *want, const float *got, const float *bound,
+                   size_t n);
+
 #endif

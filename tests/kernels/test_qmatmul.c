@@ -1,12 +1,14 @@
 /*
  * tests/kernels/test_qmatmul.c - matmul of the block-quantised weight types: every cpu
  * variant (scalar, AVX2, AVX-512 with and without its VNNI kernels; 1-3 threads) and every
- * path (the integer GEMV, the own GEMM and OpenBLAS on dequantised chunks, and the automatic
- * choice) against ref, which dequantises the same blocks to f32 (util/quant.h) and keeps f32
- * activations.
+ * path (the integer GEMV, the int8 GEMM with its best kernel, the own GEMM and OpenBLAS on
+ * dequantised chunks, and the automatic choice) against ref, which dequantises the same
+ * blocks to f32 (util/quant.h) and keeps f32 activations. test_qgemm.c runs every kernel of
+ * the int8 GEMM.
  *
- * The GEMV quantises the activations (8 bits per block of 32), so its outputs may move by the
- * bound of tests/kernels/tolerances.h (TOL_QMATMUL), computed here for every output.
+ * The GEMV and the int8 GEMM quantise the activations (8 bits per block of 32), so their
+ * outputs may move by the bound of tests/kernels/tolerances.h (TOL_QMATMUL), computed here
+ * for every output.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "tests/kernels/kernels_test.h"
 #include "util/dtype.h"
 
@@ -28,46 +31,6 @@ enum { N_ROWS = sizeof ROWS / sizeof ROWS[0] };
  * alone), of 256 (the K-quants), fewer outputs than the GEMV's 4 quarters, a tail. */
 static const int SHAPES32[][2] = {{32, 17}, {96, 3}, {224, 65}, {768, 255}};
 static const int SHAPES256[][2] = {{256, 17}, {512, 3}, {768, 130}};
-
-/* The activation-rounding bound of every output (see tolerances.h): bound (rows, d_out). */
-static void act_bound(const float *x, const float *wf, int rows, int d_in, int d_out,
-                      float *bound) {
-    for (int r = 0; r < rows; r++)
-        for (int o = 0; o < d_out; o++) {
-            double b = 0;
-            for (int k = 0; k < d_in; k += 32) {
-                float amax = 0;
-                double sw = 0;
-                for (int i = k; i < k + 32; i++) {
-                    amax = fmaxf(amax, fabsf(x[(size_t)r * d_in + i]));
-                    sw += fabs(wf[(size_t)o * d_in + i]);
-                }
-                b += amax / 254.0 * sw;
-            }
-            bound[(size_t)r * d_out + o] = (float)(TOL_QACT_SLACK * b);
-        }
-}
-
-/* got within the bound of want, element by element, and (for 100 outputs or more) the nmse
- * of TOL_QMATMUL. */
-static bool q_close(const char *what, const float *want, const float *got, const float *bound,
-                    size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float lim = bound[i] + TOL_QMATMUL.atol + TOL_QMATMUL.rtol * fabsf(want[i]);
-        if (!(fabsf(got[i] - want[i]) <= lim)) {
-            cr_log_error("%s: element %zu is %.7g, ref %.7g, allowed +-%.3g", what, i,
-                         (double)got[i], (double)want[i], (double)lim);
-            return false;
-        }
-    }
-    /* nmse is a statistic of many independent roundings: a handful of outputs says little */
-    double e = n >= 100 ? pl_nmse(want, got, n) : 0;
-    if (e > TOL_QMATMUL.nmse) {
-        cr_log_error("%s: nmse %.3g > %.3g", what, e, TOL_QMATMUL.nmse);
-        return false;
-    }
-    return true;
-}
 
 /* Every cpu backend, every path (and on AVX-512 the AVX2 kernels too: vnni off). */
 static void check_type(pl_wtype t, const int (*shapes)[2], int n_shapes, uint64_t seed) {
@@ -85,13 +48,13 @@ static void check_type(pl_wtype t, const int (*shapes)[2], int n_shapes, uint64_
             size_t n = (size_t)rows * d_out;
             float *want = malloc(n * 4), *got = malloc(n * 4), *bound = malloc(n * 4);
             cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, t, rows, d_in, d_out), PL_OK);
-            act_bound(x, wf, rows, d_in, d_out, bound);
+            pl_kt_qact_bound(x, wf, rows, d_in, d_out, bound);
             for (int b = 0; b < e.n_cpu; b++) {
                 pl_cpu_ctx *c = e.cpu[b]->ctx;
                 bool had_vnni = c->vnni;
                 for (int v = had_vnni; v >= 0; v--) {
                     c->vnni = v;
-                    for (int m = PL_CPU_MM_AUTO; m <= PL_CPU_MM_BLAS; m++) {
+                    for (int m = PL_CPU_MM_AUTO; m <= PL_CPU_MM_QGEMM; m++) {
                         c->mm_force = (pl_cpu_mm_path)m;
                         memset(got, 0xff, n * 4); /* NaN: every output must be written */
                         cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, t, rows, d_in,
@@ -100,7 +63,7 @@ static void check_type(pl_wtype t, const int (*shapes)[2], int n_shapes, uint64_
                         char what[128];
                         snprintf(what, sizeof what, "%s %s%s rows %d %dx%d path %d", e.name[b],
                                  pl_wtype_name(t), v ? "" : " (no vnni)", rows, d_out, d_in, m);
-                        cr_assert(q_close(what, want, got, bound, n), "%s", what);
+                        cr_assert(pl_kt_q_close(what, want, got, bound, n), "%s", what);
                         /* exact weights, f32 activations (the own GEMM falls back to the
                          * GEMV without AVX2) */
                         if ((m == PL_CPU_MM_OWN && c->isa >= PL_CPU_ISA_AVX2) ||
@@ -161,7 +124,7 @@ Test(qmatmul, extreme_blocks) {
         size_t n = (size_t)rows * d_out;
         float *want = malloc(n * 4), *got = malloc(n * 4), *bound = malloc(n * 4);
         cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, t, rows, d_in, d_out), PL_OK);
-        act_bound(x, wf, rows, d_in, d_out, bound);
+        pl_kt_qact_bound(x, wf, rows, d_in, d_out, bound);
         /* the values are large: scale the f32 terms of the tolerance with them */
         for (size_t i = 0; i < n; i++) bound[i] += 1e-5f * fabsf(want[i]) + 1.0f;
         for (int b = 0; b < e.n_cpu; b++) {
@@ -243,18 +206,18 @@ Test(qmatmul, group_of_mixed_types) {
             cr_assert_eq(e.ref->ops->matmul(e.ref, want[p], x, w[p], types[p], rows, D_IN,
                                             d_out[p]),
                          PL_OK);
-            act_bound(x, wf[p], rows, D_IN, d_out[p], bound[p]);
+            pl_kt_qact_bound(x, wf[p], rows, D_IN, d_out[p], bound[p]);
             parts[p] = (pl_matmul_part){got[p], w[p], types[p], d_out[p]};
         }
         for (int b = -1; b < e.n_cpu; b++) {
             pl_backend *be = b < 0 ? e.ref : e.cpu[b];
-            for (int m = PL_CPU_MM_AUTO; m <= (b < 0 ? PL_CPU_MM_AUTO : PL_CPU_MM_BLAS); m++) {
+            for (int m = PL_CPU_MM_AUTO; m <= (b < 0 ? PL_CPU_MM_AUTO : PL_CPU_MM_QGEMM); m++) {
                 if (b >= 0) ((pl_cpu_ctx *)be->ctx)->mm_force = (pl_cpu_mm_path)m;
                 for (int p = 0; p < N_PARTS; p++)
                     memset(got[p], 0xff, (size_t)rows * d_out[p] * 4);
                 cr_assert_eq(pl_backend_matmul_group(be, parts, N_PARTS, x, rows, D_IN), PL_OK);
                 for (int p = 0; p < N_PARTS; p++)
-                    cr_assert(q_close(b < 0 ? "ref" : e.name[b], want[p], got[p], bound[p],
+                    cr_assert(pl_kt_q_close(b < 0 ? "ref" : e.name[b], want[p], got[p], bound[p],
                                       (size_t)rows * d_out[p]),
                               "part %d (%s), rows %d, path %d", p, pl_wtype_name(types[p]), rows,
                               m);
@@ -269,8 +232,8 @@ Test(qmatmul, group_of_mixed_types) {
     PL_ASSERT_NO_LEAKS();
 }
 
-/* More x rows than one quantisation block (PL_CPU_QGEMV_BLOCK_ROWS): the integer GEMV runs
- * them block by block, each within its bound, on every path. */
+/* More x rows than one quantisation block (PL_CPU_QGEMV_BLOCK_ROWS): the integer GEMV and the
+ * int8 GEMM run them block by block, each within its bound. */
 Test(qmatmul, rows_past_one_block) {
     pl_kt_env e;
     pl_kt_env_init(&e, PL_DTYPE_F32);
@@ -284,16 +247,17 @@ Test(qmatmul, rows_past_one_block) {
         size_t n = (size_t)rows * d_out;
         float *want = malloc(n * 4), *got = malloc(n * 4), *bound = malloc(n * 4);
         cr_assert_eq(e.ref->ops->matmul(e.ref, want, x, w, QTYPES[ti], rows, d_in, d_out), PL_OK);
-        act_bound(x, wf, rows, d_in, d_out, bound);
+        pl_kt_qact_bound(x, wf, rows, d_in, d_out, bound);
         for (int b = 0; b < e.n_cpu; b++) {
             pl_cpu_ctx *c = e.cpu[b]->ctx;
-            for (int m = PL_CPU_MM_AUTO; m <= PL_CPU_MM_GEMV; m++) {
+            for (int m = PL_CPU_MM_AUTO; m <= PL_CPU_MM_QGEMM; m++) {
+                if (m == PL_CPU_MM_OWN || m == PL_CPU_MM_BLAS) continue;
                 c->mm_force = (pl_cpu_mm_path)m;
                 memset(got, 0xff, n * 4);
                 cr_assert_eq(e.cpu[b]->ops->matmul(e.cpu[b], got, x, w, QTYPES[ti], rows, d_in,
                                                    d_out),
                              PL_OK);
-                cr_assert(q_close(e.name[b], want, got, bound, n), "%s %s path %d",
+                cr_assert(pl_kt_q_close(e.name[b], want, got, bound, n), "%s %s path %d",
                           e.name[b], pl_wtype_name(QTYPES[ti]), m);
             }
             c->mm_force = PL_CPU_MM_AUTO;

@@ -55,7 +55,7 @@ def test_defaults_read_back_through_the_descriptors():
 
 
 def test_every_sampling_field_is_reachable_from_python():
-    from pagellm.sampling_params import _C_NAMES
+    from pagellm.sampling_params import _C_NAMES, SamplingParams
     t = _fields.table("sampling_params")
     names = set(t.fields)
     reached = {t.field_name(k) for k in _C_NAMES}
@@ -64,12 +64,14 @@ def test_every_sampling_field_is_reachable_from_python():
     # its own name through **kwargs: the constraints (json_schema, grammar, regex, choice)
     # until vLLM's StructuredOutputsParams is mapped (issue 28's Python part)
     constraints = {"json_schema", "grammar", "regex", "choice"}
-    assert names - reached == {"priority"} | constraints
+    # prompt_logits likewise (vLLM has no such parameter)
+    assert names - reached == {"priority", "prompt_logits"} | constraints
     from pagellm import SamplingParams
     sp = SamplingParams(json_schema={"type": "integer"})
     assert sp.extra["json_schema"] == {"type": "integer"}
     SamplingParams(regex="a+").to_c().close()
     SamplingParams(choice=["a", "b"]).to_c().close()
+    assert SamplingParams(prompt_logits=3).extra == {"prompt_logits": 3}
 
 
 

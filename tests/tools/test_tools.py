@@ -672,11 +672,11 @@ def case_progress_generate():
 
 
 def case_progress_roofline():
-    """bench roofline: a bar over its three ceilings."""
+    """bench roofline: a bar over its four ceilings (memory, GEMM, FMA, int8)."""
     args = ["bench", "roofline"] + ROOF_SMALL
     _, stdout, err = run_pty(args)
     frames = bar_frames(err, "ceilings")
-    check(frames[-1]["label"] == "roofline" and frames[-1]["total"] == "3",
+    check(frames[-1]["label"] == "roofline" and frames[-1]["total"] == "4",
           f"final frame {frames[-1].group(0)!r}")
     check("GEMM peak" in stdout, "no result after the bar")
     check_no_bar_without_tty(args)
@@ -913,6 +913,58 @@ def case_quantize_foreign_tokenizer():
     g = json.loads(run(["generate", "--model", out, "--prompt", "hi", "--max-tokens", "4",
                         "--json"]).stdout)
     check(all(t < 151669 for t in g["output_token_ids"]), f"padding ids drawn: {g}")
+
+
+def case_perplexity():
+    """pagellm perplexity on stories260K over the shipped corpus: llama-perplexity's lines,
+    the KL divergence of its Q8_0 copy from the f32 file (in the same process and through
+    --save-logits, the same figures), and every refusal before any window runs."""
+    models = os.environ.get("PAGELLM_TEST_MODELS")
+    if not models:
+        print("PAGELLM_TEST_MODELS is not set: skipping")
+        sys.exit(77)
+    model = os.path.join(models, "stories260K.bin")
+    tok = ["--tokenizer", os.path.join(models, "tok512.model")]
+    text = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                        "tok_corpus.txt")
+    q8 = tmp("q8_0.gguf")
+    run(["quantize", model, q8, "q8_0"] + tok)
+    base = ["perplexity", "--model", model, "--file", text, "--ctx-size", "128",
+            "--no-progress"] + tok
+    a = run(base + ["--save-logits", tmp("base.logits")])
+    m = re.search(r"^Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)$", a.stdout, re.M)
+    check(m and float(m.group(1)) > 1 and float(m.group(2)) > 0, f"no estimate:\n{a.stdout}")
+    check(re.search(r"^\[1\][0-9.]+,\[2\]", a.stdout, re.M), f"no running figures:\n{a.stdout}")
+    q = ["perplexity", "--model", q8, "--file", text, "--ctx-size", "128", "--no-progress"]
+    b = run(q + ["--kl-divergence-base", model])
+    c = run(q + ["--kl-divergence-base", tmp("base.logits")])
+    for line in ("Mean    KLD:", "Maximum KLD:", "99.0%   KLD:", "RMS \u0394p    :",
+                 "Same top p:", "Mean PPL(base)                :"):
+        check(line in b.stdout, f"no '{line}' line:\n{b.stdout}")
+    check(b.stdout == c.stdout, f"a base model and its saved logits differ:\n{b.stdout}\n---\n"
+          f"{c.stdout}")
+    base_ppl = re.search(r"^Mean PPL\(base\) +: +([0-9.]+)", b.stdout, re.M).group(1)
+    check(abs(float(base_ppl) - float(m.group(1))) < 1e-3 * float(m.group(1)),
+          f"PPL(base) {base_ppl} is not the base's own {m.group(1)}")
+    kld = float(re.search(r"^Mean    KLD: +([0-9.]+)", b.stdout, re.M).group(1))
+    check(0 < kld < 0.05, f"Q8_0's mean KLD {kld} is not small and positive")
+    # refused before any work, with the reason and exit status 2
+    empty, bad, short = tmp("empty.txt"), tmp("bad.txt"), tmp("short.txt")
+    open(empty, "w").close()
+    with open(bad, "wb") as f:
+        f.write(b"Once upon a time \xc3\x28 there was")
+    with open(short, "w") as f:
+        f.write("Once upon a time")
+    cases = [(["--file", empty], "empty"), (["--file", bad], "not UTF-8"),
+             (["--file", short], "fewer than one window"),
+             (["--file", text, "--ctx-size", "4096"], "larger than the model's context"),
+             (["--file", text, "--kl-divergence-base", "dummy:stories15m"], "vocabulary"),
+             (["--file", text, "--kl-divergence-base", tmp("base.logits"), "--ctx-size", "64"],
+              "logits file holds windows of 128")]
+    for extra, why in cases:
+        p = run(["perplexity", "--model", model, "--no-progress"] + tok + extra, expect_rc=2)
+        check(why in p.stderr and "windows a wave" not in p.stderr and not p.stdout.strip(),
+              f"{extra}: want '{why}' and no output:\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
 
 
 def write_random_hf(d, dim=256, hidden=512, n_layers=2, n_heads=4, n_kv=2, vocab=512):

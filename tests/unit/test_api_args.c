@@ -184,6 +184,7 @@ static int bad_sampling(bad_sp *b) {
     BAD("stop", (x->n_stop = 1, x->stop = empty_stop));
     BAD("logprobs", x->logprobs = 21);
     BAD("prompt_logprobs", x->prompt_logprobs = -2);
+    BAD("prompt_logits", x->prompt_logits = -2);
     BAD("n", x->n = 0);
     BAD("n", x->n = 65);
 #undef BAD

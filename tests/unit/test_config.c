@@ -83,6 +83,7 @@ Test(config, defaults_are_the_documented_values) {
     cr_assert_eq(p.n, 1);
     cr_assert_eq(p.logprobs, -1);
     cr_assert_eq(p.prompt_logprobs, -1);
+    cr_assert_eq(p.prompt_logits, -1);
     cr_assert(!p.has_seed);
     cr_assert_null(p.stop);
     cr_assert_eq(p.n_stop, 0);

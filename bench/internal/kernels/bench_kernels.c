@@ -15,6 +15,8 @@
  * - qgemv: the quantised types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) beside f16 on stories110m and
  *   TinyLlama feed-forward shapes at 1, 8, 32, 64 rows (--rows): weight GB/s, % of stream,
  *   speed against f16, and the integer GEMV against the own GEMM on dequantised chunks.
+ * - qgemm: the int8 GEMM's kernels against the integer GEMV, quantised types, 4..512 rows,
+ *   as GOPS.
  * - batch: 2048x768 at 1..256 rows through the three regimes (GEMV kernel, own register-tiled
  *   GEMM, OpenBLAS sgemm on tiles), the data behind the own_min_rows / gemm_min_rows defaults.
  * - gemm: 32..1024 rows on the model shapes, GFLOP/s of sgemm and of the own GEMM, f32, f16.
@@ -30,6 +32,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/qgemm.h"
 #include "util/dtype.h"
 #include "util/threadpool.h"
 #include "util/timer.h"
@@ -303,6 +306,48 @@ static void bench_qgemv(pl_backend *be, const unsigned char *arena, float *x, fl
     c->mm_force = PL_CPU_MM_AUTO;
 }
 
+/* The int8 GEMM (qgemm.c) against the integer GEMV on the quantised types, per row count and
+ * shape: the GEMV and each of the GEMM's kernels this machine has, forced, as GOPS (2 x rows
+ * x d_in x d_out integer multiply-adds counted twice, as FLOPs are) of the fastest repeat:
+ * the data behind qgemm_min_rows and the GEMM's figures against `bench roofline`'s integer
+ * peaks. Weights rotate through the arena as in the other sections (from DRAM at few rows). */
+static void bench_qgemm(pl_backend *be, const unsigned char *arena, float *x, float *out) {
+    pl_cpu_ctx *c = be->ctx;
+    static const int shapes[][2] = {{2048, 768}, {768, 2048}, {5632, 2048}, {2048, 5632}};
+    static const int all_rows[] = {4, 8, 16, 32, 64, 128, 256, 512};
+    const int *rows = g_n_rows ? g_rows : all_rows;
+    int n_rows = g_n_rows ? g_n_rows : (int)(sizeof all_rows / sizeof all_rows[0]);
+    const pl_wtype types[] = {PL_WTYPE_Q8_0, PL_WTYPE_Q4_0, PL_WTYPE_Q4_K, PL_WTYPE_Q5_K,
+                              PL_WTYPE_Q6_K};
+    for (int si = 0; si < 4; si++)
+        for (int ti = 0; ti < 5; ti++)
+            for (int ri = 0; ri < n_rows; ri++) {
+                int d_out = shapes[si][0], d_in = shapes[si][1];
+                if (g_quick && (si % 2 || rows[ri] > 256)) continue;
+                double ops = 2.0 * rows[ri] * d_in * d_out;
+                size_t wbytes = weight_bytes(types[ti], d_in, d_out);
+                int reps = reps_for(wbytes, ops / 4);
+                c->qgemm_force = PL_QGEMM_AUTO;
+                c->mm_force = PL_CPU_MM_GEMV;
+                timing g = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out, reps);
+                printf("qgemm type=%s rows=%d d_out=%d d_in=%d gemv_GOPS=%.1f",
+                       pl_wtype_name(types[ti]), rows[ri], d_out, d_in, ops / g.best / 1e9);
+                c->mm_force = PL_CPU_MM_QGEMM;
+                for (int k = PL_QGEMM_AVX2; k < PL_QGEMM_COUNT; k++) {
+                    if (!pl_cpu_qgemm_usable(c, (pl_cpu_qgemm_kernel)k)) continue;
+                    c->qgemm_force = (pl_cpu_qgemm_kernel)k;
+                    timing q = time_matmul(be, out, x, arena, types[ti], rows[ri], d_in, d_out,
+                                           reps);
+                    printf(" %s_GOPS=%.1f", pl_cpu_qgemm_kernel_name((pl_cpu_qgemm_kernel)k),
+                           ops / q.best / 1e9);
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+    c->mm_force = PL_CPU_MM_AUTO;
+    c->qgemm_force = PL_QGEMM_AUTO;
+}
+
 static void bench_gemm(pl_backend *be, const unsigned char *arena, float *x, float *out) {
     const pl_wtype types[] = {PL_WTYPE_F32, PL_WTYPE_F16};
     const int rows[] = {32, 64, 256, 1024};
@@ -421,7 +466,7 @@ int main(int argc, char **argv) {
             g_quick = 1;
         } else {
             fprintf(stderr, "usage: %s [--threads N] [--isa scalar|avx2|avx512] [--quick]\n"
-                    "       [--only gemv|qgemv|batch|gemm|attention] [--rows N,N,...]\n",
+                    "       [--only gemv|qgemv|qgemm|batch|gemm|attention] [--rows N,N,...]\n",
                     argv[0]);
             return 2;
         }
@@ -436,9 +481,9 @@ int main(int argc, char **argv) {
     check(pl_cpu_backend_create_isa(&opt, isa, &be16), "cpu backend (f16 KV)");
     pl_cpu_ctx *c = be->ctx;
     printf("config buildtype=%s isa=%s vnni=%d threads=%d gemm_min_rows=%d "
-           "own_min_rows=%d/%d/q%d\n",
+           "own_min_rows=%d/%d qgemm_min_rows=%d\n",
            PL_BUILDTYPE, pl_cpu_isa_name(c->isa), c->vnni, c->n_threads, c->gemm_min_rows,
-           c->own_min_rows[0], c->own_min_rows[1], c->own_min_rows[2]);
+           c->own_min_rows[0], c->own_min_rows[1], c->qgemm_min_rows[2]);
 
     /* The arena holds every weight matrix the GEMV/GEMM runs read: finite values in every
      * dtype (f16/bf16 bit patterns below 0x3c00 are small normals or zero). */
@@ -456,6 +501,7 @@ int main(int argc, char **argv) {
     timing gbs = bench_stream(c->pool, c->isa, (const float *)arena);
     if (want("gemv")) bench_gemv(be, arena, x, out, gbs);
     if (want("qgemv")) bench_qgemv(be, arena, x, out, gbs);
+    if (want("qgemm")) bench_qgemm(be, arena, x, out);
     if (want("batch")) bench_batch(be, arena, x, out);
     if (want("gemm")) bench_gemm(be, arena, x, out);
     for (int k = 0; k < 2 && want("attention"); k++) {

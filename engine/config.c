@@ -11,6 +11,7 @@
 
 #include "engine/engine_internal.h"
 #include "engine/fields.h"
+#include "kvevents/kvevents.h"
 
 /* ---- the table ----------------------------------------------------------------------- */
 
@@ -124,6 +125,9 @@ static pl_status check_rules(const pl_engine_config *c) {
                        "which is off (enable_chunked_prefill = false)",
                        c->long_prefill_threshold);
     if (c->max_model_len) PL_TRY(pl_engine_config_check_model_len(c, c->max_model_len, false));
+    pl_kvev_config kc; /* its keys and types, so that a mistake fails before the model loads */
+    PL_TRY(pl_kvev_config_parse(c->kv_events_config, &kc));
+    pl_kvev_config_deinit(&kc);
     return PL_OK;
 }
 

@@ -68,6 +68,9 @@ static const opt_row ROWS[] = {
     {"--trust-request-chat-template", O_ON, O(trust_request_chat_template), 0, 0, NULL, NULL,
      "let requests bring their own chat template (\"chat_template\"; rendered in the sandbox "
      "either way); else such a request gets a 400"},
+    {"--agent-port", O_INT, O(agent_port), 0, 65535, "N", "0",
+     "answer HAProxy's agent check on this TCP port (same --host): a weight from the queue "
+     "and KV use, \"drain\" while draining (deploy/haproxy/); 0 = off"},
 };
 
 #define N_ROWS (sizeof ROWS / sizeof ROWS[0])

@@ -3,7 +3,9 @@
  *
  * Its loop: hand out a metrics snapshot if an HTTP thread asked for one; sleep in
  * pl_engine_wait until work arrives (or the next periodic log is due; no polling); step;
- * deliver what the step reported. Step results are engine-owned and valid only until the
+ * deliver what the step reported. A scrape never waits for a step: one that arrives while
+ * the thread steps gets the snapshot taken before the step (and asks for the next, taken
+ * when the step ends); one that arrives between steps is answered before the next step. Step results are engine-owned and valid only until the
  * next step, so delivery copies every delta a stream needs (text, token, logprobs) into its
  * request's event queue and every finished sample's result into its choice, then hands the
  * suspended connections that have something new to the watcher thread, which resumes them. A stream whose client does not read piles
@@ -204,13 +206,17 @@ static void take_snapshot(pl_srv *s, pl_srv_snapshot *out) {
     out->uptime_s = pl_srv_now() - s->t_start;
 }
 
-static void serve_snapshot(pl_srv *s) {
+/* Takes a snapshot if an HTTP thread asked for one, and says whether a step is under way
+ * (a scrape arriving during a step takes the last snapshot instead of waiting for the step:
+ * endpoint pickers scrape every 50 ms, and a long prefill step must not hold them). */
+static void serve_snapshot(pl_srv *s, bool stepping) {
     pthread_mutex_lock(&s->snap_mu);
     if (s->snap_asked > s->snap_given) {
         take_snapshot(s, &s->snap);
         s->snap_given = s->snap_asked;
-        pthread_cond_broadcast(&s->snap_cv);
     }
+    s->stepping = stepping;
+    pthread_cond_broadcast(&s->snap_cv);
     pthread_mutex_unlock(&s->snap_mu);
 }
 
@@ -220,13 +226,16 @@ bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s) {
     deadline.tv_sec += (time_t)timeout_s;
     pthread_mutex_lock(&s->snap_mu);
     uint64_t ticket = ++s->snap_asked;
+    bool stepping = s->stepping;
     pthread_mutex_unlock(&s->snap_mu);
-    pl_engine_wake(s->e);
+    /* between steps: the stepping thread answers before it steps again (serve_snapshot runs
+     * before every step), so this waits for a snapshot, never for a step */
+    if (!stepping) pl_engine_wake(s->e);
     pthread_mutex_lock(&s->snap_mu);
     int rc = 0;
-    while (s->snap_given < ticket && rc == 0)
+    while (s->snap_given < ticket && !s->stepping && rc == 0)
         rc = pthread_cond_timedwait(&s->snap_cv, &s->snap_mu, &deadline);
-    bool ok = s->snap_given >= ticket;
+    bool ok = s->snap_given >= ticket || s->stepping;
     if (ok) *out = s->snap;
     pthread_mutex_unlock(&s->snap_mu);
     return ok;
@@ -273,8 +282,11 @@ static void *stepper_main(void *arg) {
     double interval = s->opt.log_interval;
     log_state last = {.t = pl_srv_now()};
     double next_log = last.t + interval;
+    pthread_mutex_lock(&s->snap_mu);
+    take_snapshot(s, &s->snap); /* a scrape during the first step has one to take */
+    pthread_mutex_unlock(&s->snap_mu);
     while (!atomic_load(&s->stop)) {
-        serve_snapshot(s);
+        serve_snapshot(s, false);
         double t0 = pl_srv_now();
         double timeout = interval > 0 ? fmax(0.0, next_log - t0) : -1.0;
         bool work = false;
@@ -283,6 +295,7 @@ static void *stepper_main(void *arg) {
         s->clock_idle_s += t1 - t0;
         if (work && !atomic_load(&s->stop)) {
             pl_step_result res = {0};
+            serve_snapshot(s, true);
             double c1 = thread_cpu();
             pl_status st = pl_engine_step(s->e, &res);
             double t2 = pl_srv_now(), c2 = thread_cpu();
@@ -304,7 +317,7 @@ static void *stepper_main(void *arg) {
             next_log = pl_srv_now() + interval;
         }
     }
-    serve_snapshot(s);
+    serve_snapshot(s, false);
     return NULL;
 }
 

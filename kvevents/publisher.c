@@ -467,6 +467,10 @@ static pl_status open_socket(pl_kvev *p, int type, const char *ep, bool bind_onl
     return PL_OK;
 }
 
+static void unlink_ipc(const char *ep) {
+    if (ep && !strncmp(ep, "ipc://", 6) && ep[6] && ep[6] != '@') unlink(ep + 6);
+}
+
 static pl_status copy_string(char **dst, const char *src) {
     if (!src) return *dst = NULL, PL_OK;
     *dst = pl_strdup(src);
@@ -540,6 +544,9 @@ void pl_kvev_destroy(pl_kvev *p) {
     if (p->pub) zmq_close(p->pub);
     if (p->replay) zmq_close(p->replay);
     if (p->zctx) zmq_ctx_term(p->zctx);
+    /* ZeroMQ leaves the files of bound ipc:// endpoints behind; they are ours */
+    if (p->pub) unlink_ipc(p->cfg.endpoint);
+    if (p->replay) unlink_ipc(p->cfg.replay_endpoint);
     if (p->wake_fd >= 0) close(p->wake_fd);
     size_t cap = (size_t)p->cfg.buffer_steps;
     for (size_t i = 0; i < p->ring_n; i++) free(p->ring[(p->ring_start + i) % cap].payload);

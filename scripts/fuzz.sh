@@ -15,7 +15,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
   fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server
-  fuzz_plan fuzz_grammar fuzz_schema)
+  fuzz_plan fuzz_grammar fuzz_schema fuzz_kvevents)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -73,6 +73,9 @@ mkdir -p "$seeds/server"
 cp tests/fuzz/server/*.txt "$seeds/server/"
 # grammars (GBNF, a NUL, output bytes) and schemas / regexes (first byte: which)
 for d in grammar schema; do mkdir -p "$seeds/$d"; cp tests/fuzz/$d/* "$seeds/$d/"; done
+# --kv-events-config texts (first byte even) and event lists for the encoder (odd)
+mkdir -p "$seeds/kvevents"
+cp tests/fuzz/kvevents/* "$seeds/kvevents/"
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -90,7 +93,7 @@ for t in "${targets[@]}"; do
     fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_fields) sd=fields ;;
     fuzz_template) sd=template ;; fuzz_sse) sd=sse ;; fuzz_server) sd=server ;;
     fuzz_plan) sd=plan ;;
-    fuzz_grammar) sd=grammar ;; fuzz_schema) sd=schema ;;
+    fuzz_grammar) sd=grammar ;; fuzz_schema) sd=schema ;; fuzz_kvevents) sd=kvevents ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

@@ -361,7 +361,8 @@ struct pl_srv {
     pthread_mutex_t snap_mu;
     pthread_cond_t snap_cv;
     uint64_t snap_asked, snap_given;
-    bool stepping;                  /* (snap_mu) inside a step: a scrape takes the last snapshot */
+    bool stepping;                  /* (snap_mu) inside a step */
+    uint64_t steps_begun, snap_at;  /* (snap_mu) steps begun; their number when snap was taken */
     pl_srv_snapshot snap;           /* the latest; one is taken when the thread starts */
 
     /* connections and draining */
@@ -394,9 +395,10 @@ struct pl_srv {
 /* stepper.c */
 bool pl_srv_stepper_start(pl_srv *s);
 void pl_srv_stepper_stop(pl_srv *s);
-/* The latest snapshot. Between steps the stepping thread takes a fresh one first (waited for,
- * at most timeout_s: false on timeout); during a step the one taken before it is returned at
- * once and a fresh one is taken when the step ends. */
+/* A snapshot of now or of the moment before the step under way. Between steps the stepping
+ * thread takes a fresh one first; during a step the one taken just before it is returned at
+ * once if there is one, else the one taken when the step ends. Waits at most timeout_s (false
+ * on timeout). Either way a fresh one is taken when the step ends. */
 bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s);
 /* Aborts every engine request the registry holds (the drain's end). */
 void pl_srv_abort_all(pl_srv *s);

@@ -3,10 +3,12 @@
  *
  * Its loop: hand out a metrics snapshot if an HTTP thread asked for one; sleep in
  * pl_engine_wait until work arrives (or the next periodic log is due; no polling); step;
- * deliver what the step reported. A scrape never waits for a step: one that arrives while
- * the thread steps gets the snapshot taken before the step (and asks for the next, taken
- * when the step ends); one that arrives between steps is answered before the next step. Step results are engine-owned and valid only until the
- * next step, so delivery copies every delta a stream needs (text, token, logprobs) into its
+ * deliver what the step reported. A scrape that arrives between steps is answered before
+ * the next step; one that arrives during a step gets the snapshot taken just before that step
+ * when there is one (a scrape during the previous step asked for it: a picker scraping every
+ * 50 ms never waits on long steps), else it waits for the step's end as an older snapshot
+ * would describe a moment before earlier steps. Step results are engine-owned and valid only
+ * until the next step, so delivery copies every delta a stream needs (text, token, logprobs) into its
  * request's event queue and every finished sample's result into its choice, then hands the
  * suspended connections that have something new to the watcher thread, which resumes them. A stream whose client does not read piles
  * events up to --max-pending-deltas; past that the request is aborted (its KV blocks freed by
@@ -207,17 +209,26 @@ static void take_snapshot(pl_srv *s, pl_srv_snapshot *out) {
 }
 
 /* Takes a snapshot if an HTTP thread asked for one, and says whether a step is under way
- * (a scrape arriving during a step takes the last snapshot instead of waiting for the step:
- * endpoint pickers scrape every 50 ms, and a long prefill step must not hold them). */
+ * (stepping: one is about to begin). A snapshot is not taken before every step, which would
+ * cost each step the histograms' walk; so one taken before an earlier step may be the latest,
+ * and only one taken since the previous step ended (snap_at + 1 == steps_begun) may stand for
+ * the moment before the step under way. */
 static void serve_snapshot(pl_srv *s, bool stepping) {
     pthread_mutex_lock(&s->snap_mu);
     if (s->snap_asked > s->snap_given) {
         take_snapshot(s, &s->snap);
+        s->snap_at = s->steps_begun;
         s->snap_given = s->snap_asked;
     }
     s->stepping = stepping;
+    if (stepping) s->steps_begun++;
     pthread_cond_broadcast(&s->snap_cv);
     pthread_mutex_unlock(&s->snap_mu);
+}
+
+/* (snap_mu) during a step, the snapshot describes the moment just before it */
+static bool snap_of_this_step(const pl_srv *s) {
+    return s->stepping && s->snap_at + 1 == s->steps_begun;
 }
 
 bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s) {
@@ -225,17 +236,19 @@ bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s) {
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)timeout_s;
     pthread_mutex_lock(&s->snap_mu);
+    /* the ticket also asks for a fresh one after a step under way: the next scrape during
+     * the following step finds it */
     uint64_t ticket = ++s->snap_asked;
     bool stepping = s->stepping;
     pthread_mutex_unlock(&s->snap_mu);
     /* between steps: the stepping thread answers before it steps again (serve_snapshot runs
-     * before every step), so this waits for a snapshot, never for a step */
+     * before every step), so this waits for a snapshot, not for a step */
     if (!stepping) pl_engine_wake(s->e);
     pthread_mutex_lock(&s->snap_mu);
     int rc = 0;
-    while (s->snap_given < ticket && !s->stepping && rc == 0)
+    while (s->snap_given < ticket && !snap_of_this_step(s) && rc == 0)
         rc = pthread_cond_timedwait(&s->snap_cv, &s->snap_mu, &deadline);
-    bool ok = s->snap_given >= ticket || s->stepping;
+    bool ok = s->snap_given >= ticket || snap_of_this_step(s);
     if (ok) *out = s->snap;
     pthread_mutex_unlock(&s->snap_mu);
     return ok;
@@ -284,6 +297,7 @@ static void *stepper_main(void *arg) {
     double next_log = last.t + interval;
     pthread_mutex_lock(&s->snap_mu);
     take_snapshot(s, &s->snap); /* a scrape during the first step has one to take */
+    s->snap_at = s->steps_begun = 0;
     pthread_mutex_unlock(&s->snap_mu);
     while (!atomic_load(&s->stop)) {
         serve_snapshot(s, false);

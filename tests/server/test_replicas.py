@@ -189,6 +189,36 @@ def case_metrics_during_step():
         srv.stop()
 
 
+def case_metrics_stale_snapshot():
+    """A scrape during a step with no snapshot taken since the previous step must not get an
+    older one (the start's, where nothing ran): it waits for the step's end instead. The agent
+    port, which reads no snapshot, tells when the request runs without asking /metrics."""
+    port = free_port()
+    srv = Server(PAGELLM, TINY + ["--max-num-blocks", "64", "--block-size", "16",
+                                  "--agent-port", str(port)],
+                 env={"PAGELLM_FAULT_SLOW_FORWARD": f"{SLOW_ID}:1"})
+    try:
+        m = srv.metrics()  # the last snapshot before the request: nothing running
+        check(m["pagellm:num_requests_running"] == 0, m)
+        out = {}
+        t = slow_request(srv, out, max_tokens=4)  # four steps of 1 s
+        # running (drained into step 2, or retired from step 1): 2 of 64 blocks, none waiting
+        wait_for(lambda: agent_line(port) not in ("up ready 100%\n", "up ready 50%\n"), 10,
+                 "the request to run")
+        time.sleep(0.3)  # inside step 2, no scrape since the one above
+        m = srv.metrics()
+        check(m["pagellm:num_requests_running"] == 1 and m["pagellm:num_requests_waiting"] == 0,
+              f"running {m['pagellm:num_requests_running']}, waiting "
+              f"{m['pagellm:num_requests_waiting']} during step 2")
+        check(m["vllm:num_requests_running{engine=0}"] == 1, m)
+        m = srv.metrics()  # the snapshot the first one asked for, from before step 3
+        check(m["pagellm:num_requests_running"] == 1, m)
+        t.join()
+        check("error" not in out, out.get("error"))
+    finally:
+        srv.stop()
+
+
 def agent_line(port):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         data = b""

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <jansson.h>
+
 #include "cli/cli.h"
 
 bool cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
@@ -149,11 +151,83 @@ static int refused(const pl_field *f, const char *typed) {
     return -1;
 }
 
+/* vLLM's dotted form of a JSON-valued flag: "--kv-events-config.endpoint VALUE" (or
+ * "...endpoint=VALUE") sets one key of the object the flag holds, merged into what earlier
+ * flags gave; "a.b" reaches into nested objects, '-' in a key reads as '_'. The value is JSON
+ * when it parses as JSON (true, 5, null, "x"), else the text itself. Returns 1 (set), 0 (not
+ * this form), -1 (refused, message printed). */
+static int dotted_flag(const pl_field *f, void *obj, setter set, int argc, char **argv,
+                       int *i) {
+    const char *a = argv[*i];
+    if (!f->flag || !is_json_field(f)) return 0;
+    size_t len = strlen(f->flag);
+    if (strncmp(a, f->flag, len) != 0 || a[len] != '.' || !a[len + 1]) return 0;
+    const char *key = a + len + 1, *eq = strchr(key, '='), *value;
+    size_t key_len = eq ? (size_t)(eq - key) : strlen(key);
+    if (eq) {
+        value = eq + 1;
+    } else if (*i + 1 < argc) {
+        value = argv[++*i];
+    } else {
+        fprintf(stderr, "pagellm: %s: missing value\n", a);
+        return -1;
+    }
+    const char *cur = *(const char **)((char *)obj + f->offset);
+    json_t *root = cur ? json_loads(cur, 0, NULL) : json_object();
+    if (!json_is_object(root)) {
+        fprintf(stderr, "pagellm: %.*s: %s does not hold a JSON object to set a key in\n",
+                (int)(len + 1 + key_len), a, f->flag);
+        json_decref(root);
+        return -1;
+    }
+    json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+    if (!v) v = json_string(value);
+    char path[256];
+    snprintf(path, sizeof path, "%.*s", (int)key_len, key);
+    for (char *c = path; *c; c++)
+        if (*c == '-') *c = '_';
+    json_t *node = root;
+    int rc = 1;
+    for (char *part = path, *dot; rc == 1; part = dot + 1) {
+        dot = strchr(part, '.');
+        if (!*part || (dot && dot == part)) {
+            fprintf(stderr, "pagellm: %s: an empty key\n", a);
+            rc = -1;
+            break;
+        }
+        if (!dot) {
+            json_object_set(node, part, v);
+            break;
+        }
+        *dot = '\0';
+        json_t *child = json_object_get(node, part);
+        if (!child) {
+            child = json_object();
+            json_object_set_new(node, part, child);
+        } else if (!json_is_object(child)) {
+            fprintf(stderr, "pagellm: %s: %s is not an object\n", a, part);
+            rc = -1;
+        }
+        node = child;
+    }
+    json_decref(v);
+    char *text = rc == 1 ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (rc == 1 && (!text || set(obj, f->name, text) != PL_OK)) {
+        fprintf(stderr, "pagellm: %s: %s\n", a, text ? pl_last_error() : "out of memory");
+        rc = -1;
+    }
+    free(text);
+    return rc;
+}
+
 static int field_flag(const pl_field *fields, size_t n, const pl_field_alias *aliases,
                       size_t n_aliases, void *obj, setter set, int argc, char **argv, int *i) {
     const char *a = argv[*i], *value = NULL;
     for (size_t k = 0; k < n; k++) {
         const pl_field *f = &fields[k];
+        int dotted = dotted_flag(f, obj, set, argc, argv, i);
+        if (dotted) return dotted;
         int how = match(f, aliases, n_aliases, a, &value);
         if (!how) continue;
         if (how == 1) {

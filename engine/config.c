@@ -12,6 +12,7 @@
 #include "engine/engine_internal.h"
 #include "engine/fields.h"
 #include "util/dtype.h"
+#include "kvevents/kvevents.h"
 
 /* ---- the table ----------------------------------------------------------------------- */
 
@@ -149,6 +150,9 @@ static pl_status check_rules(const pl_engine_config *c) {
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "config.kv_dtype = %s: the KV cache is auto, f32, f16 or bf16 (the "
                        "quantised types are for weights)", pl_dtype_name(c->kv_dtype));
+    pl_kvev_config kc; /* its keys and types, so that a mistake fails before the model loads */
+    PL_TRY(pl_kvev_config_parse(c->kv_events_config, &kc));
+    pl_kvev_config_deinit(&kc);
     return PL_OK;
 }
 

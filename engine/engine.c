@@ -46,6 +46,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_request_free_all(e->live_head, false);
     pl_request_free_all(e->graveyard, true);
     pl_intake_deinit(&e->intake);
+    pl_engine_kv_events_stop(e);
     pl_profiler_close_trace(&e->prof);
     pl_sched_destroy(e->sched);
     pl_tp_set_totals(e->tp, e->stats.steps, e->stats.step_tokens);
@@ -158,6 +159,7 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     PL_TRY(st);
     e->n_blocks = lim.n_blocks;
     PL_TRY(pl_kv_pool_create(c->block_size, lim.n_blocks, c->enable_prefix_caching, &e->pool));
+    PL_TRY(pl_engine_kv_events_start(e));
     pl_sched_config sc;
     pl_sched_config_from_engine(c, e->max_model_len, &sc);
     PL_TRY(pl_sched_create(&sc, e->pool, &e->sched));
@@ -188,6 +190,22 @@ static int32_t fault_token_from_env(void) {
     return *end || id < 0 || id > INT32_MAX ? -1 : (int32_t)id;
 }
 
+/* Another test hook: PAGELLM_FAULT_SLOW_FORWARD=ID:SECONDS makes every forward pass whose
+ * batch holds a prompt beginning with token ID take SECONDS longer (a long step on demand,
+ * for checking what must not wait for a step). Read once, here; malformed: off. */
+static void slow_token_from_env(pl_engine *e) {
+    e->slow_token = -1;
+    const char *v = getenv("PAGELLM_FAULT_SLOW_FORWARD");
+    if (!v || !v[0]) return;
+    char *end;
+    long id = strtol(v, &end, 10);
+    if (*end != ':' || id < 0 || id > INT32_MAX) return;
+    double s = strtod(end + 1, &end);
+    if (*end || !(s > 0 && s < 3600)) return;
+    e->slow_token = (int32_t)id;
+    e->slow_seconds = s;
+}
+
 pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     if (!out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "engine_create: out is NULL");
     pl_engine_config c;
@@ -201,6 +219,7 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     e->cfg.storage = NULL;
     atomic_init(&e->next_id, 1);
     e->fault_token = fault_token_from_env();
+    slow_token_from_env(e);
     pl_status s = pl_intake_init(&e->intake);
     if (s != PL_OK) {
         pl_free(e);
@@ -213,6 +232,7 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
         return s;
     }
     s = engine_init(e, c.model_path, c.tokenizer_path, c.chat_template);
+    e->cfg.kv_events_config = NULL; /* the caller's string: read by engine_init, not kept */
     if (s != PL_OK) {
         pl_engine_destroy(e);
         return s;

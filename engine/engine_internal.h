@@ -236,8 +236,19 @@ struct pl_engine {
     pl_engine_stats stats;
     pl_profiler prof;
     int32_t fault_token;               /* PAGELLM_FAULT_FORWARD (a test hook); -1: off */
+    int32_t slow_token;                /* PAGELLM_FAULT_SLOW_FORWARD (a test hook); -1: off */
+    double slow_seconds;
     pl_tp *tp;                         /* tensor parallelism: the group; NULL with one rank */
+    struct pl_kvev *kvev;              /* the KV event publisher (kv_events.c); NULL: off */
 };
+
+/* engine/kv_events.c: config.kv_events_config's publisher, listening to the pool */
+/* After the pool exists: starts publishing when the configuration says so. */
+pl_status pl_engine_kv_events_start(pl_engine *e);
+/* The step's events become one batch (at the end of every step). */
+void pl_engine_kv_events_end_step(pl_engine *e);
+/* Publishes what is pending and stops (before the pool goes). */
+void pl_engine_kv_events_stop(pl_engine *e);
 
 /* engine/rank.c: what one rank takes from its machine */
 /* Tensor-parallel ranks on this host (threads of this process, or mpirun's local ranks). */

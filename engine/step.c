@@ -7,8 +7,10 @@
  * the finished ones and report deltas and completions. Each phase is wrapped by PL_PHASE,
  * which times it; the step itself only says which phase it is in.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "engine/fields.h"
@@ -74,6 +76,16 @@ static void fail_everything(pl_engine *e) {
     pl_intake_drain(e);
     for (pl_request *r = e->live_head; r; r = r->next)
         pl_engine_finish_request(e, r, PL_FINISH_ERROR);
+/* PAGELLM_FAULT_SLOW_FORWARD (engine.c): the batch holds a prompt beginning with that token. */
+static void slow_injected(const pl_engine *e, const pl_sched_output *so) {
+    if (e->slow_token < 0) return;
+    for (int i = 0; i < so->n_seqs; i++) {
+        if (so->entries[i].seq->tokens[0] != e->slow_token) continue;
+        double whole = floor(e->slow_seconds);
+        nanosleep(&(struct timespec){(time_t)whole, (long)((e->slow_seconds - whole) * 1e9)},
+                  NULL);
+        return;
+    }
 }
 
 /* The forward pass and what follows it; a failure finishes this step's requests with
@@ -85,6 +97,7 @@ static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_ste
     pl_status st;
     note_first_scheduled(e, so, t_step);
     PL_PHASE(pr, PL_PHASE_BATCH, pl_batch_build(e, so, &b));
+    slow_injected(e, so);
     PL_PHASE(pr, PL_PHASE_FORWARD,
              st = fault_injected(e, so)
                       ? pl_fail(PL_ERR_BACKEND, "forward pass: fault injected "
@@ -148,6 +161,7 @@ pl_status pl_engine_step_sized(pl_engine *e, pl_step_result *out, size_t out_siz
         pl_intake_retire_reported(e);
     });
     if (st == PL_OK) st = cs;
+    pl_engine_kv_events_end_step(e);
     pl_tp_check(e->tp); /* a rank failed: pl_engine_health says so from now on */
     uint64_t t_end = pl_now_ns();
     if (pr->trace) {

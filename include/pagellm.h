@@ -326,7 +326,12 @@ typedef struct pl_logit_bias {
     X(DOUBLE, double, distributed_timeout, 10.0, PL_RANGE_OC(0, 86400),                        \
       "--distributed-timeout", 0, "S",                                                         \
       "seconds a rank waits for the others in a collective before the engine fails (a dead "   \
-      "or hung rank)")
+      "or hung rank)")                                                                         \
+    X(STRING, const char *, kv_events_config, NULL, PL_RANGE_NONE, "--kv-events-config", 0,    \
+      "JSON", "prefix-cache events for routers (llm-d, Dynamo): vLLM's KVEventsConfig, e.g. "  \
+      "{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://*:5557\", "                     \
+      "\"replay_endpoint\": \"tcp://*:5558\"}, or one key at a time as "                       \
+      "--kv-events-config.KEY VALUE; published over ZeroMQ as vLLM does (docs/server.md)")
 
 /* The most alternatives logprobs and prompt_logprobs return per position (OpenAI's limit). */
 #define PL_MAX_LOGPROBS 20

@@ -111,6 +111,7 @@ struct pl_kv_pool {
     uint64_t prefix_hits_tokens;
     uint64_t evictions;
     uint64_t cow_copies;
+    pl_kv_listener listener; /* stored == NULL: none */
 };
 
 /* The default block hash: XXH3-64 of the token ids seeded with the parent hash. */

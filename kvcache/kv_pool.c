@@ -101,6 +101,11 @@ void pl_kv_drop_registration(pl_kv_pool *pool, int32_t b) {
     blk->reg = 0;
     blk->hash = blk->parent_hash = blk->parent_reg = 0;
     pool->n_cached--;
+    if (pool->listener.stored) pool->listener.removed(pool->listener.ctx, b);
+}
+
+void pl_kv_set_listener(pl_kv_pool *pool, const pl_kv_listener *listener) {
+    pool->listener = listener ? *listener : (pl_kv_listener){0};
 }
 
 int32_t pl_kv_take_free_block(pl_kv_pool *pool) {

@@ -118,16 +118,19 @@ pl_status pl_kv_take_prefix(pl_kv_pool *pool, pl_kv_table *t, const int32_t *tok
     return PL_OK;
 }
 
-/* Whether t->last_reg (the parent of t's next registration) is still registered somewhere:
- * usually on t's own block n_cached-1, else (t's block was a duplicate) on another block. */
-static bool parent_live(const pl_kv_pool *pool, const pl_kv_table *t) {
-    if (t->last_reg == 0) return true; /* depth 0: no parent needed */
-    if (pool->blocks[t->block_ids[t->n_cached - 1]].reg == t->last_reg) return true;
+/* The block holding t->last_reg (the parent of t's next registration): usually t's own block
+ * n_cached-1, else (t's block was a duplicate) another block. -1 at depth 0 (no parent is
+ * needed), NO_PARENT when that registration is gone. */
+#define NO_PARENT (-2)
+static int32_t parent_block(const pl_kv_pool *pool, const pl_kv_table *t) {
+    if (t->last_reg == 0) return -1;
+    int32_t own = t->block_ids[t->n_cached - 1];
+    if (pool->blocks[own].reg == t->last_reg) return own;
     uint32_t cursor = pl_kv_ht_home(&pool->ht, t->last_hash);
     int32_t b;
     while ((b = pl_kv_ht_next(&pool->ht, t->last_hash, &cursor)) != PL_KV_NIL)
-        if (pool->blocks[b].reg == t->last_reg) return true;
-    return false;
+        if (pool->blocks[b].reg == t->last_reg) return b;
+    return NO_PARENT;
 }
 
 void pl_kv_register_full_blocks(pl_kv_pool *pool, pl_kv_table *t, const int32_t *tokens,
@@ -135,7 +138,9 @@ void pl_kv_register_full_blocks(pl_kv_pool *pool, pl_kv_table *t, const int32_t 
     if (!pool->enable_prefix_caching || !tokens) return;
     int bs = pool->block_size;
     int limit = (n_computed < t->n_tokens ? n_computed : t->n_tokens) / bs;
-    if (t->n_cached >= limit || !parent_live(pool, t)) return;
+    if (t->n_cached >= limit) return;
+    int32_t parent = parent_block(pool, t);
+    if (parent == NO_PARENT) return;
     size_t n_bytes = (size_t)bs * sizeof(int32_t);
 
     for (int i = t->n_cached; i < limit; i++) {
@@ -151,10 +156,12 @@ void pl_kv_register_full_blocks(pl_kv_pool *pool, pl_kv_table *t, const int32_t 
             if (blk->hash != h || memcmp(pl_kv_block_tokens(pool, b), blk_tokens, n_bytes) != 0)
                 return;
             reg = blk->reg;
+            parent = b;
         } else {
             int32_t dup = find_match(pool, h, t->last_reg, blk_tokens);
             if (dup != PL_KV_NIL) {
                 reg = pool->blocks[dup].reg; /* the first registration wins */
+                parent = dup;
             } else {
                 reg = pool->next_reg++;
                 blk->reg = reg;
@@ -164,6 +171,9 @@ void pl_kv_register_full_blocks(pl_kv_pool *pool, pl_kv_table *t, const int32_t 
                 memcpy(pool->tokens + (size_t)b * (size_t)bs, blk_tokens, n_bytes);
                 pl_kv_ht_insert(&pool->ht, h, b);
                 pool->n_cached++;
+                if (pool->listener.stored)
+                    pool->listener.stored(pool->listener.ctx, b, parent, blk_tokens, bs);
+                parent = b;
             }
         }
         t->n_cached = i + 1;
@@ -180,4 +190,5 @@ void pl_kv_reset_prefix_cache(pl_kv_pool *pool) {
     }
     pl_kv_ht_clear(&pool->ht);
     pool->n_cached = 0;
+    if (pool->listener.stored) pool->listener.cleared(pool->listener.ctx);
 }

@@ -161,6 +161,30 @@ void pl_kv_register_full_blocks(pl_kv_pool *pool, pl_kv_table *t, const int32_t 
  * registering keep their n_cached but register nothing more (their parent is gone). */
 void pl_kv_reset_prefix_cache(pl_kv_pool *pool);
 
+/* ---- prefix-cache events ------------------------------------------------------------- */
+
+/* What the prefix cache learns and forgets, told as it happens (on the pool's thread, inside
+ * the call that changes it), for a publisher above this module (vLLM's BlockStored,
+ * BlockRemoved, AllBlocksCleared). Block ids only: a registration is named by the block that
+ * holds it, and its parent by the block holding the parent registration (-1 at depth 0),
+ * which is registered until after the child is (a block's registration is removed before the
+ * block is reused). Every callback is required; each must be cheap and must not call back
+ * into the pool. */
+typedef struct pl_kv_listener {
+    void *ctx;
+    /* block now holds a registration: tokens are its block_size ids (valid during the call) */
+    void (*stored)(void *ctx, int32_t block, int32_t parent_block, const int32_t *tokens,
+                   int n_tokens);
+    /* block's registration was dropped (evicted on reuse) */
+    void (*removed)(void *ctx, int32_t block);
+    /* every registration was dropped (pl_kv_reset_prefix_cache) */
+    void (*cleared)(void *ctx);
+} pl_kv_listener;
+
+/* Sets the listener (copied; NULL: none). Set it before the first registration, or the
+ * listener hears of removals of blocks it never heard stored. */
+void pl_kv_set_listener(pl_kv_pool *pool, const pl_kv_listener *listener);
+
 /* ---- checking (tests, debug builds) -------------------------------------------------- */
 
 /* Verifies the pool against the complete set of live tables: every block free xor

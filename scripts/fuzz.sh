@@ -15,7 +15,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
   fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server
-  fuzz_plan fuzz_grammar fuzz_schema fuzz_logits)
+  fuzz_plan fuzz_grammar fuzz_schema fuzz_logits fuzz_kvevents)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -86,6 +86,9 @@ for i, (vocab, ctx, windows) in enumerate([(3, 4, 1), (5, 6, 2), (2, 2, 3), (7, 
     b += struct.pack("<%df" % (rows * vocab), *[-1.0 - k for k in range(rows * vocab)])
     open(os.path.join(out, "l%d" % i), "wb").write(b)
 PY
+# --kv-events-config texts (first byte even) and event lists for the encoder (odd)
+mkdir -p "$seeds/kvevents"
+cp tests/fuzz/kvevents/* "$seeds/kvevents/"
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -105,6 +108,7 @@ for t in "${targets[@]}"; do
     fuzz_plan) sd=plan ;;
     fuzz_grammar) sd=grammar ;; fuzz_schema) sd=schema ;;
     fuzz_logits) sd=logits ;;
+    fuzz_kvevents) sd=kvevents ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

@@ -4,14 +4,19 @@
 # /usr/local/cuda/bin the CUDA backend is built too. Node and npm run the tests that use npm
 # packages (tests/oracle: the OpenAI client the server test drives; `npm ci` there is run by
 # that test); Debian's nodejs and npm are installed only when the commands are missing, since
-# a NodeSource node (which bundles npm) conflicts with Debian's npm package.
+# a NodeSource node (which bundles npm) conflicts with Debian's npm package. The KV event
+# publisher links ZeroMQ, msgpack-c, libcbor and nettle; its test's subscriber, the /metrics
+# contract test and the HAProxy recipe's test use python3-zmq, -msgpack, -cbor2,
+# -prometheus-client and haproxy.
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc g++ python3 python3-lark
       libcriterion-dev libsentencepiece-dev sentencepiece libopenblas-dev
       libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev gnuplot-nox
       clang libclang-rt-14-dev libcurl4-openssl-dev libedit-dev python3-pytest python3-pip
       python3-setuptools python3-wheel python3-venv libopenmpi-dev openmpi-bin
-      xz-utils binutils) # xz, strip: scripts/gpu_kit.sh pack
+      xz-utils binutils # xz, strip: scripts/gpu_kit.sh pack
+      libzmq3-dev libmsgpack-dev libcbor-dev nettle-dev haproxy python3-zmq python3-msgpack
+      python3-cbor2 python3-prometheus-client)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()

@@ -1,16 +1,26 @@
 /*
  * server/metrics_text.c - GET /metrics: Prometheus text format 0.0.4 with vLLM's metric names
- * under the prefix "pagellm:", so dashboards and `bench serve` read either server alike.
+ * under the prefix "pagellm:", so dashboards and `bench serve` read either server alike, and
+ * the few gauges that endpoint pickers read under vLLM's own names (below).
  *
  * Gauges and counters come from pl_engine_metrics, histograms from
  * pl_engine_latency_histogram at vLLM's bucket bounds (with a few finer ones below 10 ms for
  * the token latencies, which a CPU serving a small model reaches), all taken by the stepping
- * thread between two steps (a snapshot: every figure of one scrape is of the same moment).
- * Counters are the engine's since start; request_success_total counts finished samples (vLLM
- * counts each of n samples as a request too). The server's own figures follow under
- * pagellm:server_*: the stepping thread's time stepping, delivering results and idle (the
- * HTTP layer's cost on that thread is the delivering share), and requests aborted because
- * the client hung up or read too slowly.
+ * thread between two steps (a snapshot: every pagellm: figure of one scrape is of the same
+ * moment; stepper.c says when a scrape gets the previous one rather than waiting for a
+ * step). Counters are the engine's since start; request_success_total counts finished
+ * samples (vLLM counts each of n samples as a request too). The server's own figures follow
+ * under pagellm:server_*: the stepping thread's time stepping, delivering results and idle
+ * (the HTTP layer's cost on that thread is the delivering share), and requests aborted
+ * because the client hung up or read too slowly.
+ *
+ * The vllm: gauges are the contract the Gateway API Inference Extension's endpoint picker and
+ * llm-d's scorers read from a vLLM pod (vllm:num_requests_waiting, vllm:num_requests_running,
+ * vllm:kv_cache_usage_perc and the older vllm:gpu_cache_usage_perc, vllm:cache_config_info's
+ * block_size and num_gpu_blocks labels), with vLLM's labels (model_name, engine). They are
+ * read when the scrape is answered from pl_engine_occupancy, which the stepping thread
+ * publishes at every drain and retirement under a lock never held across a step: a picker
+ * scraping every 50 ms neither waits for a step nor slows one.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -122,6 +132,45 @@ static void label_value(const char *in, char *out, size_t cap) {
     out[k] = '\0';
 }
 
+/* ---- the endpoint pickers' contract: vLLM's own names ------------------------------------- */
+
+static void vllm_gauge(text_buf *b, const char *name, const char *help, const char *model,
+                       double v) {
+    put(b, "# HELP vllm:%s %s\n# TYPE vllm:%s gauge\n", name, help, name);
+    put(b, "vllm:%s{model_name=\"%s\",engine=\"0\"} %.17g\n", name, model, v);
+}
+
+static const char *dtype_name(pl_dtype d) {
+    switch (d) {
+    case PL_DTYPE_F32: return "f32";
+    case PL_DTYPE_F16: return "f16";
+    case PL_DTYPE_BF16: return "bf16";
+    default: return "auto";
+    }
+}
+
+static void vllm_gauges(text_buf *b, pl_srv *s, const char *model) {
+    pl_occupancy o;
+    pl_engine_occupancy(s->e, &o);
+    vllm_gauge(b, "num_requests_running", "Number of requests in model execution batches.",
+               model, o.n_running);
+    vllm_gauge(b, "num_requests_waiting", "Number of requests waiting to be processed.", model,
+               o.n_waiting);
+    vllm_gauge(b, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", model,
+               o.kv_usage);
+    vllm_gauge(b, "gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage. "
+               "DEPRECATED: Use vllm:kv_cache_usage_perc instead.", model, o.kv_usage);
+    /* an info metric as vLLM writes one: a gauge set to 1, the facts in its labels (values as
+     * Python's str() gives them) */
+    put(b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+           "# TYPE vllm:cache_config_info gauge\n");
+    put(b, "vllm:cache_config_info{block_size=\"%d\",cache_dtype=\"%s\","
+           "enable_prefix_caching=\"%s\",gpu_memory_utilization=\"%g\","
+           "num_gpu_blocks=\"%d\",engine=\"0\"} 1\n",
+        s->info.block_size, dtype_name(s->info.kv_dtype), s->prefix_caching ? "True" : "False",
+        s->memory_threshold, s->info.kv_blocks);
+}
+
 char *pl_srv_metrics_text(pl_srv *s, const pl_srv_snapshot *snap, size_t *out_len) {
     text_buf b = {.cap = 16384};
     b.p = malloc(b.cap);
@@ -213,6 +262,7 @@ char *pl_srv_metrics_text(pl_srv *s, const pl_srv_snapshot *snap, size_t *out_le
         counter(&b, "tokens_computed_total", "Tokens through the model (prompt chunks, decodes, "
                 "recomputed after preemption).", model, (double)m->tokens_computed);
     }
+    vllm_gauges(&b, s, model);
     if (b.failed) {
         free(b.p);
         return NULL;

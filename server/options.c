@@ -76,6 +76,9 @@ static const opt_row ROWS[] = {
      "CORS: request headers a preflight may ask for, a JSON list"},
     {"--allow-credentials", O_ON, O(cors.credentials), 0, 0, NULL, NULL,
      "CORS: allow credentials (cookies, Authorization) in cross-origin requests"},
+    {"--agent-port", O_INT, O(agent_port), 0, 65535, "N", "0",
+     "answer HAProxy's agent check on this TCP port (same --host): a weight from the queue "
+     "and KV use, \"drain\" while draining (deploy/haproxy/); 0 = off"},
 };
 
 #define N_ROWS (sizeof ROWS / sizeof ROWS[0])

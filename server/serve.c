@@ -141,6 +141,7 @@ static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *c
     s->opt = *opt;
     s->t_start = pl_srv_now();
     s->watch_epfd = s->wake_fd = -1;
+    s->agent_fd = s->agent_wake[0] = s->agent_wake[1] = -1;
     if (getrandom(&s->nonce, sizeof s->nonce, 0) != (ssize_t)sizeof s->nonce)
         s->nonce = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
     atomic_init(&s->next_serial, 1);
@@ -154,6 +155,8 @@ static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *c
         return false;
     }
     pl_engine_model_info(s->e, &s->info);
+    s->prefix_caching = cfg->enable_prefix_caching;
+    s->memory_threshold = cfg->memory_threshold;
     s->tok = pl_engine_tokenizer(s->e);
     model_name(s, cfg->model_path);
     if (!pl_srv_vocab_init(&s->vocab, s->e)) {
@@ -164,6 +167,7 @@ static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *c
 }
 
 static void fini(pl_srv *s) {
+    pl_srv_agent_stop(s);
     pl_srv_http_stop(s);
     pl_srv_stepper_stop(s);
     pl_srv_watch_stop(s);
@@ -192,7 +196,7 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
         pl_srv_log("ERROR", "cannot start the server's threads");
         goto out;
     }
-    if (!pl_srv_http_start(s)) goto out;
+    if (!pl_srv_http_start(s) || !pl_srv_agent_start(s)) goto out;
     char summary[1024];
     cli_model_summary(s->e, summary, sizeof summary);
     pl_srv_log("INFO", "model %s: %s; %d KV blocks of %d tokens%s", s->model_name, summary,

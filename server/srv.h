@@ -79,6 +79,7 @@ typedef struct pl_srv_options {
     bool trust_request_chat_template; /* --trust-request-chat-template */
     const char *allowed_origins, *allowed_methods, *allowed_headers; /* JSON lists (["*"]) */
     pl_srv_cors cors;              /* the three above parsed, and --allow-credentials */
+    int agent_port;                /* --agent-port: HAProxy's agent check (0: off) */
 } pl_srv_options;
 
 /* Parses argv (engine flags through cli/, the rest here) into opt and cfg. Returns -1 to go
@@ -351,6 +352,8 @@ struct pl_srv {
     pl_srv_options opt;
     pl_engine *e;
     pl_model_info info;
+    bool prefix_caching;            /* the engine's configuration, for vllm:cache_config_info */
+    double memory_threshold;
     const pl_tokenizer *tok;        /* NULL: token ids only */
     char model_name[256];
     pl_srv_vocab vocab;
@@ -379,7 +382,9 @@ struct pl_srv {
     pthread_mutex_t snap_mu;
     pthread_cond_t snap_cv;
     uint64_t snap_asked, snap_given;
-    pl_srv_snapshot snap;
+    bool stepping;                  /* (snap_mu) inside a step */
+    uint64_t steps_begun, snap_at;  /* (snap_mu) steps begun; their number when snap was taken */
+    pl_srv_snapshot snap;           /* the latest; one is taken when the thread starts */
 
     /* connections and draining */
     atomic_int active;              /* requests between their first callback and completion */
@@ -390,6 +395,11 @@ struct pl_srv {
     atomic_bool backend_lost;       /* the stepping thread logged the lost backend once */
     atomic_uint_fast64_t served;    /* requests completed */
     atomic_uint_fast64_t aborted_disconnect, aborted_overflow;
+
+    /* the agent check (agent.c) */
+    pthread_t agent;
+    bool agent_started;
+    int agent_fd, agent_wake[2];
 
     /* watcher (watch.c) */
     pthread_t watcher;
@@ -407,8 +417,10 @@ struct pl_srv {
 /* stepper.c */
 bool pl_srv_stepper_start(pl_srv *s);
 void pl_srv_stepper_stop(pl_srv *s);
-/* Asks the stepping thread for a fresh snapshot and waits for it (at most timeout_s);
- * false on timeout. */
+/* A snapshot of now or of the moment before the step under way. Between steps the stepping
+ * thread takes a fresh one first; during a step the one taken just before it is returned at
+ * once if there is one, else the one taken when the step ends. Waits at most timeout_s (false
+ * on timeout). Either way a fresh one is taken when the step ends. */
 bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s);
 /* Aborts every engine request the registry holds (the drain's end). */
 void pl_srv_abort_all(pl_srv *s);
@@ -500,6 +512,12 @@ bool pl_srv_out_data(pl_srv_req *r, json_t *v);
 bool pl_srv_out_append(pl_srv_req *r, const char *p, size_t n);
 /* Finish reason as OpenAI names it. */
 const char *pl_srv_finish_name(pl_finish_reason r);
+
+/* agent.c: HAProxy's agent check on --agent-port */
+bool pl_srv_agent_start(pl_srv *s);
+void pl_srv_agent_stop(pl_srv *s);
+/* The agent's answer (a line ending in "\n") for this occupancy and state. */
+void pl_srv_agent_line(const pl_occupancy *o, bool draining, bool failed, char *out, size_t cap);
 
 /* metrics_text.c */
 /* Prometheus text of the snapshot; caller frees. */

@@ -3,8 +3,12 @@
  *
  * Its loop: hand out a metrics snapshot if an HTTP thread asked for one; sleep in
  * pl_engine_wait until work arrives (or the next periodic log is due; no polling); step;
- * deliver what the step reported. Step results are engine-owned and valid only until the
- * next step, so delivery copies every delta a stream needs (text, token, logprobs) into its
+ * deliver what the step reported. A scrape that arrives between steps is answered before
+ * the next step; one that arrives during a step gets the snapshot taken just before that step
+ * when there is one (a scrape during the previous step asked for it: a picker scraping every
+ * 50 ms never waits on long steps), else it waits for the step's end as an older snapshot
+ * would describe a moment before earlier steps. Step results are engine-owned and valid only
+ * until the next step, so delivery copies every delta a stream needs (text, token, logprobs) into its
  * request's event queue and every finished sample's result into its choice, then hands the
  * suspended connections that have something new to the watcher thread, which resumes them. A stream whose client does not read piles
  * events up to --max-pending-deltas; past that the request is aborted (its KV blocks freed by
@@ -219,14 +223,27 @@ static void take_snapshot(pl_srv *s, pl_srv_snapshot *out) {
     out->uptime_s = pl_srv_now() - s->t_start;
 }
 
-static void serve_snapshot(pl_srv *s) {
+/* Takes a snapshot if an HTTP thread asked for one, and says whether a step is under way
+ * (stepping: one is about to begin). A snapshot is not taken before every step, which would
+ * cost each step the histograms' walk; so one taken before an earlier step may be the latest,
+ * and only one taken since the previous step ended (snap_at + 1 == steps_begun) may stand for
+ * the moment before the step under way. */
+static void serve_snapshot(pl_srv *s, bool stepping) {
     pthread_mutex_lock(&s->snap_mu);
     if (s->snap_asked > s->snap_given) {
         take_snapshot(s, &s->snap);
+        s->snap_at = s->steps_begun;
         s->snap_given = s->snap_asked;
-        pthread_cond_broadcast(&s->snap_cv);
     }
+    s->stepping = stepping;
+    if (stepping) s->steps_begun++;
+    pthread_cond_broadcast(&s->snap_cv);
     pthread_mutex_unlock(&s->snap_mu);
+}
+
+/* (snap_mu) during a step, the snapshot describes the moment just before it */
+static bool snap_of_this_step(const pl_srv *s) {
+    return s->stepping && s->snap_at + 1 == s->steps_begun;
 }
 
 bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s) {
@@ -234,14 +251,19 @@ bool pl_srv_snapshot_get(pl_srv *s, pl_srv_snapshot *out, double timeout_s) {
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)timeout_s;
     pthread_mutex_lock(&s->snap_mu);
+    /* the ticket also asks for a fresh one after a step under way: the next scrape during
+     * the following step finds it */
     uint64_t ticket = ++s->snap_asked;
+    bool stepping = s->stepping;
     pthread_mutex_unlock(&s->snap_mu);
-    pl_engine_wake(s->e);
+    /* between steps: the stepping thread answers before it steps again (serve_snapshot runs
+     * before every step), so this waits for a snapshot, not for a step */
+    if (!stepping) pl_engine_wake(s->e);
     pthread_mutex_lock(&s->snap_mu);
     int rc = 0;
-    while (s->snap_given < ticket && rc == 0)
+    while (s->snap_given < ticket && !snap_of_this_step(s) && rc == 0)
         rc = pthread_cond_timedwait(&s->snap_cv, &s->snap_mu, &deadline);
-    bool ok = s->snap_given >= ticket;
+    bool ok = s->snap_given >= ticket || snap_of_this_step(s);
     if (ok) *out = s->snap;
     pthread_mutex_unlock(&s->snap_mu);
     return ok;
@@ -288,8 +310,12 @@ static void *stepper_main(void *arg) {
     double interval = s->opt.log_interval;
     log_state last = {.t = pl_srv_now()};
     double next_log = last.t + interval;
+    pthread_mutex_lock(&s->snap_mu);
+    take_snapshot(s, &s->snap); /* a scrape during the first step has one to take */
+    s->snap_at = s->steps_begun = 0;
+    pthread_mutex_unlock(&s->snap_mu);
     while (!atomic_load(&s->stop)) {
-        serve_snapshot(s);
+        serve_snapshot(s, false);
         double t0 = pl_srv_now();
         double timeout = interval > 0 ? fmax(0.0, next_log - t0) : -1.0;
         bool work = false;
@@ -298,6 +324,7 @@ static void *stepper_main(void *arg) {
         s->clock_idle_s += t1 - t0;
         if (work && !atomic_load(&s->stop)) {
             pl_step_result res = {0};
+            serve_snapshot(s, true);
             double c1 = thread_cpu();
             pl_status st = pl_engine_step(s->e, &res);
             double t2 = pl_srv_now(), c2 = thread_cpu();
@@ -324,7 +351,7 @@ static void *stepper_main(void *arg) {
             next_log = pl_srv_now() + interval;
         }
     }
-    serve_snapshot(s);
+    serve_snapshot(s, false);
     return NULL;
 }
 

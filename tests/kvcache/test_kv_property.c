@@ -55,6 +55,10 @@ typedef struct prop {
     long n_hits_tokens;
     long n_cow;
     long n_oom;
+    /* the listener's mirror: (n_blocks) each */
+    bool *ev_reg;      /* registered, as the events tell it */
+    uint64_t *ev_key;  /* kv() of the block's last position, rebuilt from the events */
+    long n_stored, n_removed, n_cleared;
 } prop;
 
 /* 4 values; blocks that differ only in tokens 0 vs 1 of their last position collide even
@@ -79,6 +83,56 @@ static void check_pool(prop *P) {
     pl_status s = pl_kv_check(P->pool, live, n);
     cr_assert_eq(s, PL_OK, "seed %llu op %d: %s", (unsigned long long)P->cfg->seed, P->op,
                  pl_last_error());
+}
+
+static uint64_t kv_next(uint64_t prev, int32_t token);
+
+/* ---- the listener's mirror ------------------------------------------------------------- */
+
+static void ev_stored(void *ctx, int32_t b, int32_t parent, const int32_t *tokens, int n) {
+    prop *P = ctx;
+    cr_assert_eq(n, P->cfg->block_size);
+    cr_assert(!P->ev_reg[b], "op %d: block %d stored twice", P->op, (int)b);
+    cr_assert(parent == -1 || (parent >= 0 && P->ev_reg[parent] && parent != b),
+              "op %d: block %d stored under parent %d, not registered", P->op, (int)b,
+              (int)parent);
+    uint64_t k = parent >= 0 ? P->ev_key[parent] : 0x5eedull;
+    for (int i = 0; i < n; i++) k = kv_next(k, tokens[i]);
+    P->ev_reg[b] = true;
+    P->ev_key[b] = k;
+    P->n_stored++;
+}
+
+static void ev_removed(void *ctx, int32_t b) {
+    prop *P = ctx;
+    cr_assert(P->ev_reg[b], "op %d: block %d removed, never stored", P->op, (int)b);
+    P->ev_reg[b] = false;
+    P->n_removed++;
+}
+
+static void ev_cleared(void *ctx) {
+    prop *P = ctx;
+    memset(P->ev_reg, 0, (size_t)P->cfg->n_blocks * sizeof(bool));
+    P->n_cleared++;
+}
+
+static void check_events(prop *P) {
+    int bs = P->cfg->block_size;
+    for (int32_t b = 0; b < P->cfg->n_blocks; b++)
+        cr_assert_eq(P->ev_reg[b], pl_kv_block_is_cached(P->pool, b),
+                     "seed %llu op %d: events say block %d is%s registered",
+                     (unsigned long long)P->cfg->seed, P->op, (int)b, P->ev_reg[b] ? "" : " not");
+    for (int i = 0; i < MAX_SEQS; i++) {
+        const seq *s = &P->seqs[i];
+        if (!s->live) continue;
+        for (int k = 0; k < s->t.n_cached && k < s->t.n_blocks; k++) {
+            int32_t b = s->t.block_ids[k];
+            if (!pl_kv_block_is_cached(P->pool, b)) continue; /* a duplicate's own block */
+            cr_assert_eq(P->ev_key[b], s->kv[(k + 1) * bs - 1],
+                         "seed %llu op %d: seq %d block %d (%d): the events' chain differs",
+                         (unsigned long long)P->cfg->seed, P->op, i, k, (int)b);
+        }
+    }
 }
 
 static void check_kv(prop *P) {
@@ -314,6 +368,11 @@ static void run_property(const prop_cfg *cfg) {
     if (cfg->weak_hash) cr_assert_eq(pl_kv_pool_set_hash_fn(P->pool, weak_hash), PL_OK);
     P->mem = calloc((size_t)cfg->n_blocks * (size_t)cfg->block_size, sizeof(uint64_t));
     cr_assert_not_null(P->mem);
+    P->ev_reg = calloc((size_t)cfg->n_blocks, sizeof(bool));
+    P->ev_key = calloc((size_t)cfg->n_blocks, sizeof(uint64_t));
+    cr_assert(P->ev_reg && P->ev_key);
+    pl_kv_set_listener(P->pool, &(pl_kv_listener){.ctx = P, .stored = ev_stored,
+                                                  .removed = ev_removed, .cleared = ev_cleared});
     for (int b = 0; b < N_BASES; b++)
         for (int k = 0; k < MAX_TOKENS; k++)
             P->bases[b][k] = (int32_t)pl_test_rng_below(&P->rng, ALPHABET);
@@ -341,6 +400,7 @@ static void run_property(const prop_cfg *cfg) {
             check_pool(P);
         }
         check_kv(P);
+        check_events(P);
     }
 
     for (int i = 0; i < MAX_SEQS; i++)
@@ -365,8 +425,15 @@ static void run_property(const prop_cfg *cfg) {
     if (cfg->prefix_caching) {
         cr_assert_gt(P->n_hits_tokens, 0);
         cr_assert_gt(st.evictions, 0);
+        cr_assert_gt(P->n_stored, 0);
+        cr_assert_eq((uint64_t)P->n_removed, st.evictions); /* every eviction told */
+        cr_assert_gt(P->n_cleared, 0);
+    } else {
+        cr_assert_eq(P->n_stored + P->n_removed, 0);
     }
     pl_kv_pool_destroy(P->pool);
+    free(P->ev_reg);
+    free(P->ev_key);
     free(P->mem);
     free(P);
     PL_ASSERT_NO_LEAKS();

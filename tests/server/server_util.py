@@ -144,7 +144,7 @@ class Server:
         for line in text.splitlines():
             if not line or line.startswith("#"):
                 continue
-            m = re.fullmatch(r"(pagellm:[a-z0-9_]+)(\{[^}]*\})? (\S+)", line)
+            m = re.fullmatch(r"((?:pagellm|vllm):[a-z0-9_]+)(\{[^}]*\})? (\S+)", line)
             check(m, f"not a Prometheus sample line: {line!r}")
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
             labels.pop("model_name", None)

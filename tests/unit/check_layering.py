@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_own_header  # noqa: E402
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "gguf", "tokenizer", "grammar", "template", "kvcache", "scheduler", "model", "kernels", "dist", "engine",
-           "cli", "tools", "bench", "server", "tests"]
+MODULES = ["util", "gguf", "tokenizer", "grammar", "template", "kvcache", "scheduler", "model", "kernels", "dist", "kvevents",
+           "engine", "cli", "tools", "bench", "server", "tests"]
 ALLOWED = {
     "util": {"util"},
     "gguf": {"util", "gguf"},
@@ -26,8 +26,9 @@ ALLOWED = {
     "model": {"util", "gguf", "model"},
     "kernels": {"util", "kernels"},
     "dist": {"util", "dist"},
+    "kvevents": {"util", "kvevents"},
     "engine": {"util", "gguf", "tokenizer", "grammar", "template", "kvcache", "scheduler", "model",
-               "kernels", "dist", "engine"},
+               "kernels", "dist", "kvevents", "engine"},
     # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/, server/ <- tools/
     "cli": {"cli"},
     "bench": {"bench", "cli"},

@@ -179,51 +179,27 @@ static bool parse_prompt(pl_srv_request *r, json_t *v, const pl_srv_limits *lim,
     return true;
 }
 
-/* Chat content as a list of parts: the text parts, joined by "\n" (as vLLM does for
- * templates that take a string); other kinds of part are refused. */
-static bool flatten_content(json_t *msg, size_t i, pl_srv_error *err) {
+/* OpenAI's content: a string, null, or a list of text parts (the library joins them). */
+static bool check_content(json_t *msg, size_t i, pl_srv_error *err) {
     json_t *c = json_object_get(msg, "content");
     if (!c || json_is_string(c) || json_is_null(c)) return true;
     char key[48];
     snprintf(key, sizeof key, "messages[%zu].content", i);
     if (!json_is_array(c))
         return pl_srv_fail(err, 400, key, "%s: expected a string, null or a list of parts", key);
-    size_t cap = 64, len = 0;
-    char *text = malloc(cap);
-    if (!text) return pl_srv_fail(err, 500, key, "out of memory");
-    text[0] = '\0';
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *part = json_array_get(c, k);
         json_t *type = json_object_get(part, "type"), *t = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type) ||
-            strcmp(json_string_value(type), "text") != 0 || !json_is_string(t)) {
-            free(text);
+            strcmp(json_string_value(type), "text") != 0 || !json_is_string(t))
             return pl_srv_fail(err, 400, key, "%s[%zu]: only parts {\"type\": \"text\", \"text\": "
                                "...} are supported", key, k);
-        }
-        size_t add = json_string_length(t) + (k ? 1 : 0);
-        if (len + add + 1 > cap) {
-            while (len + add + 1 > cap) cap *= 2;
-            char *g = realloc(text, cap);
-            if (!g) {
-                free(text);
-                return pl_srv_fail(err, 500, key, "out of memory");
-            }
-            text = g;
-        }
-        if (k) text[len++] = '\n';
-        memcpy(text + len, json_string_value(t), json_string_length(t));
-        len += json_string_length(t);
-        text[len] = '\0';
     }
-    json_t *s = json_stringn(text, len);
-    free(text);
-    if (!s) return pl_srv_fail(err, 400, key, "%s: the text is not valid UTF-8", key);
-    json_object_set_new(msg, "content", s);
     return true;
 }
 
-/* "messages": a non-empty list of objects with a string role; kept as JSON text. */
+/* "messages": a non-empty list of objects with a string role; kept as JSON text (the library
+ * brings OpenAI's shapes, content null or as parts, into the template's). */
 static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
     if (!json_is_array(v) || json_array_size(v) == 0)
         return pl_srv_fail(err, 400, "messages", "messages: expected a non-empty list");
@@ -234,7 +210,7 @@ static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
         if (!json_is_object(m)) return pl_srv_fail(err, 400, "messages", "%s: expected an object", key);
         if (!json_is_string(json_object_get(m, "role")))
             return pl_srv_fail(err, 400, "messages", "%s.role: expected a string", key);
-        if (!flatten_content(m, i, err)) return false;
+        if (!check_content(m, i, err)) return false;
     }
     *out = json_dumps(v, JSON_COMPACT);
     if (!*out) return pl_srv_fail(err, 500, "messages", "out of memory");

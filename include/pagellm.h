@@ -745,8 +745,12 @@ PL_API void pl_free_text(char *text); /* NULL is a no-op */
  * GGUF's tokenizer.chat_template), rendered by pagellm's own sandboxed interpreter with the
  * output of Hugging Face's transformers.js: the variables are messages, add_generation_prompt,
  * tools, bos_token, eos_token and the members of chat_template_kwargs. Messages are JSON text
- * in OpenAI's shape: an array of {"role", "content", ...} objects; every member (tool_calls,
- * tool_call_id, name, reasoning_content) reaches the template as given. A template that uses
+ * in OpenAI's shape: an array of {"role", "content", ...} objects, brought into the shape
+ * Hugging Face templates expect as vLLM does: content null or missing becomes "", a list of
+ * text parts their texts joined by "\n" (other kinds of part are refused), tool_calls null or
+ * [] is dropped, a tool call's function.arguments given as JSON text becomes the value it
+ * encodes ({} when empty); every other member (tool_call_id, name, reasoning_content) reaches
+ * the template as given. A template that uses
  * something the interpreter does not support is refused (PL_ERR_UNSUPPORTED naming the
  * construct and its line), never rendered wrong; a template's raise_exception() is
  * PL_ERR_INVALID_ARGUMENT with the template's message.

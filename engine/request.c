@@ -99,6 +99,7 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         pl_sample *s = &r->samples[i];
         s->req = r;
         s->index = i;
+        s->stop_string = -1;
         /* the seed fixes sample i's stream whatever else runs: no shared generator */
         pl_rng_seed(&s->rng, mix(base + 0x9e3779b97f4a7c15ull * (uint64_t)i));
         pl_status st = pl_seq_init(&s->seq, 0, ids, (int)n_ids, p->max_tokens, p->priority);
@@ -113,7 +114,8 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         if (!s->text) goto oom;
         s->text_cap = 1;
         if (e->tok) {
-            st = pl_detok_create(e->tok, PL_TOK_AFTER_PROMPT | PL_TOK_SKIP_SPECIAL, &s->detok);
+            st = pl_detok_create(e->tok, PL_TOK_AFTER_PROMPT |
+                                     (p->skip_special_tokens ? PL_TOK_SKIP_SPECIAL : 0u), &s->detok);
             if (st != PL_OK) {
                 pl_request_free(r);
                 return st;

@@ -2,6 +2,7 @@
  * engine/sampling_params.c - per-request sampling parameters: their table
  * (PL_SAMPLING_PARAMS_FIELDS in pagellm.h) instantiated and the rules between fields.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -19,8 +20,12 @@ static void defaults(void *obj) {
 #undef DEF
 }
 
-/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h). */
-static const size_t sizes[] = {sizeof(pl_sampling_params)};
+/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h): before
+ * skip_special_tokens (the struct then ended there, rounded up to its alignment), and now. */
+#define SIZE_BEFORE_(member)                                                                   \
+    ((offsetof(pl_sampling_params, member) + _Alignof(pl_sampling_params) - 1) /               \
+     _Alignof(pl_sampling_params) * _Alignof(pl_sampling_params))
+static const size_t sizes[] = {SIZE_BEFORE_(skip_special_tokens), sizeof(pl_sampling_params)};
 
 static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],

@@ -303,7 +303,10 @@ typedef enum pl_overflow_policy {
       "own); -1 = none. From the model's raw distribution, before penalties and temperature")  \
     X(INT, int, prompt_logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--prompt-logprobs", 0, "K", \
       "the same for every prompt token after the first; -1 = none. Such a request does not "   \
-      "read the prefix cache (cached tokens would have no logits)")
+      "read the prefix cache (cached tokens would have no logits)")                            \
+    X(BOOL, bool, skip_special_tokens, true, PL_RANGE_NONE, "--skip-special-tokens", 0, NULL,  \
+      "special tokens (<|eot_id|>, [TOOL_CALLS]) add no text to the output "                   \
+      "(--no-skip-special-tokens: their text is kept, as a tool-call parser may need)")
 
 /* How a chat is turned into a prompt (pl_engine_apply_chat_template and the chat submits).
  * JSON values are JSON text, parsed per call. */
@@ -523,6 +526,9 @@ typedef struct pl_completion {
     size_t n_output_ids;
     char *text;                /* output text, stop string excluded ("" without tokenizer) */
     pl_finish_reason finish_reason;
+    int32_t stop_string;       /* finished by a stop string: its index in params.stop (the
+                                  first listed among those ending at the same place); else
+                                  -1. (It fills what was padding: the layout is unchanged.) */
     size_t n_cached_prompt_ids;/* prompt tokens served from the prefix cache */
     int n_preemptions;
     double queue_s;            /* submit -> first scheduled */

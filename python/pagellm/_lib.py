@@ -107,7 +107,7 @@ class Completion(Structure):
     _fields_ = [("id", c_uint64), ("index", c_int), ("prompt_ids", POINTER(c_int32)),
                 ("n_prompt_ids", c_size_t), ("output_ids", POINTER(c_int32)),
                 ("n_output_ids", c_size_t), ("text", c_void_p), ("finish_reason", c_int),
-                ("n_cached_prompt_ids", c_size_t), ("n_preemptions", c_int),
+                ("stop_string", c_int32), ("n_cached_prompt_ids", c_size_t), ("n_preemptions", c_int),
                 ("queue_s", c_double), ("ttft_s", c_double), ("total_s", c_double),
                 ("logprobs", POINTER(TokenLogprobs)), ("n_logprobs", c_size_t),
                 ("prompt_logprobs", POINTER(TokenLogprobs)), ("n_prompt_logprobs", c_size_t)]

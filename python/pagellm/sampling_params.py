@@ -13,6 +13,7 @@ _C_NAMES = {
     "top_k": "top_k", "min_p": "min_p", "seed": "seed", "stop": "stop",
     "stop_token_ids": "stop_ids", "ignore_eos": "ignore_eos", "max_tokens": "max_tokens",
     "min_tokens": "min_tokens", "logprobs": "logprobs", "prompt_logprobs": "prompt_logprobs",
+    "skip_special_tokens": "skip_special_tokens",
 }
 _MAX_TOKENS_NONE = 16777216  # max_tokens=None: checked against the field's maximum
 
@@ -40,6 +41,7 @@ class SamplingParams:
         logprobs: per output token, the log-probabilities of the sampled token and of the
             `logprobs` most likely ones (0..20); None: none.
         prompt_logprobs: the same for every prompt token after the first.
+        skip_special_tokens: special tokens add no text to the output (False keeps it).
         **kwargs: any other field of pagellm's sampling table by its name.
 
     Invalid values raise ValueError with the library's message, e.g.
@@ -55,7 +57,7 @@ class SamplingParams:
                  stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
                  max_tokens: Optional[int] = 16, min_tokens: int = 0,
                  logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None,
-                 **kwargs: Any):
+                 skip_special_tokens: bool = True, **kwargs: Any):
         self.n = n
         self.presence_penalty = presence_penalty
         self.frequency_penalty = frequency_penalty
@@ -72,6 +74,7 @@ class SamplingParams:
         self.min_tokens = min_tokens
         self.logprobs = logprobs
         self.prompt_logprobs = prompt_logprobs
+        self.skip_special_tokens = skip_special_tokens
         t = _fields.table("sampling_params")
         mapped = set(_C_NAMES.values()) | {"priority"}
         self.extra: Dict[str, Any] = {}

@@ -851,6 +851,104 @@ PL_API pl_status pl_engine_submit_chat(pl_engine *e, const pl_chat_message *mess
                                        const pl_sampling_params *params, pl_request_id *out_id);
 
 /* ------------------------------------------------------------------------------------------
+ * Chat replies: reasoning, content and tool calls
+ *
+ * A chat model writes its reasoning and its tool calls as text in its family's syntax; a
+ * reply parser turns that text into OpenAI's message parts: reasoning_content, content and
+ * tool calls (an id, a function name, and the arguments as JSON text). Tool-call syntaxes:
+ *   "hermes"       Hermes, Qwen2.5, Qwen3: <tool_call>{"name": ..., "arguments": {...}}
+ *                  </tool_call>, one block per call, anywhere in the reply
+ *   "llama3_json"  Llama 3.1/3.2: the reply is {"name": ..., "parameters": {...}} (or
+ *                  "arguments"), after <|python_tag|> or alone; several separated by ";"
+ *   "mistral"      Mistral: [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...], also
+ *                  without the marker at the start of the reply (a SentencePiece vocabulary
+ *                  never writes control tokens), or [TOOL_CALLS]name[ARGS]{...}
+ * Reasoning syntaxes: "qwen3" (<think>...</think> at the start of the reply, or open from the
+ * prompt) and "deepseek_r1" (the reply starts inside the reasoning, which </think> ends).
+ * Whitespace between the parts is dropped. A call that does not parse (its JSON, or no name)
+ * stays in the content as written; in a stream, one that breaks after its name was sent ends
+ * there. Text with no call and no reasoning comes back as content, byte for byte.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_reply_options {
+    size_t struct_size;           /* set by pl_reply_options_default */
+    const char *tool_parser;      /* "hermes", "llama3_json", "mistral"; NULL: no tool calls */
+    const char *reasoning_parser; /* "qwen3", "deepseek_r1"; NULL: no reasoning */
+    const char *prompt;           /* the rendered prompt, or NULL: one that ends inside
+                                     <think> (a template that opens the reasoning) makes the
+                                     reply start there */
+    uint64_t id_seed;             /* tool-call ids are drawn from it ("call_" and 24 letters
+                                     and digits; mistral: 9, as its template requires) */
+} pl_reply_options;
+
+static inline void pl_reply_options_default(pl_reply_options *o) {
+    o->struct_size = sizeof *o;
+    o->tool_parser = NULL;
+    o->reasoning_parser = NULL;
+    o->prompt = NULL;
+    o->id_seed = 0;
+}
+
+typedef struct pl_tool_call {
+    char *id;
+    char *name;
+    char *arguments;              /* JSON text of an object, as the model wrote it ("{}" when
+                                     it gave none) */
+} pl_tool_call;
+
+/* A whole reply, parsed. Strings are NUL-terminated UTF-8. */
+typedef struct pl_reply {
+    char *content;                /* NULL when there is none besides tool calls */
+    char *reasoning_content;      /* NULL when none */
+    pl_tool_call *tool_calls;     /* (n_tool_calls) */
+    size_t n_tool_calls;
+} pl_reply;
+
+/* Parses text[0..len). *out: free with pl_reply_free. Errors: PL_ERR_INVALID_ARGUMENT (NULL,
+ * an options struct_size no pagellm version had), PL_ERR_NOT_FOUND (an unknown parser name;
+ * the message lists the known ones), PL_ERR_OUT_OF_MEMORY. Thread-safe. */
+PL_API pl_status pl_reply_parse(const char *text, size_t len, const pl_reply_options *opt,
+                                 pl_reply **out);
+PL_API void pl_reply_free(pl_reply *r); /* NULL is a no-op */
+
+/* The tool-call syntax a chat template writes its calls in ("hermes", "llama3_json",
+ * "mistral"), from the markers it uses; NULL when none is recognised. Static storage. */
+PL_API const char *pl_reply_tool_parser_for(const char *chat_template);
+
+/* The same reply read as it streams. Each delta is one part: content or reasoning text, or a
+ * piece of a tool call: its first delta has the call's id and name (and maybe a first piece
+ * of the arguments), the next ones more of the arguments; the pieces join to the call's
+ * arguments. Deltas join to what pl_reply_parse gives for the whole text. */
+typedef enum pl_reply_part {
+    PL_REPLY_CONTENT = 0,
+    PL_REPLY_REASONING = 1,
+    PL_REPLY_TOOL_CALL = 2,
+} pl_reply_part;
+
+typedef struct pl_reply_delta {
+    pl_reply_part part;
+    const char *text;             /* content, reasoning, or a piece of the arguments */
+    size_t len;
+    int tool_index;               /* PL_REPLY_TOOL_CALL: 0 for the reply's first call, ... */
+    const char *tool_id;          /* on a call's first delta, else NULL */
+    const char *tool_name;        /* likewise */
+} pl_reply_delta;
+
+typedef struct pl_reply_parser pl_reply_parser;
+
+/* Errors as pl_reply_parse's. */
+PL_API pl_status pl_reply_parser_create(const pl_reply_options *opt, pl_reply_parser **out);
+PL_API void pl_reply_parser_free(pl_reply_parser *p); /* NULL is a no-op */
+/* Reads the next text[0..len) of the reply (end: nothing more comes; then what was held back
+ * comes out). *out_deltas (*out_n of them, maybe 0): parser-owned, valid until the next call.
+ * Text held back (a marker may be starting) comes out once it is decided. Feeding after end
+ * is PL_ERR_INVALID_ARGUMENT. Errors: PL_ERR_OUT_OF_MEMORY (the parser is then unusable). */
+PL_API pl_status pl_reply_parser_feed(pl_reply_parser *p, const char *text, size_t len, bool end,
+                                      const pl_reply_delta **out_deltas, size_t *out_n);
+/* Tool calls begun so far. */
+PL_API size_t pl_reply_parser_tool_calls(const pl_reply_parser *p);
+
+/* ------------------------------------------------------------------------------------------
  * Model files
  * ---------------------------------------------------------------------------------------- */
 

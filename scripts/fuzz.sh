@@ -14,7 +14,8 @@ secs="${1:-20}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
-  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server)
+  fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server
+  fuzz_reply)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -70,6 +71,9 @@ cp tests/fuzz/sse/* "$seeds/sse/"
 # request bodies for the server's parser (first byte: which endpoint)
 mkdir -p "$seeds/server"
 cp tests/fuzz/server/*.txt "$seeds/server/"
+# chat replies for the reply parsers (byte 0: the syntaxes, byte 1: the piece size)
+mkdir -p "$seeds/reply"
+cp tests/fuzz/reply/* "$seeds/reply/"
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 

@@ -13,13 +13,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_own_header  # noqa: E402
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels", "engine",
+MODULES = ["util", "gguf", "tokenizer", "template", "reply", "kvcache", "scheduler", "model", "kernels", "engine",
            "cli", "tools", "bench", "server", "tests"]
 ALLOWED = {
     "util": {"util"},
     "gguf": {"util", "gguf"},
     "tokenizer": {"util", "gguf", "tokenizer"},
     "template": {"util", "template"},
+    "reply": {"util", "reply"},
     "kvcache": {"util", "kvcache"},
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "gguf", "model"},

@@ -227,19 +227,20 @@ static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
 static const char *const SAMPLING_SAME[] = {
     "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "min_tokens", "ignore_eos", "priority", "seed", "n", "stop",
+    "skip_special_tokens", "prompt_logprobs",
 };
 
 typedef struct parse_state {
     pl_srv_request *r;
     const pl_srv_limits *lim;
-    json_t *max_tokens, *max_completion_tokens, *top_logprobs, *stream_options;
-    bool tool_choice_none;
+    json_t *max_tokens, *max_completion_tokens, *top_logprobs, *stream_options, *tool_choice;
     json_t *tools;
 } parse_state;
 
 static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err) {
     pl_srv_request *r = ps->r;
     unsigned kind = 1u << r->kind;
+    if (!strcmp(key, "skip_special_tokens")) r->has_skip_special = true;
     for (size_t i = 0; i < sizeof SAMPLING_SAME / sizeof SAMPLING_SAME[0]; i++)
         if (!strcmp(key, SAMPLING_SAME[i])) return set_sampling(&r->sp, key, key, v, err);
     if (!strcmp(key, "model")) {
@@ -283,13 +284,8 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
         ps->tools = v;
         return true;
     }
-    if (!strcmp(key, "tool_choice")) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "none"))
-            return ps->tool_choice_none = true, true;
-        if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) return true;
-        return pl_srv_fail(err, 400, key, "tool_choice: only \"auto\" and \"none\" are supported "
-                           "(a forced tool call needs constrained decoding)");
-    }
+    if (!strcmp(key, "tool_choice")) return ps->tool_choice = v, true;
+    if (!strcmp(key, "parallel_tool_calls")) return want_bool(v, key, &r->parallel_tool_calls, err);
     if (!strcmp(key, "chat_template_kwargs")) {
         if (!json_is_object(v)) return pl_srv_fail(err, 400, key, "%s: expected an object", key);
         return set_chat(&r->chat, key, key, v, err);
@@ -305,6 +301,65 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
             return true;
         return pl_srv_fail(err, 400, key, "response_format: only {\"type\": \"text\"} is "
                            "supported");
+    }
+    return true;
+}
+
+/* "tools" (each {"type": "function", "function": {"name", ...}}) and "tool_choice": "none",
+ * "auto", "required" or {"type": "function", "function": {"name"}} naming one of them. The
+ * template gets the tools unless the choice is none. */
+static bool tools_of(parse_state *ps, pl_srv_error *err) {
+    pl_srv_request *r = ps->r;
+    json_t *tc = ps->tool_choice;
+    const char *name = NULL;
+    if (!tc) {
+        r->tool_choice = PL_SRV_TOOLS_AUTO;
+    } else if (json_is_string(tc)) {
+        const char *c = json_string_value(tc);
+        if (!strcmp(c, "none")) r->tool_choice = PL_SRV_TOOLS_NONE;
+        else if (!strcmp(c, "auto")) r->tool_choice = PL_SRV_TOOLS_AUTO;
+        else if (!strcmp(c, "required")) r->tool_choice = PL_SRV_TOOLS_REQUIRED;
+        else
+            return pl_srv_fail(err, 400, "tool_choice", "tool_choice: \"%.40s\" is none of "
+                               "\"none\", \"auto\", \"required\" or a function", c);
+    } else {
+        json_t *f = json_object_get(tc, "function");
+        name = json_string_value(json_object_get(f, "name"));
+        if (!json_is_object(tc) || !name)
+            return pl_srv_fail(err, 400, "tool_choice", "tool_choice: expected \"none\", "
+                               "\"auto\", \"required\" or {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}");
+        r->tool_choice = PL_SRV_TOOLS_NAMED;
+    }
+    json_t *tools = ps->tools;
+    /* the template takes tools as they come; a forced call needs each one's name and schema */
+    for (size_t i = 0; r->tool_choice >= PL_SRV_TOOLS_REQUIRED && i < json_array_size(tools); i++) {
+        json_t *f = json_object_get(json_array_get(tools, i), "function");
+        if (!json_is_object(f) || !json_is_string(json_object_get(f, "name")))
+            return pl_srv_fail(err, 400, "tools", "tools[%zu]: expected {\"type\": \"function\", "
+                               "\"function\": {\"name\": ..., \"parameters\": ...}}", i);
+        json_t *params = json_object_get(f, "parameters");
+        if (params && !json_is_object(params) && !json_is_null(params))
+            return pl_srv_fail(err, 400, "tools", "tools[%zu].function.parameters: expected a "
+                               "JSON Schema object", i);
+        if (name && !strcmp(json_string_value(json_object_get(f, "name")), name)) name = NULL;
+    }
+    if (r->tool_choice >= PL_SRV_TOOLS_REQUIRED && json_array_size(tools) == 0)
+        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: a tool call is required but "
+                           "no tools are given");
+    if (name)
+        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: no tool named \"%.64s\" in "
+                           "tools", name);
+    if (r->tool_choice == PL_SRV_TOOLS_NAMED &&
+        !(r->tool_name = strdup(json_string_value(
+              json_object_get(json_object_get(tc, "function"), "name")))))
+        return pl_srv_fail(err, 500, NULL, "out of memory");
+    if (r->tool_choice >= PL_SRV_TOOLS_REQUIRED)
+        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: \"required\" and a named "
+                           "function are not supported yet (they need constrained decoding)");
+    if (tools && r->tool_choice != PL_SRV_TOOLS_NONE) {
+        r->tools = json_incref(tools);
+        if (!set_chat(&r->chat, "tools", "tools", tools, err)) return false;
     }
     return true;
 }
@@ -343,9 +398,9 @@ static bool finish(parse_state *ps, pl_srv_error *err) {
             k = r->sp.logprobs;
         }
         r->sp.logprobs = r->chat_logprobs ? (k >= 0 ? k : 0) : -1;
-        if (ps->tools && !ps->tool_choice_none && !set_chat(&r->chat, "tools", "tools", ps->tools, err))
-            return false;
+        if (!tools_of(ps, err)) return false;
     }
+    r->prompt_logprobs = r->sp.prompt_logprobs;
     if (r->sp.n > ps->lim->max_n)
         return pl_srv_fail(err, 400, "n", "n = %d: at most %d (--max-n)", r->sp.n, ps->lim->max_n);
     if (r->n_prompts * (size_t)r->sp.n > (size_t)ps->lim->max_choices)
@@ -377,6 +432,7 @@ bool pl_srv_request_parse(pl_srv_kind kind, const char *body, size_t len,
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->add_special_tokens = true;
+    out->parallel_tool_calls = true;
     pl_sampling_params_default(&out->sp);
     pl_chat_options_default(&out->chat);
     json_t *root = load_object(body, len, err);
@@ -407,6 +463,8 @@ void pl_srv_request_free(pl_srv_request *r) {
     free(r->prompts);
     free(r->model);
     free(r->messages_json);
+    free(r->tool_name);
+    json_decref(r->tools);
     pl_sampling_params_deinit(&r->sp);
     pl_chat_options_deinit(&r->chat);
     memset(r, 0, sizeof *r);

@@ -251,6 +251,147 @@ def case_chat():
         srv.stop()
 
 
+# A ChatML-like template that writes tools and tool calls as Hermes/Qwen do (so the server reads
+# replies as "hermes"), and opens the reasoning when asked (think=true), as Qwen3 thinking
+# templates do.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools> "
+    "<tool_call>\n{% endif %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} "
+    "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+    "{% if m.tool_call_id %}[{{ m.tool_call_id }}]{% endif %}{{ '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% if think %}<think>\n{% endif %}{% endif %}")
+
+
+def chat_stream_parts(events):
+    """content, reasoning, {index: [id, name, arguments]} and finish reasons of a chat stream."""
+    content, reasoning, calls, fins = "", "", {}, []
+    for e in events:
+        check("error" not in e, f"error event: {e}")
+        for c in e["choices"]:
+            d = c["delta"]
+            content += d.get("content") or ""
+            reasoning += d.get("reasoning_content") or ""
+            for t in d.get("tool_calls") or []:
+                if "id" in t:
+                    check(t["index"] not in calls and t["type"] == "function" and
+                          t["function"]["arguments"] == "", f"a call's first delta: {t}")
+                    calls[t["index"]] = [t["id"], t["function"]["name"], ""]
+                else:
+                    check("name" not in t["function"], f"the name comes once: {t}")
+                    calls[t["index"]][2] += t["function"]["arguments"]
+            if c.get("finish_reason"):
+                fins.append(c["finish_reason"])
+    return content, reasoning, calls, fins
+
+
+def case_replies():
+    """Tool-call histories, reading replies (reasoning, tool calls), stop_reason,
+    GET /v1/models/{id} and prompt_logprobs."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(TOOLS_TEMPLATE)
+    srv = Server(PAGELLM, stories_args(["--chat-template", f.name, "--reasoning-parser", "qwen3",
+                                        "--served-model-name", "org/stories"]))
+    try:
+        check("read for tool calls: hermes; reasoning: qwen3" in srv.text(), srv.text())
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}]
+        # a standard tool-call history: content null, arguments as JSON text, a tool result
+        history = [{"role": "user", "content": "Weather in Paris?"},
+                   {"role": "assistant", "content": None, "tool_calls": [
+                       {"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                   {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+        st, _, tok = srv.post("/tokenize", {"messages": history, "tools": tools})
+        check(st == 200, f"{st} {tok}")
+        st, _, text = srv.post("/detokenize", {"tokens": tok["tokens"]})
+        check('<assistant><tool_call>get_weather {"city": "Paris"}</tool_call>\n'
+              '<tool>sunny[call_1]\n<assistant>' in text["prompt"], text)
+        body = {"messages": history, "tools": tools, "max_tokens": 24, "temperature": 0}
+        st, _, v = srv.post("/v1/chat/completions", body)
+        check(st == 200, f"{st} {v}")
+        c = v["choices"][0]
+        # stories260K writes no calls: its text is the content, untouched
+        check(c["finish_reason"] in ("stop", "length") and "tool_calls" not in c["message"] and
+              isinstance(c["message"]["content"], str) and c["message"]["content"], c)
+        check(c["message"]["reasoning_content"] is None, c)
+        st, events, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+        content, reasoning, calls, fins = chat_stream_parts(events)
+        check(done == 1 and content == c["message"]["content"] and not reasoning and not calls and
+              fins == [c["finish_reason"]], f"{content!r} {reasoning!r} {calls} {fins}")
+        # tool_choice none: the template gets no tools
+        st, _, tok_none = srv.post("/tokenize", {"messages": history, "tools": tools,
+                                                 "chat_template_kwargs": {}})
+        check("<tools>" in json.dumps(srv.post("/detokenize", {"tokens": tok_none["tokens"]})[2]),
+              "tools rendered")
+        st, _, v = srv.post("/v1/chat/completions", dict(body, tool_choice="none"))
+        check(st == 200 and v["usage"]["prompt_tokens"] < tok["count"], v)
+
+        # reasoning opened by the template: the whole reply is reasoning
+        plain = {"messages": [{"role": "user", "content": "Once"}], "max_tokens": 30,
+                 "temperature": 0}
+        st, _, v0 = srv.post("/v1/chat/completions", dict(plain, chat_template_kwargs={"think": False}))
+        check(v0["choices"][0]["message"]["reasoning_content"] is None, v0)
+        thinking = dict(plain, chat_template_kwargs={"think": True})
+        st, _, v = srv.post("/v1/chat/completions", thinking)
+        m = v["choices"][0]["message"]
+        check(st == 200 and m["reasoning_content"] and m["content"] == "", f"{st} {v}")
+        st, events, done = srv.stream("/v1/chat/completions", dict(thinking, stream=True))
+        content, reasoning, calls, fins = chat_stream_parts(events)
+        check(reasoning == m["reasoning_content"] and content == "" and not calls,
+              f"{reasoning!r} vs {m['reasoning_content']!r}")
+
+        # GET /v1/models/{id}, with a slash in the name
+        st, _, v = srv.get("/v1/models/org/stories")
+        check(st == 200 and v["id"] == "org/stories" and v["object"] == "model", f"{st} {v}")
+        st, _, v = srv.get("/v1/models/other")
+        check(st == 404 and v["error"]["code"] == "model_not_found", f"{st} {v}")
+        st, _, v = srv.get("/v1/models/")
+        check(st == 404, f"{st} {v}")
+        st, _, v = srv.post("/v1/models/org/stories", {})
+        check(st == 405, f"{st} {v}")
+
+        # stop_reason: the stop string or id that ended the text; null for the end or length
+        prompt = "Once upon a time"
+        base = {"prompt": prompt, "max_tokens": 60, "temperature": 0}
+        full = completion(srv, base)["choices"][0]
+        check(full["stop_reason"] is None, full)
+        words = full["text"].split()
+        stops = ["zzqq", " " + words[3], " " + words[5]]
+        c = completion(srv, dict(base, stop=stops))["choices"][0]
+        check(c["finish_reason"] == "stop" and c["stop_reason"] == " " + words[3], c)
+        st, events, _ = srv.stream("/v1/completions", dict(base, stop=stops, stream=True))
+        check(events[-1]["choices"][0]["stop_reason"] == " " + words[3], events[-1])
+        st, _, ids = srv.post("/tokenize", {"prompt": full["text"], "add_special_tokens": False})
+        c = completion(srv, dict(base, stop_token_ids=[ids["tokens"][2]]))["choices"][0]
+        check(c["finish_reason"] == "stop" and c["stop_reason"] == ids["tokens"][2], c)
+        st, _, v = srv.post("/v1/chat/completions", dict(plain, stop=[" " + words[1]]))
+        check(v["choices"][0]["stop_reason"] in (None, " " + words[1]), v)
+
+        # prompt_logprobs: vLLM's shape, equal to echo's logprobs of the prompt
+        st, _, ptok = srv.post("/tokenize", {"prompt": prompt})
+        v = completion(srv, dict(base, max_tokens=2, prompt_logprobs=2, echo=True, logprobs=1))
+        pl = v["choices"][0]["prompt_logprobs"]
+        echo = v["choices"][0]["logprobs"]
+        check(len(pl) == ptok["count"] and pl[0] is None, pl)
+        for i in range(1, len(pl)):
+            tid = str(ptok["tokens"][i])
+            check(tid in pl[i] and 1 <= len(pl[i]) <= 3, pl[i])
+            check(abs(pl[i][tid]["logprob"] - echo["token_logprobs"][i]) < 1e-6, f"{pl[i]} {echo}")
+            check(pl[i][tid]["decoded_token"] == echo["tokens"][i], pl[i])
+            ranks = sorted(x["rank"] for x in pl[i].values())
+            check(ranks[0] >= 1 and (len(pl[i]) == 3 or pl[i][tid]["rank"] <= 2), pl[i])
+            check(len(echo["top_logprobs"][i]) == 1, "echo keeps its own k")
+        st, _, v = srv.post("/v1/chat/completions", dict(plain, prompt_logprobs=0))
+        check(st == 200 and len(v["prompt_logprobs"]) == v["usage"]["prompt_tokens"], v)
+        st, _, v = srv.post("/v1/completions", dict(base, prompt_logprobs=1, stream=True))
+        check(st == 400 and v["error"]["param"] == "prompt_logprobs", f"{st} {v}")
+    finally:
+        srv.stop()
+        os.unlink(f.name)
+
+
 def case_greedy_generate():
     """Greedy text over HTTP equals `pagellm generate`'s for the same prompts."""
     args = stories_args(serve=False)

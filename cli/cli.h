@@ -39,7 +39,10 @@ bool cli_id_list(const char *what, const char *s, int32_t **out, size_t *out_n);
  * fields are copied into cfg's storage: pl_engine_config_deinit frees them. */
 int cli_engine_flag(pl_engine_config *cfg, int argc, char **argv, int *i);
 /* The same for the fields of pl_sampling_params (--max-tokens, -n, --temperature, ...;
- * --stop and --stop-id add to their lists: pl_sampling_params_deinit frees them). */
+ * --stop and --stop-id add to their lists: pl_sampling_params_deinit frees them). The
+ * constraints: --json-schema takes a file or the JSON text (as the JSON chat flags),
+ * --grammar a file or the GBNF text, --choice a comma-separated list (\, for a comma in a
+ * choice; the flag may repeat), all copied into p's storage. */
 int cli_sampling_flag(pl_sampling_params *p, int argc, char **argv, int *i);
 /* The same for the fields of pl_chat_options (--no-generation-prompt, --tools,
  * --chat-template-kwargs, --template-name). A JSON-valued flag takes a file holding the JSON
@@ -72,6 +75,11 @@ bool cli_json_arg(const char *flag, const char *value, char **out, char *err, si
  * template text (holds {{ or {%: the engine's rule for config.chat_template). *out: free(). */
 bool cli_template_arg(const char *flag, const char *value, char **out, char *err,
                       size_t err_cap);
+
+/* A grammar flag's value (--grammar): a regular file's contents ("-": standard input), else
+ * the value itself when it is grammar text (holds ::=). *out: free(). */
+bool cli_grammar_arg(const char *flag, const char *value, char **out, char *err,
+                     size_t err_cap);
 
 /* The most stop strings a prompts file line may give (the table's limit). */
 #define CLI_MAX_STOP 64

@@ -194,3 +194,31 @@ bool cli_template_arg(const char *flag, const char *value, char **out, char *err
     }
     return true;
 }
+
+bool cli_grammar_arg(const char *flag, const char *value, char **out, char *err, size_t err_cap) {
+    if (is_regular_file(value) || !strcmp(value, "-")) {
+        char ferr[512];
+        size_t len;
+        if (!cli_read_file(value, out, &len, ferr, sizeof ferr)) {
+            snprintf(err, err_cap, "%s %s", flag, ferr);
+            return false;
+        }
+        if (strlen(*out) != len) {
+            snprintf(err, err_cap, "%s %s: holds a NUL byte", flag, value);
+            free(*out);
+            return false;
+        }
+        return true;
+    }
+    /* grammar text has a rule */
+    if (!strstr(value, "::=")) {
+        snprintf(err, err_cap, "%s: '%.200s': no such file, and not grammar text (no ::=)", flag,
+                 value);
+        return false;
+    }
+    if (!(*out = strdup(value))) {
+        snprintf(err, err_cap, "%s: out of memory", flag);
+        return false;
+    }
+    return true;
+}

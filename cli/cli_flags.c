@@ -137,6 +137,50 @@ static int field_flag(const pl_field *fields, size_t n, void *obj, setter set, i
             }
             return 1;
         }
+        if (f->kind == PL_FIELD_STRING && f->value_name && !strcmp(f->value_name, "GBNF")) {
+            char *text, err[1024];
+            if (!cli_grammar_arg(f->flag, value, &text, err, sizeof err)) {
+                fprintf(stderr, "pagellm: %s\n", err);
+                return -1;
+            }
+            pl_status s = set(obj, f->name, text); /* copied into the struct's storage */
+            free(text);
+            if (s != PL_OK) {
+                fprintf(stderr, "pagellm: %s: %s\n", f->flag, pl_last_error());
+                return -1;
+            }
+            return 1;
+        }
+        if (f->kind == PL_FIELD_STRINGS && f->value_name && !strcmp(f->value_name, "A,B")) {
+            /* a comma-separated list, each item appended; "\\," is a comma inside an item */
+            size_t len = strlen(value);
+            char *item = malloc(len + 1);
+            if (!item) {
+                fprintf(stderr, "pagellm: %s: out of memory\n", f->flag);
+                return -1;
+            }
+            size_t k = 0;
+            for (size_t j = 0; j <= len; j++) {
+                if (value[j] == '\\' && value[j + 1] == ',') {
+                    item[k++] = ',';
+                    j++;
+                    continue;
+                }
+                if (value[j] != ',' && value[j] != '\0') {
+                    item[k++] = value[j];
+                    continue;
+                }
+                item[k] = '\0';
+                k = 0;
+                if (set(obj, f->name, item) != PL_OK) {
+                    fprintf(stderr, "pagellm: %s: %s\n", f->flag, pl_last_error());
+                    free(item);
+                    return -1;
+                }
+            }
+            free(item);
+            return 1;
+        }
         if (f->kind == PL_FIELD_STRING) {
             /* argv outlives every engine the command makes: point at it, copy nothing */
             *(const char **)((char *)obj + f->offset) = value;
@@ -209,7 +253,9 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
         if (!f->flag) continue;
         char head[96], neg[64] = "";
         if (f->kind == PL_FIELD_BOOL) negation(f, neg, sizeof neg);
-        const char *value_name = is_json_field(f) ? "JSON|FILE" : f->value_name;
+        const char *value_name = is_json_field(f) ? "JSON|FILE"
+                                 : f->value_name && !strcmp(f->value_name, "GBNF") ? "GBNF|FILE"
+                                 : f->value_name;
         int col = snprintf(head, sizeof head, "  %c%c%s%s%s%s%s%s", f->short_flag ? '-' : ' ',
                            f->short_flag ? f->short_flag : ' ', f->short_flag ? ", " : "  ",
                            f->flag, value_name ? " " : "", value_name ? value_name : "",
@@ -239,8 +285,13 @@ static void print_fields(const char *title, const pl_field *fields, size_t n,
             }
             snprintf(dflt, sizeof dflt, " [%s]", v);
         }
+        bool gbnf = f->value_name && !strcmp(f->value_name, "GBNF");
+        bool list = f->value_name && !strcmp(f->value_name, "A,B");
         snprintf(text, sizeof text, "%s%s%s%s", f->help,
-                 is_json_field(f) ? " (the JSON text, or a file holding it)" : "", choices, dflt);
+                 is_json_field(f) ? " (the JSON text, or a file holding it)"
+                 : gbnf ? " (the grammar text, or a file holding it)"
+                 : list ? " (comma-separated; \\, for a comma; repeatable)" : "",
+                 choices, dflt);
         cli_wrap(text, indent, indent);
     }
 }

@@ -13,8 +13,9 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
-/* Samples one token for s from logits (vocab, modified in place). */
-static int32_t sample_one(pl_engine *e, pl_sample *s, float *logits) {
+/* Samples one token for s from logits (vocab, modified in place); -1 when a constrained
+ * output has no token left to continue with. */
+static pl_status sample_one(pl_engine *e, pl_sample *s, float *logits, int32_t *out) {
     const pl_sampling_params *p = &s->req->params;
     const pl_seq *q = &s->seq;
     int n_out = pl_seq_n_generated(q);
@@ -22,7 +23,17 @@ static int32_t sample_one(pl_engine *e, pl_sample *s, float *logits) {
         for (int i = 0; i < e->n_eos && !p->ignore_eos; i++) logits[e->eos_ids[i]] = -INFINITY;
         for (size_t i = 0; i < p->n_stop_ids; i++) logits[p->stop_ids[i]] = -INFINITY;
     }
-    return pl_sampler_sample(&e->sampler, logits, p, q->tokens, q->n_prompt, n_out, &s->rng);
+    if (s->gm) {
+        bool dead;
+        PL_TRY(pl_constrain_mask(e, s, logits, &dead));
+        if (dead) {
+            *out = -1;
+            return PL_OK;
+        }
+    }
+    *out = pl_sampler_sample(&e->sampler, logits, p, q->tokens, q->n_prompt, n_out, &s->rng);
+    if (s->gm) pl_constrain_accept(e, s, *out);
+    return PL_OK;
 }
 
 /* Forks samples 1..n-1 of a request off sample 0 once its prompt is computed. */
@@ -59,7 +70,14 @@ static pl_status draw(pl_engine *e, pl_sample *s, float *row, size_t *n_out) {
     d->s = s;
     d->has_logprobs = s->lp && s->lp->output.on;
     if (d->has_logprobs) memcpy(sb->logits_raw, row, (size_t)e->vocab * sizeof *row);
-    d->tok = sample_one(e, s, row);
+    PL_TRY(sample_one(e, s, row, &d->tok));
+    if (d->tok < 0) { /* the constraint cannot go on with this vocabulary */
+        pl_log(PL_LOG_WARN, "request %llu sample %d: no token continues the constrained output",
+               (unsigned long long)s->req->id, s->index);
+        (*n_out)--;
+        pl_output_finish(e, s, PL_FINISH_ERROR);
+        return PL_OK;
+    }
     if (d->has_logprobs)
         pl_logprobs_compute(sb->logits_raw, e->vocab, d->tok, s->lp->output.k, &d->lp, d->tops);
     return PL_OK;

@@ -149,6 +149,7 @@ void pl_engine_destroy(pl_engine *e) {
     pl_backend_destroy(e->be);
     pl_sampler_deinit(&e->sampler);
     pl_chat_state_free(&e->chat);
+    pl_constrain_deinit(&e->constrain);
     pl_tok_free(e->tok);
     pl_model_free(e->model);
     free_step_buffers(&e->sb);
@@ -170,7 +171,7 @@ static void add_eos(pl_engine *e, int32_t id) {
 static pl_status load_tokenizer(pl_engine *e, const char *tokenizer_path) {
     const char *path = tokenizer_path ? tokenizer_path : e->model->tokenizer_path;
     if (!path) return PL_OK; /* token ids only */
-    PL_TRY(pl_tok_load(path, &e->tok));
+    if (!e->tok) PL_TRY(pl_tok_load(path, &e->tok)); /* (a dummy model's is loaded first) */
     int tv = pl_tok_vocab_size(e->tok);
     if (tv > e->vocab)
         return pl_fail(PL_ERR_FORMAT,
@@ -200,6 +201,11 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
     size_t avail;
     PL_TRY(available_memory(e, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
+    if (!strncmp(model_path, "dummy:", 6) && tokenizer_path) {
+        /* random weights take the tokenizer's vocabulary when it is larger */
+        PL_TRY(pl_tok_load(tokenizer_path, &e->tok));
+        mo.dummy_vocab = pl_tok_vocab_size(e->tok);
+    }
     PL_TRY(pl_model_load_within(model_path, &mo, e->be->is_host ? avail : 0, &e->model));
     pl_engine_name_weights(e);
     const pl_model_config *mc = &e->model->cfg;
@@ -263,6 +269,12 @@ pl_status pl_engine_create(const pl_engine_config *cfg, pl_engine **out) {
     e->fault_token = fault_token_from_env();
     pl_status s = pl_intake_init(&e->intake);
     if (s != PL_OK) {
+        pl_free(e);
+        return s;
+    }
+    s = pl_constrain_init(&e->constrain);
+    if (s != PL_OK) {
+        pl_intake_deinit(&e->intake);
         pl_free(e);
         return s;
     }

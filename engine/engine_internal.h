@@ -25,6 +25,7 @@
 #include "engine/profile.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kvcache/kvcache.h"
 #include "model/model.h"
 #include "pagellm.h"
@@ -58,6 +59,7 @@ typedef struct pl_sample {
     pl_rng rng;
     pl_detok *detok;        /* when a tokenizer is loaded */
     pl_sample_logprobs *lp; /* NULL unless the request asked for logprobs */
+    pl_gram_matcher *gm;    /* NULL unless the request constrains its output (constrain.c) */
     char *text;             /* output text so far; stop string cut off at finish */
     size_t text_len, text_cap;
     size_t streamed;        /* bytes of text already handed out in deltas */
@@ -76,6 +78,7 @@ struct pl_request {
                                     stop_copy */
     void *stop_copy;             /* one block: stop ids, stop pointers, stop bytes */
     size_t max_stop_len;
+    pl_grammar *grammar;         /* the compiled constraint (a reference), or NULL */
     uint64_t t_submit_ns, t_first_sched_ns;
     int n_samples;
     pl_sample *samples;          /* (n_samples) */
@@ -170,6 +173,18 @@ typedef struct pl_chat_state {
     bool is_override;    /* config.chat_template: one template for every name */
 } pl_chat_state;
 
+/* Constrained output (engine/constrain.c): the compiled grammars kept for reuse, the
+ * vocabulary as grammar input (built at the first constrained request), the mask buffer. */
+typedef struct pl_constrain_state {
+    pthread_mutex_t mu;          /* cache and vocab: submitting threads compile */
+    bool mu_ok;
+    pl_gram_vocab *vocab;
+    pl_grammar *cache[32];       /* (n) each holds a reference */
+    size_t n;
+    uint64_t clock;              /* last-use stamps */
+    uint64_t *bits;              /* (vocab / 64 words) the stepping thread's mask */
+} pl_constrain_state;
+
 struct pl_engine {
     pl_engine_config cfg;        /* resolved (derived fields filled); paths NULL: not kept */
     pl_model *model;
@@ -180,6 +195,7 @@ struct pl_engine {
     pl_runner *runner;
     pl_sampler sampler;
     pl_chat_state chat;
+    pl_constrain_state constrain;
     int max_model_len;
     int max_blocks_per_seq;
     int n_blocks;
@@ -275,6 +291,20 @@ pl_status pl_output_collect(pl_engine *e);
 void pl_output_fill_completion(const pl_sample *s, pl_completion *c);
 /* Finishes every sample of r with reason. */
 void pl_engine_finish_request(pl_engine *e, pl_request *r, pl_finish_reason reason);
+
+/* engine/constrain.c */
+pl_status pl_constrain_init(pl_constrain_state *c);
+void pl_constrain_deinit(pl_constrain_state *c);
+/* Compiles (or finds) r's constraint and gives each sample its matcher; nothing without one. */
+pl_status pl_constrain_request(pl_engine *e, pl_request *r);
+void pl_constrain_free_request(pl_request *r);
+/* Sets logits of the tokens s's grammar does not allow next to -inf (end-of-text allowed when
+ * the output is complete). *out_dead: no token is left (the vocabulary cannot continue). */
+pl_status pl_constrain_mask(pl_engine *e, pl_sample *s, float *logits, bool *out_dead);
+/* Moves s's grammar over the drawn token. */
+void pl_constrain_accept(pl_engine *e, pl_sample *s, int32_t tok);
+/* The sample's constrained output is complete (end-of-text then ends it whatever ignore_eos). */
+bool pl_constrain_complete(const pl_sample *s);
 
 /* engine/request.c */
 pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,

@@ -446,6 +446,7 @@ typedef struct value {
     const char **strs;      /* STRINGS: (n) borrowed texts */
     size_t n;
     bool append;            /* lists: add to the current list instead of replacing it */
+    char *dumped;           /* STRING holding JSON: the value as text (malloc'd by jansson) */
 } value;
 
 static pl_status check_value(const pl_field_table *t, const pl_field *f, const value *v) {
@@ -601,6 +602,7 @@ static pl_status set_value(const pl_field_table *t, const pl_field *f, void *obj
     if (s == PL_OK) s = store(t, f, obj, v);
     pl_free(v->ids);
     pl_free((void *)v->strs);
+    free(v->dumped);
     return s;
 }
 
@@ -677,6 +679,13 @@ static pl_status parse_json(const pl_field_table *t, const pl_field *f, const js
         return PL_OK;
     case PL_FIELD_STRING:
         if (json_is_null(j)) return (v->s = NULL), PL_OK;
+        if (f->value_name && !strcmp(f->value_name, "JSON") && !json_is_string(j)) {
+            /* a field holding JSON text (a schema, tools) also takes the value itself */
+            v->dumped = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+            if (!v->dumped) return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s.%s", t->prefix, f->name);
+            v->s = v->dumped;
+            return PL_OK;
+        }
         if (!json_is_string(j)) return bad_json(t, f, j, "a string or null");
         if (!(v->s = json_cstr(j)))
             return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s.%s: the string contains a NUL byte",

@@ -69,12 +69,13 @@ static long find_stop(const pl_request *r, const char *text, size_t len, size_t 
     return best;
 }
 
-static bool is_stop_id(const pl_engine *e, const pl_request *r, int32_t tok, int n_out) {
-    const pl_sampling_params *p = &r->params;
+static bool is_stop_id(const pl_engine *e, const pl_sample *s, int32_t tok, int n_out) {
+    const pl_sampling_params *p = &s->req->params;
     if (n_out <= p->min_tokens) return false; /* the sampler masked them; belt and braces */
     for (size_t i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] == tok) return true;
-    if (p->ignore_eos) return false;
+    /* a complete constrained output ends at end-of-text (its grammar allowed nothing else) */
+    if (p->ignore_eos && !pl_constrain_complete(s)) return false;
     return pl_engine_is_eos(e, tok);
 }
 
@@ -120,7 +121,7 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
     else pl_hist_add(&e->stats.itl, (double)(now - s->t_last_token_ns) * 1e-9);
     s->t_last_token_ns = now;
 
-    bool stop_id = is_stop_id(e, r, tok, n_out);
+    bool stop_id = is_stop_id(e, s, tok, n_out);
     size_t old_len = s->text_len;
     if (s->detok && !stop_id) {
         const char *piece;

@@ -12,6 +12,7 @@
 
 void pl_request_free(pl_request *r) {
     if (!r) return;
+    pl_constrain_free_request(r);
     if (r->samples) {
         for (int i = 0; i < r->n_samples; i++) {
             pl_sample *s = &r->samples[i];
@@ -135,6 +136,11 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         /* every prompt position's entry, reserved now: a step appends without allocating */
         if (prompt && n_ids > 1 && pl_logprob_list_reserve(&lp->prompt, n_ids - 1) != PL_OK)
             goto oom;
+    }
+    pl_status cs = pl_constrain_request(e, r);
+    if (cs != PL_OK) {
+        pl_request_free(r);
+        return cs;
     }
     r->n_unreported = p->n;
     *out = r;

@@ -472,3 +472,21 @@ int32_t pl_sampler_sample(pl_sampler *s, float *logits, const pl_sampling_params
     if (c.n == 0) return argmax(logits, V);
     return draw_candidates(s, &c, rng);
 }
+
+size_t pl_sampler_mask_row(float *logits, const uint64_t *allowed, int vocab) {
+    size_t left = 0;
+    for (int w0 = 0; w0 < vocab; w0 += 64) {
+        uint64_t m = allowed[w0 / 64];
+        int n = vocab - w0 < 64 ? vocab - w0 : 64;
+        float *x = logits + w0;
+        if (m == ~0ull && n == 64) {
+            for (int j = 0; j < 64; j++) left += x[j] != -INFINITY;
+            continue;
+        }
+        for (int j = 0; j < n; j++) {
+            if ((m >> j) & 1) left += x[j] != -INFINITY;
+            else x[j] = -INFINITY;
+        }
+    }
+    return left;
+}

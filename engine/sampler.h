@@ -40,4 +40,9 @@ void pl_sampler_deinit(pl_sampler *s);
 int32_t pl_sampler_sample(pl_sampler *s, float *logits, const pl_sampling_params *p,
                   const int32_t *tokens, int n_prompt, int n_output, pl_rng *rng);
 
+/* The one place a token mask reaches the logits: sets logits[i] = -inf for every id whose bit
+ * in allowed (ceil(vocab / 64) words, bit i of word i / 64) is 0. Returns how many ids are
+ * left with a logit above -inf. */
+size_t pl_sampler_mask_row(float *logits, const uint64_t *allowed, int vocab);
+
 #endif

@@ -20,12 +20,14 @@ static void defaults(void *obj) {
 #undef DEF
 }
 
-/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h): before
- * skip_special_tokens (the struct then ended there, rounded up to its alignment), and now. */
+/* Every sizeof pl_sampling_params has had in a release (see engine/fields.h): before the
+ * constraint fields (json_schema ...), before skip_special_tokens (the struct then ended
+ * there, rounded up to its alignment), and now. */
 #define SIZE_BEFORE_(member)                                                                   \
     ((offsetof(pl_sampling_params, member) + _Alignof(pl_sampling_params) - 1) /               \
      _Alignof(pl_sampling_params) * _Alignof(pl_sampling_params))
-static const size_t sizes[] = {SIZE_BEFORE_(skip_special_tokens), sizeof(pl_sampling_params)};
+static const size_t sizes[] = {offsetof(pl_sampling_params, json_schema),
+                               SIZE_BEFORE_(skip_special_tokens), sizeof(pl_sampling_params)};
 
 static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],
@@ -63,6 +65,11 @@ static pl_status check(const pl_sampling_params *p, int vocab) {
         return pl_fail(PL_ERR_INVALID_ARGUMENT,
                        "sampling.min_tokens = %d: must be in [0, max_tokens] (max_tokens = %d)",
                        p->min_tokens, p->max_tokens);
+    int n_constraints = (p->json_schema != NULL) + (p->grammar != NULL) + (p->regex != NULL) +
+                        (p->n_choice > 0);
+    if (n_constraints > 1)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "sampling: json_schema, grammar, regex and choice "
+                       "exclude each other (%d are set)", n_constraints);
     for (size_t i = 0; vocab > 0 && i < p->n_stop_ids; i++)
         if (p->stop_ids[i] >= vocab)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,

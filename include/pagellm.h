@@ -304,6 +304,15 @@ typedef enum pl_overflow_policy {
     X(INT, int, prompt_logprobs, -1, PL_RANGE(-1, PL_MAX_LOGPROBS), "--prompt-logprobs", 0, "K", \
       "the same for every prompt token after the first; -1 = none. Such a request does not "   \
       "read the prefix cache (cached tokens would have no logits)")                            \
+    X(STRING, const char *, json_schema, NULL, PL_RANGE_NONE, "--json-schema", 0, "JSON",      \
+      "constrain the output to JSON that this JSON Schema accepts (docs/api.md lists the "     \
+      "keywords; others are refused)")                                                         \
+    X(STRING, const char *, grammar, NULL, PL_RANGE_NONE, "--grammar", 0, "GBNF",              \
+      "constrain the output to this GBNF grammar (llama.cpp's format, from its root rule)")    \
+    X(STRING, const char *, regex, NULL, PL_RANGE_NONE, "--regex", 0, "RE",                    \
+      "constrain the whole output to match this regular expression")                          \
+    X(STRINGS, const char *, choice, NULL, PL_RANGE(0, 4096), "--choice", 0, "A,B",            \
+      "constrain the output to exactly one of these strings")                                  \
     X(BOOL, bool, skip_special_tokens, true, PL_RANGE_NONE, "--skip-special-tokens", 0, NULL,  \
       "special tokens (<|eot_id|>, [TOOL_CALLS]) add no text to the output "                   \
       "(--no-skip-special-tokens: their text is kept, as a tool-call parser may need)")
@@ -389,6 +398,49 @@ PL_API size_t pl_sampling_params_struct_size(void); /* see pl_engine_config_stru
  * non-empty, stop ids >= 0) as submit does, except that a stop id outside the model's
  * vocabulary is only found at submit. PL_ERR_INVALID_ARGUMENT naming the field. */
 PL_API pl_status pl_sampling_params_validate(const pl_sampling_params *p);
+
+/* ------------------------------------------------------------------------------------------
+ * Constrained output (structured outputs)
+ *
+ * One of json_schema, grammar, regex and choice in pl_sampling_params makes every token the
+ * request samples keep the output inside that language: before each draw the tokens that
+ * would leave it get probability 0 (for greedy, seeded and n > 1 sampling alike), and once
+ * the output is complete only end-of-text may follow where nothing else can. A request
+ * finishes with reason "stop" when the output is complete, or "length" when max_tokens cut
+ * it first. Grammars are GBNF as llama.cpp writes it; docs/api.md has the JSON Schema
+ * keywords and the regex syntax.
+ *
+ * A constraint is compiled at submit (errors then name the problem and where: the JSON
+ * pointer in the schema, the line and column of the grammar, the regex offset) and kept by
+ * the engine for the next requests that give the same text; pl_grammar_compile does it ahead
+ * and keeps it as long as the handle lives.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_grammar pl_grammar;
+typedef struct pl_engine pl_engine; /* (declared again below, with the engine) */
+
+/* Compiles the constraint p gives (exactly one of json_schema, grammar, regex, choice) for
+ * e's tokenizer. Requests whose parameters give the same constraint text use it without
+ * compiling again while the handle lives. Errors: PL_ERR_INVALID_ARGUMENT (no or several
+ * constraints, a malformed or unsupported one: "json_schema at /properties/a: unsupported
+ * keyword \"not\"", "grammar line 3 column 9: expecting )", "regex at offset 4: ...";
+ * left recursion; an engine without a tokenizer), PL_ERR_TOO_LONG (a limit: repetition
+ * counts, nesting, enum size, grammar size; named with its place), PL_ERR_OUT_OF_MEMORY.
+ * Thread-safe. */
+PL_API pl_status pl_grammar_compile(pl_engine *e, const pl_sampling_params *p,
+                                    pl_grammar **out);
+/* Releases the handle (requests using the grammar keep it alive). NULL is a no-op. */
+PL_API void pl_grammar_free(pl_grammar *g);
+
+/* The GBNF grammar pagellm compiles for a JSON Schema (schema: JSON text), so a caller can
+ * embed it in a larger grammar: every rule name starts with rule_prefix (NULL or "": none;
+ * letters, digits and '-'), the schema's own rule is <rule_prefix>root. A tool call for
+ * several functions is then one grammar: each function's parameters converted with its own
+ * prefix, and a root that chooses among the calls (docs/api.md shows one). *out_gbnf:
+ * NUL-terminated, caller frees with pl_free_text. Errors as pl_grammar_compile's for a
+ * json_schema. */
+PL_API pl_status pl_json_schema_to_grammar(const char *schema, const char *rule_prefix,
+                                           char **out_gbnf);
 
 /* ------------------------------------------------------------------------------------------
  * Fields by name: what a command line, an HTTP server or a language binding needs

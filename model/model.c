@@ -46,7 +46,7 @@ pl_status pl_model_load_within(const char *path, const pl_model_load_options *op
     *out = NULL;
     if (!path || !path[0])
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: path is NULL or empty");
-    pl_model_load_options dflt = {PL_DTYPE_AUTO, 0};
+    pl_model_load_options dflt = {PL_DTYPE_AUTO, 0, 0};
     if (!opt) opt = &dflt;
     if (opt->dtype < PL_DTYPE_AUTO || opt->dtype > PL_DTYPE_BF16)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "pl_model_load: dtype = %d is not a pl_dtype",

@@ -134,6 +134,8 @@ pl_wtype pl_model_tensor_type(pl_tensor_role r, pl_wtype matrices);
 typedef struct pl_model_load_options {
     pl_dtype dtype;        /* AUTO keeps the stored type of matrices; else convert */
     uint64_t dummy_seed;   /* seed for dummy: weights */
+    int dummy_vocab;       /* dummy: models: the vocabulary size when larger than the preset's
+                              (the engine passes its tokenizer's); 0: the preset's */
 } pl_model_load_options;
 
 /* Loads `path`: "dummy:NAME" (a named preset with seeded random weights), a directory

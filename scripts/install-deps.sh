@@ -6,7 +6,7 @@
 # that test); Debian's nodejs and npm are installed only when the commands are missing, since
 # a NodeSource node (which bundles npm) conflicts with Debian's npm package.
 set -euo pipefail
-pkgs=(meson ninja-build pkg-config gcc g++ python3
+pkgs=(meson ninja-build pkg-config gcc g++ python3 python3-lark
       libcriterion-dev libsentencepiece-dev sentencepiece libopenblas-dev
       libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev gnuplot-nox
       clang libclang-rt-14-dev libcurl4-openssl-dev python3-pytest python3-pip python3-setuptools

@@ -101,6 +101,14 @@ const char *pl_tok_piece(const pl_tokenizer *t, int32_t id);
 /* The id whose piece is exactly token[0..strlen) (added tokens first), or -1. */
 int32_t pl_tok_token_id(const pl_tokenizer *t, const char *token);
 
+/* The bytes each token adds to a text it continues (an output after its prompt): the
+ * streaming decode of the token before it is made valid UTF-8, so a byte token gives its raw
+ * byte and a SentencePiece "▁" a space. Special, control and unknown tokens give none. Token
+ * id's bytes are (*out_bytes)[(*out_offsets)[id] .. (*out_offsets)[id + 1]); both pl_malloc'd,
+ * the caller frees them (pl_free). PL_ERR_OUT_OF_MEMORY. The grammar engine matches tokens by
+ * these bytes (tokenizer/tok_bytes.c says where they differ from a decode). */
+pl_status pl_tok_token_bytes(const pl_tokenizer *t, char **out_bytes, uint32_t **out_offsets);
+
 /* Chat templates from tokenizer_config.json ("chat_template": a string, which is named
  * "default", or a list of {"name", "template"}), or chat_template.jinja beside it. name NULL
  * means "default". Tokenizer-owned text, NULL when there is no such template. */

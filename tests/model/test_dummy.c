@@ -14,7 +14,7 @@
 #include "util/dtype.h"
 
 static pl_model *load(const char *name, pl_dtype dt, uint64_t seed) {
-    pl_model_load_options o = {dt, seed};
+    pl_model_load_options o = {dt, seed, 0};
     pl_model *m = NULL;
     pl_status s = pl_model_load(name, &o, &m);
     cr_assert_eq(s, PL_OK, "%s: %s", name, pl_last_error());
@@ -75,7 +75,7 @@ Test(dummy, names_and_configs) {
 
 Test(dummy, llama2_7b_in_f32_is_refused_without_allocating) {
     for (int auto_dtype = 0; auto_dtype < 2; auto_dtype++) {
-        pl_model_load_options o = {auto_dtype ? PL_DTYPE_AUTO : PL_DTYPE_F32, 0};
+        pl_model_load_options o = {auto_dtype ? PL_DTYPE_AUTO : PL_DTYPE_F32, 0, 0};
         pl_model *m = NULL;
         unsigned long before = pl_alloc_count();
         cr_assert_eq(pl_model_load("dummy:llama2-7b", &o, &m), PL_ERR_OUT_OF_MEMORY);

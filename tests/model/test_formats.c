@@ -88,7 +88,7 @@ static void expect_llama2c_config(const pl_model_config *want, const pl_model_co
 }
 
 static pl_model *load(const char *path, pl_dtype dtype) {
-    pl_model_load_options o = {dtype, 0};
+    pl_model_load_options o = {dtype, 0, 0};
     pl_model *m = NULL;
     pl_status s = pl_model_load(path, &o, &m);
     cr_assert_eq(s, PL_OK, "%s: %s", path, pl_last_error());

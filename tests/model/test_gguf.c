@@ -358,7 +358,7 @@ static void save(const pl_model *m, pl_wtype type, const char *path) {
 }
 
 static pl_status load(const char *path, pl_dtype dt, pl_model **out) {
-    pl_model_load_options o = {dt, 0};
+    pl_model_load_options o = {dt, 0, 0};
     pl_clear_error();
     *out = (pl_model *)(uintptr_t)1;
     pl_status s = pl_model_load(path, &o, out);
@@ -490,7 +490,7 @@ Test(gguf, mapped_without_copy_and_converted_on_request) {
     cr_assert(pl_fixture_compare(m, got, 1e-4f, 1e-2f));
     pl_model_free(got);
     /* the memory limit is checked from the tensor directory */
-    pl_model_load_options o = {PL_DTYPE_AUTO, 0};
+    pl_model_load_options o = {PL_DTYPE_AUTO, 0, 0};
     got = NULL;
     cr_assert_eq(pl_model_load_within(path, &o, 1000, &got), PL_ERR_OUT_OF_MEMORY);
     cr_assert(strstr(pl_last_error(), "q.gguf"));
@@ -691,7 +691,7 @@ Test(gguf, allocation_failure_at_every_allocation) {
     const pl_dtype dts[] = {PL_DTYPE_AUTO, PL_DTYPE_F32};
     for (int d = 0; d < 2; d++) {
         int n_fail = 0;
-        pl_model_load_options o = {dts[d], 0};
+        pl_model_load_options o = {dts[d], 0, 0};
         pl_model *got = NULL;
         PL_ALLOC_SWEEP(n_fail, k, (got = (pl_model *)(uintptr_t)1, pl_model_load(path, &o, &got)),
                        cr_assert_null(got););

@@ -251,7 +251,7 @@ Test(hostile, paths_and_arguments) {
     cr_assert_eq(pl_model_load(NULL, NULL, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_model_load("", NULL, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(pl_model_load("dummy:tiny", NULL, NULL), PL_ERR_INVALID_ARGUMENT);
-    pl_model_load_options o = {(pl_dtype)9, 0};
+    pl_model_load_options o = {(pl_dtype)9, 0, 0};
     cr_assert_eq(pl_model_load("dummy:tiny", &o, &m), PL_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(pl_last_error(), "dtype"));
     cr_assert_null(m);
@@ -881,7 +881,7 @@ Test(hostile, allocation_failure_at_every_allocation) {
     const pl_model *refs[] = {m, m, m, m, NULL, m2, m3};
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
         int n_fail = 0;
-        pl_model_load_options o = {dts[p], 0};
+        pl_model_load_options o = {dts[p], 0, 0};
         pl_model *got = NULL;
         PL_ALLOC_SWEEP(n_fail, n,
                        (got = (pl_model *)(uintptr_t)1, pl_model_load(paths[p], &o, &got)),

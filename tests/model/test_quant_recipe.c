@@ -190,7 +190,7 @@ static void write_and_check(const pl_model *m, const char *name, int want_fallba
     pl_gguf_close(&f);
 
     pl_model *got;
-    pl_model_load_options o = {PL_DTYPE_AUTO, 0};
+    pl_model_load_options o = {PL_DTYPE_AUTO, 0, 0};
     cr_assert_eq(pl_model_load(path, &o, &got), PL_OK, "%s", pl_last_error());
     for (size_t slot = 0; slot < pl_model_n_slots(c); slot++) {
         int layer;

@@ -113,7 +113,7 @@ Test(stories260k, converted_to_half_precision) {
     cr_assert(pl_test_model_path("stories260K.bin", path, sizeof path));
     pl_model *f = NULL, *h = NULL;
     cr_assert_eq(pl_model_load(path, NULL, &f), PL_OK, "%s", pl_last_error());
-    pl_model_load_options o = {PL_DTYPE_BF16, 0};
+    pl_model_load_options o = {PL_DTYPE_BF16, 0, 0};
     cr_assert_eq(pl_model_load(path, &o, &h), PL_OK, "%s", pl_last_error());
     cr_assert_eq(W(h, PL_T_FFN_DOWN, 3)->type, PL_WTYPE_BF16);
     cr_assert_eq(W(h, PL_T_FFN_NORM, 3)->type, PL_WTYPE_F32);

@@ -13,19 +13,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_own_header  # noqa: E402
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "gguf", "tokenizer", "template", "reply", "kvcache", "scheduler", "model", "kernels", "engine",
+MODULES = ["util", "gguf", "tokenizer", "grammar", "template", "reply", "kvcache", "scheduler", "model", "kernels", "engine",
            "cli", "tools", "bench", "server", "tests"]
 ALLOWED = {
     "util": {"util"},
     "gguf": {"util", "gguf"},
     "tokenizer": {"util", "gguf", "tokenizer"},
+    "grammar": {"util", "tokenizer", "grammar"},
     "template": {"util", "template"},
     "reply": {"util", "reply"},
     "kvcache": {"util", "kvcache"},
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "gguf", "model"},
     "kernels": {"util", "kernels"},
-    "engine": {"util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model",
+    "engine": {"util", "gguf", "tokenizer", "grammar", "template", "kvcache", "scheduler", "model",
                "kernels", "engine"},
     # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/, server/ <- tools/
     "cli": {"cli"},

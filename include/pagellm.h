@@ -967,6 +967,22 @@ PL_API void pl_reply_free(pl_reply *r); /* NULL is a no-op */
  * "mistral"), from the markers it uses; NULL when none is recognised. Static storage. */
 PL_API const char *pl_reply_tool_parser_for(const char *chat_template);
 
+/* The GBNF grammar (for pl_sampling_params.grammar) of a reply that must call tools, in
+ * opt->tool_parser's syntax (NULL or opt NULL: hermes): one call, or with parallel one or
+ * more, of the functions of tools_json (OpenAI's "tools": a JSON array of {"type":
+ * "function", "function": {"name", "parameters"}}), or only of the one called name when it
+ * is not NULL, each call's arguments valid against the function's parameters schema
+ * (converted as pl_json_schema_to_grammar does; none: an empty object). With
+ * opt->reasoning_parser the reasoning may come first ("<think>...</think>"; it must when the
+ * prompt opened it). Mistral's calls are written without their [TOOL_CALLS] marker (a special
+ * token: no text a grammar can match); the reply parser reads the bare array. *out_gbnf:
+ * NUL-terminated, caller frees with pl_free_text. Errors: PL_ERR_INVALID_ARGUMENT (tools not
+ * such a list: the entry named; no function called name; a schema the converter refuses:
+ * "tools[1].function.parameters: json_schema at /properties/a: ..."), PL_ERR_NOT_FOUND (an
+ * unknown syntax), PL_ERR_TOO_LONG (a schema past a limit), PL_ERR_OUT_OF_MEMORY. */
+PL_API pl_status pl_reply_tool_grammar(const char *tools_json, const char *name, bool parallel,
+                                       const pl_reply_options *opt, char **out_gbnf);
+
 /* The same reply read as it streams. Each delta is one part: content or reasoning text, or a
  * piece of a tool call: its first delta has the call's id and name (and maybe a first piece
  * of the arguments), the next ones more of the arguments; the pieces join to the call's

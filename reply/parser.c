@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "pagellm.h"
+#include "reply/reply_internal.h"
 #include "reply/scan.h"
 #include "util/alloc.h"
 #include "util/buf.h"
@@ -100,6 +101,18 @@ static pl_status unknown(const char *what, const char *name, const char *const *
     return pl_fail(PL_ERR_NOT_FOUND, "%s \"%.64s\": unknown (known: %s)", what, name, list);
 }
 
+int pl_reply_tool_syntax(const char *name) {
+    int i = find_name(name, TOOL_PARSERS, 3);
+    if (i < 0) unknown("tool-call parser", name, TOOL_PARSERS, 3);
+    return i;
+}
+
+int pl_reply_reasoning_syntax(const char *name) {
+    int i = find_name(name, REASONING_PARSERS, 2);
+    if (i < 0) unknown("reasoning parser", name, REASONING_PARSERS, 2);
+    return i;
+}
+
 const char *pl_reply_tool_parser_for(const char *t) {
     if (!t) return NULL;
     if (strstr(t, MISTRAL_MARK)) return "mistral";
@@ -109,8 +122,7 @@ const char *pl_reply_tool_parser_for(const char *t) {
     return NULL;
 }
 
-/* Whether the prompt leaves the reasoning open: its last "<think>" has no "</think>" after. */
-static bool prompt_opens(const char *prompt) {
+bool pl_reply_prompt_opens(const char *prompt) {
     if (!prompt) return false;
     const char *open = NULL;
     for (const char *s = strstr(prompt, THINK_OPEN); s; s = strstr(s + 1, THINK_OPEN)) open = s;
@@ -652,15 +664,15 @@ static pl_status create(const pl_reply_options *opt, bool whole, pl_reply_parser
                        "(use pl_reply_options_default)", opt->struct_size,
                        sizeof(pl_reply_options));
     int tool = -1, rsn = -1;
-    if (opt->tool_parser && (tool = find_name(opt->tool_parser, TOOL_PARSERS, 3)) < 0)
-        return unknown("tool-call parser", opt->tool_parser, TOOL_PARSERS, 3);
-    if (opt->reasoning_parser && (rsn = find_name(opt->reasoning_parser, REASONING_PARSERS, 2)) < 0)
-        return unknown("reasoning parser", opt->reasoning_parser, REASONING_PARSERS, 2);
+    if (opt->tool_parser && (tool = pl_reply_tool_syntax(opt->tool_parser)) < 0)
+        return PL_ERR_NOT_FOUND;
+    if (opt->reasoning_parser && (rsn = pl_reply_reasoning_syntax(opt->reasoning_parser)) < 0)
+        return PL_ERR_NOT_FOUND;
     pl_reply_parser *p = pl_calloc(1, sizeof *p);
     if (!p) return oom();
     p->fmt = tool < 0 ? FMT_NONE : (fmt_kind)(FMT_HERMES + tool);
     p->rsn = rsn < 0 ? RSN_NONE : (rsn_kind)(RSN_QWEN3 + rsn);
-    p->open_reasoning = p->rsn == RSN_R1 || (p->rsn != RSN_NONE && prompt_opens(opt->prompt));
+    p->open_reasoning = p->rsn == RSN_R1 || (p->rsn != RSN_NONE && pl_reply_prompt_opens(opt->prompt));
     p->whole = whole;
     p->seed = opt->id_seed;
     p->st = p->rsn == RSN_NONE ? S_CONTENT : S_START;
@@ -731,7 +743,7 @@ static char *take(pl_buf *b) {
 pl_status pl_reply_parse(const char *text, size_t len, const pl_reply_options *opt,
                          pl_reply **out) {
     if ((!text && len) || !out) return pl_fail(PL_ERR_INVALID_ARGUMENT, "reply parse: NULL argument");
-    pl_reply_parser *p;
+    pl_reply_parser *p = NULL;
     PL_TRY(create(opt, true, &p));
     const pl_reply_delta *d;
     size_t n;

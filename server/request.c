@@ -237,6 +237,80 @@ typedef struct parse_state {
     json_t *tools;
 } parse_state;
 
+/* A constraint on the output from request field `param` (one per request): the sampling
+ * field `name` set from v. */
+static bool constrain(pl_srv_request *r, const char *param, const char *name, json_t *v,
+                      pl_srv_error *err) {
+    if (r->constraint_param)
+        return pl_srv_fail(err, 400, param, "%s and %s both constrain the output: give one",
+                           r->constraint_param, param);
+    r->constraint_param = param;
+    return set_sampling(&r->sp, name, param, v, err);
+}
+
+/* JSON text or a JSON value (vLLM takes both for a schema): the value. New reference. */
+static json_t *schema_value(json_t *v) {
+    if (!json_is_string(v)) return json_incref(v);
+    json_t *parsed = json_loads(json_string_value(v), JSON_DECODE_ANY, NULL);
+    return parsed ? parsed : json_incref(v);
+}
+
+/* OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}. */
+static bool response_format(pl_srv_request *r, json_t *v, pl_srv_error *err) {
+    const char *key = "response_format";
+    json_t *t = json_object_get(v, "type");
+    const char *type = json_is_object(v) ? json_string_value(t) : NULL;
+    if (type && !strcmp(type, "text")) return true;
+    if (type && !strcmp(type, "json_object")) {
+        json_t *any = json_pack("{s:s, s:b}", "type", "object", "additionalProperties", 1);
+        bool ok = any && constrain(r, key, "json_schema", any, err);
+        json_decref(any);
+        return ok || (any ? false : pl_srv_fail(err, 500, key, "out of memory"));
+    }
+    if (type && !strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(v, "json_schema");
+        json_t *schema = json_object_get(js, "schema");
+        if (!json_is_object(js))
+            return pl_srv_fail(err, 400, key, "response_format.json_schema: expected an object "
+                               "{\"name\", \"schema\", \"strict\"}");
+        if (schema && !json_is_object(schema))
+            return pl_srv_fail(err, 400, key, "response_format.json_schema.schema: expected a "
+                               "JSON Schema object");
+        json_t *any = schema ? json_incref(schema) : json_object(); /* no schema: any JSON */
+        bool ok = constrain(r, key, "json_schema", any, err);
+        json_decref(any);
+        return ok;
+    }
+    return pl_srv_fail(err, 400, key, "response_format: type must be \"text\", \"json_object\" "
+                       "or \"json_schema\"");
+}
+
+/* vLLM's structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object"}. */
+static bool structured_outputs(pl_srv_request *r, json_t *v, pl_srv_error *err) {
+    const char *key = "structured_outputs";
+    if (!json_is_object(v)) return pl_srv_fail(err, 400, key, "%s: expected an object", key);
+    static const char *const names[][2] = {{"json", "json_schema"}, {"regex", "regex"},
+                                           {"choice", "choice"}, {"grammar", "grammar"}};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *x = json_object_get(v, names[i][0]);
+        if (!x || json_is_null(x)) continue;
+        json_t *val = i == 0 ? schema_value(x) : json_incref(x);
+        bool ok = constrain(r, key, names[i][1], val, err);
+        json_decref(val);
+        if (!ok) return false;
+    }
+    if (json_is_true(json_object_get(v, "json_object"))) {
+        json_t *rf = json_pack("{s:s}", "type", "json_object");
+        bool ok = rf ? response_format(r, rf, err) : pl_srv_fail(err, 500, key, "out of memory");
+        json_decref(rf);
+        if (!ok) return false;
+    }
+    json_t *st = json_object_get(v, "structural_tag");
+    if (st && !json_is_null(st))
+        return pl_srv_fail(err, 400, key, "structured_outputs.structural_tag is not supported");
+    return true;
+}
+
 static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err) {
     pl_srv_request *r = ps->r;
     unsigned kind = 1u << r->kind;
@@ -258,6 +332,17 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
     }
     if (!strcmp(key, "max_tokens")) return ps->max_tokens = v, true;
     if (!strcmp(key, "stop_token_ids")) return set_sampling(&r->sp, "stop_ids", key, v, err);
+    if (!strcmp(key, "response_format")) return response_format(r, v, err);
+    if (!strcmp(key, "structured_outputs")) return structured_outputs(r, v, err);
+    if (!strcmp(key, "guided_json")) {
+        json_t *val = schema_value(v);
+        bool ok = constrain(r, "guided_json", "json_schema", val, err);
+        json_decref(val);
+        return ok;
+    }
+    if (!strcmp(key, "guided_regex")) return constrain(r, "guided_regex", "regex", v, err);
+    if (!strcmp(key, "guided_choice")) return constrain(r, "guided_choice", "choice", v, err);
+    if (!strcmp(key, "guided_grammar")) return constrain(r, "guided_grammar", "grammar", v, err);
     if (!strcmp(key, "logit_bias")) {
         if (json_is_object(v) && json_object_size(v) == 0) return true;
         return pl_srv_fail(err, 400, key, "logit_bias is not supported");
@@ -294,13 +379,6 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
     if (!strcmp(key, "chat_template")) {
         if (!json_is_string(v)) return pl_srv_fail(err, 400, key, "%s: expected a string", key);
         return set_chat(&r->chat, key, key, v, err);
-    }
-    if (!strcmp(key, "response_format")) {
-        json_t *t = json_object_get(v, "type");
-        if (json_is_object(v) && json_is_string(t) && !strcmp(json_string_value(t), "text"))
-            return true;
-        return pl_srv_fail(err, 400, key, "response_format: only {\"type\": \"text\"} is "
-                           "supported");
     }
     return true;
 }
@@ -354,9 +432,9 @@ static bool tools_of(parse_state *ps, pl_srv_error *err) {
         !(r->tool_name = strdup(json_string_value(
               json_object_get(json_object_get(tc, "function"), "name")))))
         return pl_srv_fail(err, 500, NULL, "out of memory");
-    if (r->tool_choice >= PL_SRV_TOOLS_REQUIRED)
-        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: \"required\" and a named "
-                           "function are not supported yet (they need constrained decoding)");
+    if (r->tool_choice >= PL_SRV_TOOLS_REQUIRED && r->constraint_param)
+        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: a forced tool call and %s both "
+                           "constrain the output: give one", r->constraint_param);
     if (tools && r->tool_choice != PL_SRV_TOOLS_NONE) {
         r->tools = json_incref(tools);
         if (!set_chat(&r->chat, "tools", "tools", tools, err)) return false;

@@ -401,6 +401,12 @@ static bool max_tokens_for(pl_srv *s, const pl_srv_request *q, size_t n_prompt, 
     return true;
 }
 
+/* Whether a refused field is one a constraint sets (the library names its own fields). */
+static bool is_constraint(const char *param) {
+    return !strcmp(param, "json_schema") || !strcmp(param, "grammar") || !strcmp(param, "regex") ||
+           !strcmp(param, "choice");
+}
+
 /* Submits every prompt and registers its id, all under reg_mu: a refused prompt withdraws
  * the ones before it, so the request is answered as a whole. */
 static bool submit_all(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
@@ -433,6 +439,8 @@ static bool submit_all(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
         pl_status st = pl_engine_submit_tokens(s->e, q->prompts[p].ids, q->prompts[p].n_ids, &sp, &id);
         if (st != PL_OK) {
             ok = pl_srv_fail_status(err, st, np > 1 ? "prompt" : NULL);
+            if (q->constraint_param && is_constraint(err->param))
+                snprintf(err->param, sizeof err->param, "%s", q->constraint_param);
             if (np > 1) {
                 char msg[sizeof err->message + 32];
                 int n = snprintf(msg, sizeof msg, "prompt %zu: %s", p, err->message);
@@ -527,17 +535,37 @@ static pl_srv_next stream_next(pl_srv *s, pl_srv_req *r) {
 /* How a chat's replies are read: its tool calls in the syntax of the template that renders
  * it (the request's own, when it brings one and --tool-call-parser is auto), and the
  * reasoning. Mistral's marker is a special token: its text is kept unless the body says. */
-static void reading(pl_srv *s, pl_srv_req *r) {
+static bool reading(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
     pl_srv_request *q = &r->rq;
-    if (q->kind != PL_SRV_CHAT) return;
+    if (q->kind != PL_SRV_CHAT) return true;
+    bool forced = q->tool_choice >= PL_SRV_TOOLS_REQUIRED;
     if (q->tools && q->tool_choice != PL_SRV_TOOLS_NONE) {
         r->tool_parser = s->tool_parser;
         if (q->chat.chat_template && !strcmp(s->opt.tool_call_parser, "auto"))
             r->tool_parser = pl_reply_tool_parser_for(q->chat.chat_template);
+        if (forced && !r->tool_parser) {
+            if (!strcmp(s->opt.tool_call_parser, "none"))
+                return pl_srv_fail(err, 400, "tool_choice", "tool_choice: a forced tool call "
+                                   "needs tool calls read (the server runs with "
+                                   "--tool-call-parser none)");
+            r->tool_parser = "hermes"; /* the template shows no syntax: Hermes' is the default */
+        }
     }
     r->read_reply = r->tool_parser || s->opt.reasoning_parser;
     if (r->tool_parser && !strcmp(r->tool_parser, "mistral") && !q->has_skip_special)
         q->sp.skip_special_tokens = false;
+    if (!forced) return true;
+    /* required or named: a grammar of the calls in the family's syntax */
+    pl_reply_options o;
+    pl_srv_reply_options(s, r, 0, &o);
+    char *g = NULL;
+    pl_status st = pl_reply_tool_grammar(q->chat.tools, q->tool_name, q->parallel_tool_calls, &o,
+                                         &g);
+    if (st == PL_OK) st = pl_sampling_params_set(&q->sp, "grammar", g);
+    pl_free_text(g);
+    if (st != PL_OK) return pl_srv_fail_status(err, st, "tools");
+    q->constraint_param = "tool_choice";
+    return true;
 }
 
 static bool generate(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err) {
@@ -559,12 +587,11 @@ static bool generate(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_erro
     if (r->rq.stream && r->rq.prompt_logprobs >= 0)
         return pl_srv_fail(err, 400, "prompt_logprobs", "prompt_logprobs: not available in a "
                            "stream (as in vLLM)");
-    reading(s, r);
     uint64_t serial = atomic_fetch_add(&s->next_serial, 1);
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->kind == PL_SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->nonce, (unsigned long long)serial);
     r->created = (uint64_t)time(NULL);
-    if (!prepare_prompts(s, r, err) || !submit_all(s, r, err)) return false;
+    if (!prepare_prompts(s, r, err) || !reading(s, r, err) || !submit_all(s, r, err)) return false;
     if (r->rq.stream)
         *out = (pl_srv_response){.status = 200, .type = "text/event-stream",
                                  .header = "Cache-Control", .value = "no-cache",

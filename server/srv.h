@@ -143,6 +143,8 @@ typedef struct pl_srv_request {
     char *tool_name;               /* PL_SRV_TOOLS_NAMED: the function */
     bool parallel_tool_calls;      /* default true */
     json_t *tools;                 /* the tools given (NULL: none) */
+    const char *constraint_param;  /* the field that constrains the output (response_format,
+                                      structured_outputs, guided_*), static; NULL: none */
 } pl_srv_request;
 
 /* Parses body[0..len). On failure fills err (400 naming the field) and leaves nothing to

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
 #include "pagellm.h"
 #include "test_support.h"
 #include "util/alloc.h"
@@ -342,5 +343,114 @@ Test(reply, allocation_failures) {
     cr_assert_eq(r->n_tool_calls, 1);
     cr_assert_str_eq(r->content, "Hi");
     pl_reply_free(r);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* ---- the grammar of a reply that must call tools ------------------------------------------- */
+
+static const char *const TOOLS =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
+    "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 7}}, \"required\": [\"city\"]}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]";
+
+/* Whether the grammar takes text whole (and is complete after it). */
+static bool takes(const char *gbnf, const char *text) {
+    pl_gram *g;
+    cr_assert_eq(pl_gram_parse(gbnf, strlen(gbnf), NULL, &g), PL_OK, "%s\n%s", pl_last_error(),
+                 gbnf);
+    pl_gram_matcher m;
+    cr_assert_eq(pl_gram_matcher_init(&m, g), PL_OK);
+    bool ok = pl_gram_matcher_accept_bytes(&m, text, strlen(text)) == PL_OK &&
+              pl_gram_matcher_is_complete(&m);
+    pl_gram_matcher_deinit(&m);
+    pl_gram_free(g);
+    return ok;
+}
+
+static char *tool_grammar(const char *tool, const char *rsn, const char *prompt, const char *name,
+                          bool parallel) {
+    pl_reply_options o = opts(tool, rsn, prompt);
+    char *g = NULL;
+    cr_assert_eq(pl_reply_tool_grammar(TOOLS, name, parallel, &o, &g), PL_OK, "%s",
+                 pl_last_error());
+    return g;
+}
+
+/* The grammar takes the calls written in the family's syntax, and the reply parser reads them
+ * back; it refuses another function, arguments against the schema, and a second call unless
+ * parallel. */
+static void check_syntax(const char *tool, const char *one, const char *two, const char *bad) {
+    char *g = tool_grammar(tool, NULL, NULL, NULL, false), *gp = tool_grammar(tool, NULL, NULL,
+                                                                             NULL, true);
+    cr_assert(takes(g, one), "%s: %s\n%s", tool, one, g);
+    cr_assert(!takes(g, two), "%s: two calls without parallel", tool);
+    cr_assert(takes(gp, two), "%s: %s\n%s", tool, two, gp);
+    cr_assert(!takes(gp, bad), "%s: %s", tool, bad);
+    pl_reply *r = parse(tool, NULL, NULL, two);
+    cr_assert_eq(r->n_tool_calls, 2, "%s: %s", tool, two);
+    cr_assert_str_eq(r->tool_calls[0].name, "get_weather");
+    cr_assert_str_eq(r->tool_calls[1].name, "now");
+    cr_assert_str_eq(r->tool_calls[1].arguments, "{}");
+    pl_reply_free(r);
+    pl_free_text(g);
+    pl_free_text(gp);
+    /* only the named function */
+    g = tool_grammar(tool, NULL, NULL, "now", true);
+    cr_assert(!takes(g, one), "%s: named now", tool);
+    pl_free_text(g);
+}
+
+Test(reply, tool_grammar_per_syntax) {
+    check_syntax("hermes",
+                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", "
+                 "\"days\": 3}}\n</tool_call>",
+                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+                 "</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+                 "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 3}}\n"
+                 "</tool_call>");
+    check_syntax("llama3_json",
+                 "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+                 "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}; "
+                 "{\"name\": \"now\", \"parameters\": {}}",
+                 "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 9}}");
+    check_syntax("mistral",
+                 "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]",
+                 "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, "
+                 "{\"name\": \"now\", \"arguments\": {}}]",
+                 "[{\"name\": \"where\", \"arguments\": {}}]");
+}
+
+Test(reply, tool_grammar_reasoning_first) {
+    const char *call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    char text[512];
+    snprintf(text, sizeof text, "<think>\nThe time, then.\n</think>\n\n%s", call);
+    char *g = tool_grammar("hermes", "qwen3", NULL, NULL, false);
+    cr_assert(takes(g, call) && takes(g, text), "%s", g);
+    pl_free_text(g);
+    /* opened by the prompt: the reasoning's end must come first */
+    g = tool_grammar("hermes", "qwen3", "<|im_start|>assistant\n<think>\n", NULL, false);
+    cr_assert(!takes(g, call));
+    cr_assert(takes(g, strstr(text, "The time")), "%s", g);
+    pl_free_text(g);
+}
+
+Test(reply, tool_grammar_refusals) {
+    pl_reply_options o = opts("hermes", NULL, NULL);
+    char *g;
+    cr_assert_eq(pl_reply_tool_grammar("{}", NULL, false, &o, &g), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(pl_reply_tool_grammar("[{\"function\": {}}]", NULL, false, &o, &g),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "tools[0]"), "%s", pl_last_error());
+    cr_assert_eq(pl_reply_tool_grammar(TOOLS, "later", false, &o, &g), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "later"), "%s", pl_last_error());
+    const char *bad = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                      "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}]";
+    cr_assert_eq(pl_reply_tool_grammar(bad, NULL, false, &o, &g), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "tools[0].function.parameters") &&
+                  strstr(pl_last_error(), "/properties/a"),
+              "%s", pl_last_error());
+    o = opts("hermez", NULL, NULL);
+    cr_assert_eq(pl_reply_tool_grammar(TOOLS, NULL, false, &o, &g), PL_ERR_NOT_FOUND);
     PL_ASSERT_NO_LEAKS();
 }

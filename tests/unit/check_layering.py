@@ -21,7 +21,7 @@ ALLOWED = {
     "tokenizer": {"util", "gguf", "tokenizer"},
     "grammar": {"util", "tokenizer", "grammar"},
     "template": {"util", "template"},
-    "reply": {"util", "reply"},
+    "reply": {"util", "grammar", "reply"},
     "kvcache": {"util", "kvcache"},
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "gguf", "model"},

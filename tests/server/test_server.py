@@ -15,6 +15,7 @@ Exit 0 pass, 1 fail, 77 skip.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -390,6 +391,153 @@ def case_replies():
     finally:
         srv.stop()
         os.unlink(f.name)
+
+
+def check_schema(schema, v, where="$"):
+    """The subset of JSON Schema the structured-output cases use."""
+    t = schema.get("type")
+    types = {"object": dict, "string": str, "integer": int, "boolean": bool, "array": list}
+    if t:
+        check(isinstance(v, types[t]) and not (t == "integer" and isinstance(v, bool)),
+              f"{where}: {v!r} is not {t}")
+    if "enum" in schema:
+        check(v in schema["enum"], f"{where}: {v!r} not in {schema['enum']}")
+    if t == "string" and "maxLength" in schema:
+        check(len(v) <= schema["maxLength"], f"{where}: {v!r} longer than {schema['maxLength']}")
+    if t == "integer":
+        check(schema.get("minimum", v) <= v <= schema.get("maximum", v), f"{where}: {v} out of range")
+    if t == "object":
+        props = schema.get("properties", {})
+        check(set(schema.get("required", [])) <= set(v), f"{where}: missing keys of {v}")
+        check(set(v) <= set(props), f"{where}: extra keys in {v}")
+        for k, x in v.items():
+            check_schema(props[k], x, f"{where}.{k}")
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 99},
+                                           "mood": {"enum": ["happy", "sad"]}},
+          "required": ["name", "age", "mood"]}
+FUNCS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+              "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                               "days": {"type": "integer", "minimum": 1,
+                                                        "maximum": 7}},
+              "required": ["city", "days"]}}},
+         {"type": "function", "function": {"name": "now"}}]
+# the same chat in each family's tool syntax (auto picks the reader from the template)
+SYNTAX_TEMPLATES = {
+    "hermes": "{% for m in messages %}{{ m.content }}{% endfor %}<tool_call>",
+    "llama3_json": "{% for m in messages %}{{ m.content }}{% endfor %}<|python_tag|>",
+    "mistral": "{% for m in messages %}{{ m.content }}{% endfor %}[TOOL_CALLS]",
+}
+
+
+def case_structured():
+    """Constrained outputs and forced tool calls on stories260K: every output valid; streams
+    equal to whole responses; hostile constraints refused quickly, naming the field, while
+    another request streams on."""
+    srv = Server(PAGELLM, stories_args(["--trust-request-chat-template"]))
+    try:
+        chat = {"messages": [{"role": "user", "content": "Once"}], "max_tokens": 400,
+                "temperature": 0.9, "seed": 5,
+                "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}
+        # choice, regex, schema: completions and chats, whole and streamed, n = 2
+        for field, value, ok in [
+                ("guided_choice", ["happy", "sad", "angry"], lambda t: t in ("happy", "sad", "angry")),
+                ("guided_regex", "[a-c]{3}-[0-9]{2}", lambda t: re.fullmatch("[a-c]{3}-[0-9]{2}", t)),
+                ("structured_outputs", {"json": SCHEMA},
+                 lambda t: check_schema(SCHEMA, json.loads(t)) or True)]:
+            body = {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0.9,
+                    "seed": 3, "n": 2, field: value}
+            v = completion(srv, body)
+            for c in v["choices"]:
+                check(c["finish_reason"] == "stop" and ok(c["text"]), f"{field}: {c}")
+            st, events, _ = srv.stream("/v1/completions", dict(body, stream=True))
+            texts, fins, _ = stream_text(events)
+            check(texts == {i: c["text"] for i, c in enumerate(v["choices"])}, f"{field} streamed")
+        body = dict(chat, response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "strict": True, "schema": SCHEMA}})
+        st, _, v = srv.post("/v1/chat/completions", body)
+        check(st == 200 and v["choices"][0]["finish_reason"] == "stop", f"{st} {v}")
+        m = v["choices"][0]["message"]
+        check_schema(SCHEMA, json.loads(m["content"]))
+        st, events, _ = srv.stream("/v1/chat/completions", dict(body, stream=True))
+        content, _, _, _ = chat_stream_parts(events)
+        check(content == m["content"], f"{content!r} vs {m['content']!r}")
+
+        # forced tool calls in each family's syntax, read back into tool_calls
+        for syntax, tmpl in SYNTAX_TEMPLATES.items():
+            for choice, parallel in [("required", True), ({"type": "function", "function":
+                                                           {"name": "get_weather"}}, False)]:
+                body = dict(chat, chat_template=tmpl, tools=FUNCS, tool_choice=choice,
+                            parallel_tool_calls=parallel)
+                st, _, v = srv.post("/v1/chat/completions", body)
+                c = v["choices"][0] if st == 200 else v
+                # parallel calls may go on until max_tokens (a random model); the finished
+                # ones are read, the one cut short stays content
+                check(st == 200 and (c["finish_reason"] == "tool_calls" and
+                                     c["message"]["content"] is None or
+                                     parallel and c["finish_reason"] == "length"),
+                      f"{syntax} {choice}: {st} {c}")
+                calls = c["message"]["tool_calls"]
+                check(len(calls) >= 1 and (parallel or len(calls) == 1), f"{syntax}: {calls}")
+                for t in calls:
+                    f = next(x["function"] for x in FUNCS if x["function"]["name"] ==
+                             t["function"]["name"])
+                    check(isinstance(choice, str) or f["name"] == "get_weather", t)
+                    check_schema(f.get("parameters", {"type": "object"}),
+                                 json.loads(t["function"]["arguments"]))
+                    check(len(t["id"]) == (9 if syntax == "mistral" else 29), t)
+                st, events, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+                content, _, scalls, fins = chat_stream_parts(events)
+                streamed = [x[1:] for x in scalls.values()]
+                whole = [[t["function"]["name"], t["function"]["arguments"]] for t in calls]
+                check(done == 1 and fins == [c["finish_reason"]] and
+                      (streamed == whole and content == "" or
+                       fins == ["length"] and streamed[:len(whole)] == whole),
+                      f"{syntax} streamed: {scalls} vs {calls}")
+
+        # hostile constraints: refused fast, naming the field, while a stream goes on
+        slow = srv.conn()
+        slow.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": "Once", "max_tokens": 300, "stream": True, "ignore_eos": True}),
+            headers={"Content-Type": "application/json"})
+        deep = '{"type": "array", "items": ' * 1000 + "{}" + "}" * 1000  # as text, as vLLM takes it
+        for field, value, param in [
+                ("guided_json", deep, "guided_json"),
+                ("guided_json", {"enum": list(range(100000))}, "guided_json"),
+                ("guided_json", {"type": "string", "maxLength": 10 ** 9}, "guided_json"),
+                ("guided_grammar", "root ::= root \"a\" | \"b\"", "guided_grammar"),
+                ("guided_regex", "(a)\\1", "guided_regex"),
+                ("response_format", {"type": "json_schema", "json_schema": {
+                    "name": "x", "schema": {"type": "object", "properties": {"a": {"not": {}}}}}},
+                 "response_format")]:
+            t0 = time.time()
+            st, _, v = srv.post("/v1/completions", {"prompt": "Once", field: value})
+            took = time.time() - t0
+            check(st == 400 and v["error"]["param"] == param and took < 10,
+                  f"{field}: {st} {v} in {took:.1f} s")
+        # a regex that explodes a backtracking matcher: answered in bounded time either way
+        t0 = time.time()
+        st, _, v = srv.post("/v1/completions", {"prompt": "Once", "max_tokens": 8,
+                                                "guided_regex": "((a{1000}){1000}){1000}"})
+        check((st == 200 or st == 400 and v["error"]["param"] == "guided_regex") and
+              time.time() - t0 < 10, f"{st} {v}")
+        st, _, v = srv.post("/v1/chat/completions", dict(chat, tools=[{"type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {
+                "not": {}}}}}}], tool_choice="required", chat_template=SYNTAX_TEMPLATES["hermes"]))
+        check(st == 400 and v["error"]["param"] == "tools" and "/properties/a" in
+              v["error"]["message"], f"{st} {v}")
+        r = slow.getresponse()
+        text = r.read().decode()
+        check(r.status == 200 and text.rstrip().endswith("data: [DONE]") and '"error"' not in text,
+              "the stream went on")
+        slow.close()
+        check(completion(srv, {"prompt": "Once", "max_tokens": 4})["choices"][0]["text"],
+              "served after")
+        idle_and_free(srv)
+    finally:
+        srv.stop()
 
 
 def case_greedy_generate():

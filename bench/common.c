@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bench/bench_internal.h"
+#include "cli/cli.h"
 
 #ifndef PL_BENCH_BUILDTYPE
 #define PL_BENCH_BUILDTYPE "unknown"
@@ -106,6 +107,8 @@ int pl_bench_unknown_flag(const char *cmd, const char *flag) {
 }
 
 int pl_bench_engine_create(const char *cmd, const pl_engine_config *cfg, pl_engine **out) {
+    int role = cli_rank_role(cmd, cfg); /* a tensor-parallel worker does not return */
+    if (role) return role;
     pl_status s = pl_engine_create(cfg, out);
     if (s == PL_OK) return 0;
     fprintf(stderr, "pagellm %s: %s (%s)\n", cmd, pl_last_error(), pl_status_name(s));
@@ -122,6 +125,7 @@ void pl_bench_print_model(FILE *f, const pl_engine_config *cfg, const pl_engine 
             (double)pl_engine_matmul_params(e) * 1e-6,
             (double)pl_engine_weight_bytes(e) * 1e-6,
             cfg->n_threads ? cfg->n_threads : pl_bench_online_cpus(), build);
+    if (info.tensor_parallel_size > 1) fprintf(f, "Tensor parallel: %s\n", info.distributed);
 }
 
 json_t *pl_bench_model_json(const pl_engine_config *cfg, const pl_engine *e) {

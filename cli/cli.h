@@ -56,6 +56,13 @@ void cli_print_engine_flags(void);
 void cli_print_sampling_flags(void);
 void cli_print_chat_flags(void);
 
+/* Tensor parallelism under mpirun (pagellm.h): on a rank other than 0 runs the worker and
+ * exits the process with its status (0, or 1 with the error printed as "pagellm CMD: ...");
+ * returns 0 where the command goes on (rank 0, or no launch), 2 when the launch and the
+ * flags disagree (the message printed). Call it once the flags are parsed, before reading
+ * any input: only rank 0 reads stdin and prompt files. */
+int cli_rank_role(const char *cmd, const pl_engine_config *cfg);
+
 /* ---- files read whole. On failure each returns false with "PATH: problem" in err. ---- */
 
 /* The whole file ("-": standard input, named <stdin>) into *out (NUL-terminated; free());

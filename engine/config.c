@@ -18,10 +18,12 @@ static const char *const pl_choices_pl_dtype[] = {"auto", "f32|float32|float", "
                                                   "bf16|bfloat16", NULL};
 static const char *const pl_choices_pl_backend_kind[] = {"cpu", "ref", "cuda", NULL};
 static const char *const pl_choices_pl_overflow_policy[] = {"reject-newest", "drop-oldest", NULL};
+static const char *const pl_choices_pl_dist_backend[] = {"auto", "mpi", "nccl", "threads", NULL};
 
 /* The setters store enums as int. */
 _Static_assert(sizeof(pl_dtype) == sizeof(int) && sizeof(pl_backend_kind) == sizeof(int) &&
-                   sizeof(pl_overflow_policy) == sizeof(int),
+                   sizeof(pl_overflow_policy) == sizeof(int) &&
+                   sizeof(pl_dist_backend) == sizeof(int),
                "enum fields must be int-sized");
 _Static_assert(sizeof(pl_engine_config) <= 1024, "pl_fields_init's buffer");
 

@@ -16,104 +16,6 @@
 
 /* ---- create / destroy ---------------------------------------------------------------- */
 
-static pl_status create_backend(const pl_engine_config *c, pl_backend **out) {
-    pl_backend_options opt = {.n_threads = c->n_threads, .device = c->cuda_device,
-                              .kv_dtype = c->kv_dtype};
-    switch (c->backend) {
-    case PL_BACKEND_REF: return pl_backend_ref_create(&opt, out);
-    case PL_BACKEND_CUDA: return pl_backend_cuda_create(&opt, out);
-    default: return pl_backend_cpu_create(&opt, out);
-    }
-}
-
-/* The memory the engine may use: memory_limit_bytes, else what the backend reports (all of
- * host memory; a device's free memory). */
-static pl_status available_memory(pl_engine *e, size_t *out) {
-    size_t free_b = 0, total_b = 0;
-    PL_TRY(e->be->ops->memory_info(e->be, &free_b, &total_b));
-    if (e->cfg.memory_limit_bytes) total_b = free_b = e->cfg.memory_limit_bytes;
-    *out = e->be->is_host ? total_b : free_b;
-    return PL_OK;
-}
-
-/* Bytes of weights where the backend keeps them: a device may store f32 weights narrower (CUDA
- * keeps f16), so counting the host copy would shrink the pool and refuse models that fit.
- * Tensor by tensor in its own type (a mixed file's matrices differ), each from a 64-byte
- * boundary as pl_model_config_weight_bytes counts them. */
-static pl_status stored_weight_bytes(const pl_engine *e, uint64_t *out) {
-    const pl_model *m = e->model;
-    const pl_model_config *c = &m->cfg;
-    uint64_t total = 0;
-    for (size_t s = 0; s < pl_model_n_slots(c); s++) {
-        int layer;
-        pl_tensor_role r = pl_model_slot_role(c, s, &layer);
-        const pl_weight *w = &m->w[s];
-        if (!w->data || !pl_model_stores_tensor(c, r)) continue;
-        pl_wtype wt = w->type;
-        bool matrix = pl_model_tensor_type(r, PL_WTYPE_NONE) != PL_WTYPE_F32;
-        if (matrix && wt == PL_WTYPE_F32 && e->be->f32_weight_type != PL_WTYPE_NONE)
-            wt = e->be->f32_weight_type;
-        uint64_t b;
-        if (!pl_wtype_bytes(wt, (uint64_t)w->rows * (uint64_t)w->cols, &b) ||
-            __builtin_add_overflow(total, (b + 63) & ~(uint64_t)63, &total))
-            return pl_fail(PL_ERR_OUT_OF_MEMORY, "%s: weight bytes overflow 64 bits", m->name);
-    }
-    *out = total;
-    return PL_OK;
-}
-
-/* Blocks for the KV pool: max_num_blocks, or what memory_threshold of the backend's memory
- * holds after weights and workspace, capped at what max_num_seqs full-length sequences use.
- * Weights count as stored (embedding table and norms too, as the loader's limit check counts
- * them), so both checks report the same number for the same model. */
-static pl_status size_pool(pl_engine *e, const pl_runner_limits *lim, int *out_blocks) {
-    const pl_engine_config *c = &e->cfg;
-    size_t block_bytes = pl_runner_kv_block_bytes(&e->model->cfg, c->block_size, e->be->kv_dtype);
-    size_t cap = (size_t)c->max_num_seqs * (size_t)e->max_blocks_per_seq + 1;
-    if (cap > (size_t)1 << 30) cap = (size_t)1 << 30;
-    size_t avail, work_b = pl_runner_workspace_bytes(&e->model->cfg, lim);
-    uint64_t weights_b = 0;
-    PL_TRY(stored_weight_bytes(e, &weights_b));
-    PL_TRY(available_memory(e, &avail));
-    if (weights_b > (uint64_t)avail) /* a device's copy: host copies were checked at load */
-        return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                       "%s: weights take %llu bytes on backend %s, more than the %zu bytes of "
-                       "memory available (memory_limit_bytes, else free device memory)",
-                       e->model->name, (unsigned long long)weights_b, e->be->ops->name, avail);
-    if (c->max_num_blocks > 0) {
-        /* An explicit pool is taken as asked, but under an explicit limit it must fit beside
-         * the weights and the workspace (the threshold only shapes a derived pool). */
-        uint64_t pool_b = UINT64_MAX, need = UINT64_MAX;
-        if (!__builtin_mul_overflow((uint64_t)c->max_num_blocks, (uint64_t)block_bytes, &pool_b) &&
-            (__builtin_add_overflow(pool_b, weights_b, &need) ||
-             __builtin_add_overflow(need, (uint64_t)work_b, &need)))
-            need = UINT64_MAX;
-        if (c->memory_limit_bytes && need > (uint64_t)c->memory_limit_bytes)
-            return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                           "memory_limit_bytes = %zu: %llu bytes of weights + %llu bytes of KV "
-                           "cache (max_num_blocks = %d blocks of %zu bytes) + %zu bytes of "
-                           "workspace do not fit",
-                           c->memory_limit_bytes, (unsigned long long)weights_b,
-                           (unsigned long long)pool_b, c->max_num_blocks, block_bytes, work_b);
-        *out_blocks = c->max_num_blocks;
-        return PL_OK;
-    }
-    double budget = c->memory_threshold * (double)avail;
-    double weights = (double)weights_b;
-    double work = (double)work_b;
-    double left = budget - weights - work;
-    double n = left / (double)block_bytes;
-    if (n < 1) {
-        return pl_fail(PL_ERR_OUT_OF_MEMORY,
-                       "KV cache: %.0f bytes of memory (memory_threshold %.2f of %zu bytes) "
-                       "minus %.0f bytes of weights and %.0f bytes of workspace leaves no room "
-                       "for one %zu-byte block",
-                       budget, c->memory_threshold, avail, weights, work, block_bytes);
-    }
-    *out_blocks = n > (double)cap ? (int)cap : (int)n;
-    return PL_OK;
-}
-
 static pl_status alloc_step_buffers(pl_engine *e, const pl_runner_limits *lim) {
     pl_step_buffers *b = &e->sb;
     size_t S = (size_t)lim->max_seqs, V = (size_t)e->vocab;
@@ -144,6 +46,8 @@ void pl_engine_destroy(pl_engine *e) {
     pl_intake_deinit(&e->intake);
     pl_profiler_close_trace(&e->prof);
     pl_sched_destroy(e->sched);
+    pl_tp_set_totals(e->tp, e->stats.steps, e->stats.step_tokens);
+    pl_tp_stop(e->tp, e->runner); /* the other ranks first: they follow this runner */
     pl_runner_destroy(e->runner);
     pl_kv_pool_destroy(e->pool);
     pl_backend_destroy(e->be);
@@ -196,17 +100,20 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
      * weights, which the loader checks from the header or config before reading or generating
      * any, so a model that cannot fit is refused at once and with the numbers. A device's
      * memory bounds the device copy instead, which may be narrower (f16 for f32 weights):
-     * size_pool checks it, before anything is uploaded. */
-    PL_TRY(create_backend(c, &e->be));
+     * pl_rank_pool_blocks checks it, before anything is uploaded. */
+    PL_TRY(pl_rank_backend_create(c, 0, pl_tp_threads_per_rank(c), &e->be));
     size_t avail;
-    PL_TRY(available_memory(e, &avail));
+    PL_TRY(pl_rank_memory(&e->cfg, e->be, &avail));
     pl_model_load_options mo = {.dtype = c->weight_dtype, .dummy_seed = c->dummy_seed};
     if (!strncmp(model_path, "dummy:", 6) && tokenizer_path) {
         /* random weights take the tokenizer's vocabulary when it is larger */
         PL_TRY(pl_tok_load(tokenizer_path, &e->tok));
         mo.dummy_vocab = pl_tok_vocab_size(e->tok);
     }
-    PL_TRY(pl_model_load_within(model_path, &mo, e->be->is_host ? avail : 0, &e->model));
+    /* with tensor parallelism this rank keeps 1/N of the weights: the whole model may be N
+     * times this rank's memory (the loader maps it; the shard is what stays) */
+    size_t limit = e->be->is_host ? avail * (size_t)c->tensor_parallel_size : 0;
+    PL_TRY(pl_model_load_within(model_path, &mo, limit, &e->model));
     pl_engine_name_weights(e);
     const pl_model_config *mc = &e->model->cfg;
     e->vocab = mc->vocab_size;
@@ -220,19 +127,30 @@ static pl_status engine_init(pl_engine *e, const char *model_path, const char *t
                        c->max_model_len, e->model->name, mc->max_seq_len);
     PL_TRY(pl_engine_config_check_model_len(c, e->max_model_len, c->max_model_len == 0));
     e->max_blocks_per_seq = (e->max_model_len + c->block_size - 1) / c->block_size;
-    PL_TRY(load_tokenizer(e, tokenizer_path));
-    PL_TRY(pl_chat_state_init(&e->chat, e->tok, chat_template));
-
+    /* Tensor parallelism: the other ranks start here, and this one keeps its shard. From now
+     * on a failure is told to them: every step up to the runner goes through an agreement. */
+    if (c->tensor_parallel_size > 1 || c->distributed_backend == PL_DIST_MPI ||
+        c->distributed_backend == PL_DIST_NCCL) /* one MPI rank: what one GPU can check */
+        PL_TRY(pl_tp_start(c, e->model, e->be, &e->tp));
     pl_runner_limits lim = {.max_tokens = c->max_total_tokens, .max_seqs = c->max_batch_size,
                             .max_blocks_per_seq = e->max_blocks_per_seq,
                             .block_size = c->block_size};
-    PL_TRY(size_pool(e, &lim, &lim.n_blocks));
+    pl_status st = load_tokenizer(e, tokenizer_path);
+    if (st == PL_OK) st = pl_chat_state_init(&e->chat, e->tok, chat_template);
+    if (st == PL_OK) st = pl_rank_pool_blocks(&e->cfg, e->model, e->be, &lim, &lim.n_blocks);
+    if (e->tp) st = pl_tp_agree_blocks(e->tp, st, e->model, &lim, lim.n_blocks, &lim.n_blocks);
+    PL_TRY(st);
     e->n_blocks = lim.n_blocks;
     PL_TRY(pl_kv_pool_create(c->block_size, lim.n_blocks, c->enable_prefix_caching, &e->pool));
     pl_sched_config sc;
     pl_sched_config_from_engine(c, e->max_model_len, &sc);
     PL_TRY(pl_sched_create(&sc, e->pool, &e->sched));
-    PL_TRY(pl_runner_create(e->model, e->be, &lim, &e->runner));
+    st = pl_runner_create(e->model, e->be, &lim, &e->runner);
+    if (e->tp) {
+        lim.n_blocks = e->n_blocks;
+        st = pl_tp_connect(e->tp, c, e->runner, e->model, &lim, st);
+    }
+    PL_TRY(st);
     pl_runner_set_op_hook(e->runner, pl_profiler_op, &e->prof);
     PL_TRY(pl_sampler_init(&e->sampler, e->vocab));
     PL_TRY(alloc_step_buffers(e, &lim));

@@ -25,6 +25,7 @@
 #include "engine/profile.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "engine/tp.h"
 #include "grammar/grammar.h"
 #include "kvcache/kvcache.h"
 #include "model/model.h"
@@ -131,6 +132,7 @@ typedef struct pl_engine_stats {
     uint64_t prompt_tokens, prompt_tokens_computed, output_tokens, steps;
     uint64_t step_seqs, step_tokens;
     uint64_t elapsed_ns;
+    uint64_t tp_comm_last_ns;        /* collectives in the latest forward pass */
     double kv_usage_peak;
     uint64_t samples_by_reason[8];   /* indexed by pl_finish_reason */
     pl_hist ttft, tpot, latency, itl, queue;
@@ -205,6 +207,8 @@ struct pl_engine {
                                          the tokenizer's EOS when the model names none) */
     int n_eos;
     char weight_type[48];             /* pl_model_info.weight_type (pl_engine_name_weights) */
+    uint64_t n_params, param_bytes;   /* pl_model_info's, of the whole model (before a
+                                         tensor-parallel rank keeps its shard) */
     pl_dtype weight_dtype;            /* pl_model_info.weight_dtype */
 
     atomic_uint_fast64_t next_id;
@@ -215,7 +219,21 @@ struct pl_engine {
     pl_engine_stats stats;
     pl_profiler prof;
     int32_t fault_token;               /* PAGELLM_FAULT_FORWARD (a test hook); -1: off */
+    pl_tp *tp;                         /* tensor parallelism: the group; NULL with one rank */
 };
+
+/* engine/rank.c: what one rank takes from its machine */
+/* Tensor-parallel ranks on this host (threads of this process, or mpirun's local ranks). */
+int pl_rank_local_ranks(const pl_engine_config *c);
+/* Its backend: cfg's, on device cuda_device + local_rank, with n_threads CPU threads. */
+pl_status pl_rank_backend_create(const pl_engine_config *c, int local_rank, int n_threads,
+                                 pl_backend **out);
+/* The memory it may use: memory_limit_bytes, else what be reports; on a host backend divided
+ * among the ranks on this host. */
+pl_status pl_rank_memory(const pl_engine_config *c, pl_backend *be, size_t *out);
+/* KV blocks for the pool of model (this rank's part) on be within lim (n_blocks unused). */
+pl_status pl_rank_pool_blocks(const pl_engine_config *c, const pl_model *model, pl_backend *be,
+                              const pl_runner_limits *lim, int *out_blocks);
 
 /* Fills e->weight_type and e->weight_dtype from the loaded model's matrices (queries.c). */
 void pl_engine_name_weights(pl_engine *e);

@@ -103,6 +103,25 @@ static void fill(const pl_engine *e, pl_metrics *out) {
     out->n_preempted = c.n_preempted;
     out->preemptions = c.n_preemptions;
 
+    out->tokens_computed = s->step_tokens;
+    out->tensor_parallel_size = e->cfg.tensor_parallel_size;
+    if (e->tp && e->tp->link_on) {
+        pl_comm_stats cs;
+        pl_tp_link_lock(&e->tp->link); /* the keep-alive thread counts its heartbeats */
+        cs = e->tp->comm->stats;
+        pl_tp_link_unlock(&e->tp->link);
+        out->tp_all_reduce_calls = cs.calls[PL_COMM_ALL_REDUCE];
+        out->tp_all_reduce_bytes = cs.bytes[PL_COMM_ALL_REDUCE];
+        out->tp_all_gather_calls = cs.calls[PL_COMM_ALL_GATHER];
+        out->tp_all_gather_bytes = cs.bytes[PL_COMM_ALL_GATHER];
+        out->tp_broadcast_calls = cs.calls[PL_COMM_BROADCAST];
+        out->tp_broadcast_bytes = cs.bytes[PL_COMM_BROADCAST];
+        uint64_t ns = 0;
+        for (int k = 0; k < PL_COMM_N_OPS; k++) ns += cs.ns[k];
+        out->tp_comm_s = (double)ns * 1e-9;
+        out->tp_comm_last_step_s = (double)s->tp_comm_last_ns * 1e-9;
+    }
+
     pl_kv_stats kv;
     pl_kv_get_stats(e->pool, &kv);
     out->kv_blocks_total = kv.n_blocks_total;

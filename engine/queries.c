@@ -73,6 +73,7 @@ static void count_params(const pl_model *m, uint64_t *out_params, uint64_t *out_
 void pl_engine_name_weights(pl_engine *e) {
     const pl_model *m = e->model;
     const pl_model_config *c = &m->cfg;
+    count_params(m, &e->n_params, &e->param_bytes);
     uint64_t count[PL_WTYPE_COUNT] = {0};
     for (size_t i = 0; i < pl_model_n_slots(c); i++) {
         int layer;
@@ -117,6 +118,8 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
     if (!dst) return PL_OK;
     const pl_model *m = e->model;
     const pl_model_config *c = &m->cfg;
+    pl_model_config lc; /* a tensor-parallel rank's KV heads */
+    pl_model_local_config(m, &lc);
     pl_model_info info = {
         .struct_size = sizeof info,
         .name = m->name,
@@ -131,7 +134,7 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
         .kv_dtype = e->be->kv_dtype,
         .n_layers = c->n_layers, .dim = c->dim, .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .hidden_dim = c->hidden_dim,
-        .kv_bytes_per_token = pl_runner_kv_block_bytes(c, 1, e->be->kv_dtype),
+        .kv_bytes_per_token = pl_runner_kv_block_bytes(&lc, 1, e->be->kv_dtype),
         .block_size = e->cfg.block_size,
         .kv_blocks = e->n_blocks,
         .kv_tokens = (uint64_t)e->n_blocks * (uint64_t)e->cfg.block_size,
@@ -139,7 +142,10 @@ pl_status pl_engine_model_info_sized(const pl_engine *e, pl_model_info *dst, siz
         .max_num_seqs = e->cfg.max_num_seqs,
     };
     info.weight_type = e->weight_type;
-    count_params(m, &info.n_params, &info.weight_bytes);
+    info.n_params = e->n_params;
+    info.weight_bytes = e->param_bytes;
+    info.tensor_parallel_size = e->cfg.tensor_parallel_size;
+    info.distributed = e->tp ? e->tp->info : "";
     info.max_concurrency = (double)info.kv_tokens / (double)e->max_model_len;
     pl_fields_fill_out(dst, dst_size, &info, sizeof info);
     return PL_OK;

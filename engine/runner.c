@@ -15,12 +15,23 @@
  * output into it and normalises for the next block, so there is no separate add pass.
  * Logits are computed only for the rows that sample this step (a prefill chunk that does not
  * reach the end of its prompt samples nothing).
+ *
+ * Tensor parallelism (model/shard.c splits the weights; docs/distributed.md): the runner of
+ * each rank holds its shard and computes its heads and FFN units; the partial outputs of o
+ * and down are summed across ranks by one all-reduce each (in place in xb2, so the residual
+ * stream stays whole and identical on every rank), and each rank's vocabulary rows of the
+ * logits are gathered. On rank 0 pl_runner_run and pl_runner_logits first send the step plan
+ * (engine/plan.h) through the link; the other ranks sit in pl_runner_follow, which runs
+ * whatever the plans say. Host backends, and device backends with a device communicator
+ * (NCCL), hand their buffers to the communicator as they are; a device backend with a host
+ * communicator (MPI) stages through host memory.
  */
 #include "engine/runner.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "engine/tp_link.h"
 #include "util/alloc.h"
 #include "util/dtype.h"
 #include "util/timer.h"
@@ -39,6 +50,17 @@ struct pl_runner {
     pl_backend *be;
     pl_runner_limits lim;
     pl_kv_layout kv;
+    pl_model_config lc; /* what this rank computes (its heads, KV heads, FFN units) */
+    int vocab_local;    /* its rows of the output projection */
+    int vocab_stride;   /* rows per rank in the gathered logits (the last rank's may be fewer) */
+
+    /* tensor parallelism: NULL / unused with one rank */
+    pl_comm *comm;
+    pl_tp_link *link;   /* rank 0: plans go out through it */
+    float *h_stage;     /* (max_tokens, dim) host copy for a host communicator on a device */
+    float *h_gather;    /* (size, max_seqs, vocab_stride) the gathered logits, host */
+    float *d_gather;    /* the same on the device (device communicator) */
+    uint64_t comm_ns;   /* inside collectives during the last run */
 
     dev_weight *w;   /* (pl_model_n_slots) as the model's slots (pl_model_slot) */
     float *inv_freq; /* (head_dim / 2) */
@@ -68,6 +90,7 @@ struct pl_runner {
 
 static const char *const op_names[PL_OP_COUNT] = {
     "embedding", "norm", "matmul", "rope", "kv_store", "attention", "activation", "logits", "copy",
+    "communication",
 };
 
 const char *pl_op_kind_name(pl_op_kind k) {
@@ -179,8 +202,10 @@ void pl_runner_destroy(pl_runner *r) {
     be->ops->free(be, r->kv_cache);
     void *bufs[] = {r->x, r->xb, r->xb2, r->q, r->k, r->v, r->att, r->hb, r->hb2, r->xs,
                     r->logits, r->d_ids, r->d_pos, r->d_qstart, r->d_ctx, r->d_tables,
-                    r->d_rows, r->d_pairs, r->d_slots};
+                    r->d_rows, r->d_pairs, r->d_slots, r->d_gather};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
+    pl_free(r->h_stage);
+    pl_free(r->h_gather);
     pl_free(r);
 }
 
@@ -188,12 +213,14 @@ static pl_status upload_model(pl_runner *r) {
     const pl_model *m = r->m;
     const pl_model_config *c = &m->cfg;
     size_t n = pl_model_n_slots(c);
+    /* a shard's output projection is its own slice, tied or not */
+    bool own_output = !c->tied_embeddings || m->shard.size > 1;
     r->w = pl_calloc(n, sizeof *r->w);
     if (!r->w) return pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: weight table");
     for (size_t s = 0; s < n; s++) {
         int layer;
         pl_tensor_role role = pl_model_slot_role(c, s, &layer);
-        if (!pl_model_stores_tensor(c, role)) continue;
+        if (!pl_model_stores_tensor(c, role) && !(role == PL_T_OUTPUT && own_output)) continue;
         const pl_weight *w = &m->w[s];
         if (!w->data)
             return pl_fail(PL_ERR_INVALID_ARGUMENT, "%s: tensor %s of layer %d has no data",
@@ -202,7 +229,7 @@ static pl_status upload_model(pl_runner *r) {
         if (st != PL_OK) return pl_fail_prefix(st, "%s: uploading %s", m->name,
                                                pl_tensor_spec_of(role)->hf);
     }
-    if (c->tied_embeddings) {
+    if (!own_output) {
         *dw(r, PL_T_OUTPUT, 0) = *dw(r, PL_T_TOKEN_EMBD, 0);
         dw(r, PL_T_OUTPUT, 0)->alias = true;
     }
@@ -216,7 +243,7 @@ static pl_status upload_model(pl_runner *r) {
 }
 
 static pl_status alloc_workspace(pl_runner *r) {
-    const pl_model_config *c = &r->m->cfg;
+    const pl_model_config *c = &r->lc;
     size_t T = (size_t)r->lim.max_tokens, S = (size_t)r->lim.max_seqs, F = sizeof(float);
     size_t B = (size_t)r->lim.max_blocks_per_seq;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
@@ -231,13 +258,43 @@ static pl_status alloc_workspace(pl_runner *r) {
         {(void **)&r->hb, T * c->hidden_dim * F, "ffn gate"},
         {(void **)&r->hb2, T * c->hidden_dim * F, "ffn up"},
         {(void **)&r->xs, S * c->dim * F, "sampled rows"},
-        {(void **)&r->logits, S * c->vocab_size * F, "logits"},
+        {(void **)&r->logits, S * (size_t)r->vocab_stride * F, "logits"},
 #define DEVICE(name, type, dev, cap, used) {(void **)&r->dev, (cap) * sizeof(type), #name},
         PL_BATCH_ARRAYS(DEVICE)
 #undef DEVICE
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
         PL_TRY(balloc(r, plan[i].n, plan[i].what, plan[i].p));
+    return PL_OK;
+}
+
+/* The buffers collectives need: the gathered logits, and a host stage for a device backend
+ * whose communicator takes host memory. */
+static pl_status alloc_tp_buffers(pl_runner *r) {
+    size_t S = (size_t)r->lim.max_seqs, F = sizeof(float), N = (size_t)r->comm->size;
+    size_t gather = N * S * (size_t)r->vocab_stride;
+    if (!r->be->is_host && !r->comm->device) {
+        r->h_stage = pl_malloc((size_t)r->lim.max_tokens * (size_t)r->lc.dim * F);
+        if (!r->h_stage) return pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: all-reduce stage");
+    }
+    if (r->comm->device && !r->be->is_host)
+        PL_TRY(balloc(r, gather * F, "gathered logits", (void **)&r->d_gather));
+    r->h_gather = pl_calloc(gather, F); /* the last rank sends its padding too */
+    if (!r->h_gather) return pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: gathered logits");
+    return PL_OK;
+}
+
+pl_status pl_runner_set_tp(pl_runner *r, pl_comm *comm, pl_tp_link *link) {
+    if (!comm || comm->size != (r->m->shard.size > 1 ? r->m->shard.size : 1) ||
+        comm->rank != r->m->shard.rank)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "runner: the communicator (rank %d of %d) does "
+                       "not match the shard (rank %d of %d)", comm ? comm->rank : -1,
+                       comm ? comm->size : 0, r->m->shard.rank, r->m->shard.size);
+    if (comm->device && r->be->is_host)
+        return pl_fail(PL_ERR_INVALID_ARGUMENT, "--distributed-backend nccl needs --backend cuda");
+    r->comm = comm;
+    r->link = link;
+    if (comm->size > 1 || comm->device) return alloc_tp_buffers(r);
     return PL_OK;
 }
 
@@ -251,13 +308,17 @@ pl_status pl_runner_create(const pl_model *m, pl_backend *be, const pl_runner_li
     r->m = m;
     r->be = be;
     r->lim = *lim;
-    r->kv = (pl_kv_layout){.n_layers = m->cfg.n_layers, .n_blocks = lim->n_blocks,
-                           .n_kv_heads = m->cfg.n_kv_heads, .block_size = lim->block_size,
-                           .head_dim = m->cfg.head_dim, .dtype = be->kv_dtype};
+    pl_model_local_config(m, &r->lc);
+    bool sharded = m->shard.size > 1;
+    r->vocab_local = sharded ? m->shard.vocab : m->cfg.vocab_size;
+    r->vocab_stride = sharded ? m->shard.vocab_stride : m->cfg.vocab_size;
+    r->kv = (pl_kv_layout){.n_layers = r->lc.n_layers, .n_blocks = lim->n_blocks,
+                           .n_kv_heads = r->lc.n_kv_heads, .block_size = lim->block_size,
+                           .head_dim = r->lc.head_dim, .dtype = be->kv_dtype};
     pl_status s = upload_model(r);
     if (s == PL_OK) s = alloc_workspace(r);
     if (s == PL_OK)
-        s = balloc(r, pl_runner_kv_block_bytes(&m->cfg, lim->block_size, be->kv_dtype) *
+        s = balloc(r, pl_runner_kv_block_bytes(&r->lc, lim->block_size, be->kv_dtype) *
                           (size_t)lim->n_blocks,
                    "KV cache", &r->kv_cache);
     if (s != PL_OK) {
@@ -342,20 +403,83 @@ static pl_status check_batch(const pl_runner *r, const pl_runner_batch *b) {
     return PL_OK;
 }
 
+/* Sums buf (n floats, backend memory) across the ranks, in place. */
+static pl_status all_reduce(pl_runner *r, float *buf, size_t n) {
+    if (!r->comm || (r->comm->size == 1 && !r->comm->device)) return PL_OK;
+    pl_backend *be = r->be;
+    uint64_t t0 = pl_now_ns();
+    pl_status st;
+    if (r->comm->device || be->is_host) {
+        /* a host backend's ops are done when they return; sync reports a device's errors */
+        if (be->is_host) PL_TRY(be->ops->sync(be));
+        st = pl_comm_all_reduce_sum(r->comm, buf, n);
+    } else {
+        PL_TRY(be->ops->download(be, r->h_stage, buf, n * sizeof(float)));
+        st = pl_comm_all_reduce_sum(r->comm, r->h_stage, n);
+        if (st == PL_OK) st = be->ops->upload(be, buf, r->h_stage, n * sizeof(float));
+    }
+    uint64_t t1 = pl_now_ns();
+    r->comm_ns += t1 - t0;
+    if (r->profiling) {
+        r->prof.ns[PL_OP_COMM] += t1 - t0;
+        r->prof.calls[PL_OP_COMM]++;
+        if (r->hook) r->hook(r->hook_ctx, PL_OP_COMM, t0, t1);
+    }
+    return st;
+}
+
+/* r->logits (n, vocab_local) of every rank into out (n, vocab) on the host (NULL: gathered
+ * but not wanted, the ranks other than 0). Each rank sends n * vocab_stride floats; rank q's
+ * rows are vocab_local(q) long, packed. */
+static pl_status gather_logits(pl_runner *r, int n, float *out) {
+    pl_backend *be = r->be;
+    int V = r->m->cfg.vocab_size, stride = r->vocab_stride, N = r->comm->size;
+    size_t chunk = (size_t)n * (size_t)stride * sizeof(float);
+    uint64_t t0 = pl_now_ns();
+    if (r->comm->device && !be->is_host) {
+        PL_TRY(pl_comm_all_gather(r->comm, r->logits, chunk, r->d_gather));
+        PL_TRY(be->ops->download(be, r->h_gather, r->d_gather, chunk * (size_t)N));
+    } else {
+        const float *mine = r->logits;
+        if (!be->is_host) {
+            float *h_mine = r->h_gather + (size_t)r->comm->rank * (size_t)n * stride;
+            PL_TRY(be->ops->download(be, h_mine, r->logits, (size_t)n * r->vocab_local * 4));
+            mine = h_mine; /* all_gather copies a rank's own part in place */
+        } else {
+            PL_TRY(be->ops->sync(be));
+        }
+        PL_TRY(pl_comm_all_gather(r->comm, mine, chunk, r->h_gather));
+    }
+    r->comm_ns += pl_now_ns() - t0;
+    if (!out) return PL_OK;
+    for (int q = 0; q < N; q++) {
+        int v0 = q * stride, vl = V - v0 < stride ? V - v0 : stride;
+        const float *src = r->h_gather + (size_t)q * (size_t)n * stride;
+        for (int i = 0; i < n; i++)
+            memcpy(out + (size_t)i * V + v0, src + (size_t)i * vl, (size_t)vl * sizeof(float));
+    }
+    return PL_OK;
+}
+
 /* The final hidden state (r->xb) of rows d_rows (backend memory, n) through lm_head into
- * out_logits (n, vocab) on the host. */
+ * out_logits (n, vocab) on the host (NULL on ranks other than 0). */
 static pl_status logits_of_rows(pl_runner *r, const int32_t *d_rows, int n, float *out_logits) {
     pl_backend *be = r->be;
-    const pl_model_config *c = &r->m->cfg;
+    const pl_model_config *c = &r->lc;
     OP(PL_OP_LOGITS, be->ops->gather_rows(be, r->xs, r->xb, d_rows, n, c->dim));
-    PL_TRY(matmul(r, r->logits, r->xs, dw(r, PL_T_OUTPUT, 0), n, c->dim, c->vocab_size));
+    PL_TRY(matmul(r, r->logits, r->xs, dw(r, PL_T_OUTPUT, 0), n, c->dim, r->vocab_local));
+    if (r->comm && (r->comm->size > 1 || r->comm->device)) {
+        PL_TRY(gather_logits(r, n, out_logits));
+        return be->ops->sync(be);
+    }
     PL_TRY(be->ops->download(be, out_logits, r->logits, (size_t)n * c->vocab_size * sizeof(float)));
     return be->ops->sync(be);
 }
 
-pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logits) {
+/* The forward pass of b on this rank (with the collectives of a group). */
+static pl_status forward(pl_runner *r, const pl_runner_batch *b, float *out_logits) {
     PL_TRY(check_batch(r, b));
-    const pl_model_config *c = &r->m->cfg;
+    const pl_model_config *c = &r->lc;
     pl_backend *be = r->be;
     int T = b->n_tokens, D = c->dim, H = c->hidden_dim, hd = c->head_dim;
     int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
@@ -404,6 +528,7 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
                                              c->n_kv_heads, hd, r->lim.block_size));
         OP(PL_OP_ATTENTION, be->ops->attention(be, r->att, r->q, kc, vc, &ab));
         PL_TRY(matmul(r, r->xb2, r->att, dw(r, PL_T_ATTN_OUT, l), T, qd, D));
+        PL_TRY(all_reduce(r, r->xb2, (size_t)T * D));
         OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, dvec(r, PL_T_FFN_NORM, l),
                                             T, D, c->norm_eps));
 
@@ -412,6 +537,7 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
         PL_TRY(matmul_group(r, gate_up, 2, r->xb, T, D));
         OP(PL_OP_ACTIVATION, be->ops->silu_mul(be, r->hb, r->hb, r->hb2, (size_t)T * H));
         PL_TRY(matmul(r, r->xb2, r->hb, dw(r, PL_T_FFN_DOWN, l), T, H, D));
+        PL_TRY(all_reduce(r, r->xb2, (size_t)T * D));
         const float *next = l + 1 < c->n_layers ? dvec(r, PL_T_ATTN_NORM, l + 1)
                                                 : dvec(r, PL_T_OUTPUT_NORM, 0);
         OP(PL_OP_NORM, be->ops->add_rmsnorm(be, r->xb, r->x, r->xb2, next, T, D, c->norm_eps));
@@ -430,10 +556,87 @@ pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logit
     return logits_of_rows(r, r->d_rows, b->n_sample, out_logits);
 }
 
-pl_status pl_runner_logits(pl_runner *r, const int32_t *rows, int n_rows, float *out_logits) {
+static pl_status logits(pl_runner *r, const int32_t *rows, int n_rows, float *out_logits) {
     if (n_rows < 1 || n_rows > r->lim.max_seqs)
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "runner: %d logit rows (1 .. %d allowed)", n_rows,
                        r->lim.max_seqs);
     PL_TRY(r->be->ops->upload(r->be, r->d_rows, rows, (size_t)n_rows * sizeof *rows));
     return logits_of_rows(r, r->d_rows, n_rows, out_logits);
+}
+
+pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logits) {
+    r->comm_ns = 0;
+    if (!r->link) return forward(r, b, out_logits);
+    PL_TRY(check_batch(r, b)); /* a batch the others would refuse is not sent */
+    pl_tp_link_lock(r->link);
+    size_t len;
+    void *buf = pl_tp_link_payload_buf(r->link);
+    pl_status st = pl_plan_encode_run(b, r->lim.block_size, r->lim.max_blocks_per_seq, buf,
+                                      r->link->max_payload, &len);
+    uint64_t t0 = pl_now_ns();
+    if (st == PL_OK) st = pl_tp_link_send(r->link, PL_PLAN_RUN, buf, len);
+    r->comm_ns += pl_now_ns() - t0;
+    if (st == PL_OK) st = forward(r, b, out_logits);
+    pl_tp_link_unlock(r->link);
+    return st;
+}
+
+pl_status pl_runner_logits(pl_runner *r, const int32_t *rows, int n_rows, float *out_logits) {
+    if (!r->link) return logits(r, rows, n_rows, out_logits);
+    pl_tp_link_lock(r->link);
+    size_t len;
+    void *buf = pl_tp_link_payload_buf(r->link);
+    pl_status st = pl_plan_encode_rows(rows, n_rows, buf, r->link->max_payload, &len);
+    if (st == PL_OK) st = pl_tp_link_send(r->link, PL_PLAN_LOGITS, buf, len);
+    if (st == PL_OK) st = logits(r, rows, n_rows, out_logits);
+    pl_tp_link_unlock(r->link);
+    return st;
+}
+
+pl_status pl_runner_stop_followers(pl_runner *r) {
+    if (!r->link) return PL_OK;
+    pl_tp_link_lock(r->link);
+    pl_status st = pl_tp_link_send(r->link, PL_PLAN_STOP, NULL, 0);
+    pl_tp_link_unlock(r->link);
+    return st;
+}
+
+uint64_t pl_runner_comm_ns(const pl_runner *r) { return r->comm_ns; }
+
+pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t stop_after,
+                           uint64_t *out_steps, uint64_t *out_tokens) {
+    pl_batch_storage st;
+    PL_TRY(pl_batch_storage_alloc(&st, &r->lim));
+    int32_t *rows = pl_calloc((size_t)r->lim.max_seqs, sizeof *rows);
+    pl_status s = rows ? PL_OK : pl_fail(PL_ERR_OUT_OF_MEMORY, "runner: logit rows");
+    uint64_t steps = 0, tokens = 0;
+    while (s == PL_OK) {
+        pl_plan_header h;
+        const void *payload;
+        s = pl_tp_link_recv(link, &h, &payload);
+        if (s != PL_OK) break;
+        if (h.cmd == PL_PLAN_STOP) break;
+        if (h.cmd == PL_PLAN_RUN && stop_after && steps == stop_after) {
+            s = pl_fail(PL_ERR_BACKEND, "test hook: leaving silently before step %llu",
+                        (unsigned long long)steps + 1);
+            break;
+        }
+        if (h.cmd == PL_PLAN_RUN) {
+            pl_runner_batch b;
+            s = pl_plan_decode_run(payload, h.payload_bytes, &link->lim, &st, &b);
+            r->comm_ns = 0;
+            if (s == PL_OK) s = forward(r, &b, NULL);
+            steps++;
+            tokens += (uint64_t)b.n_tokens;
+        } else { /* LOGITS */
+            int n;
+            s = pl_plan_decode_rows(payload, h.payload_bytes, &link->lim, rows, &n);
+            if (s == PL_OK) s = logits(r, rows, n, NULL);
+        }
+    }
+    pl_free(rows);
+    pl_batch_storage_free(&st);
+    *out_steps = steps;
+    *out_tokens = tokens;
+    return s;
 }

@@ -11,13 +11,14 @@
 
 #include <stdint.h>
 
+#include "dist/comm.h"
 #include "kernels/backend.h"
 #include "model/model.h"
 
 /* Op kinds the profiler accounts time to. */
 typedef enum pl_op_kind {
     PL_OP_EMBED, PL_OP_NORM, PL_OP_MATMUL, PL_OP_ROPE, PL_OP_KV_STORE, PL_OP_ATTENTION,
-    PL_OP_ACTIVATION, PL_OP_LOGITS, PL_OP_COPY, PL_OP_COUNT
+    PL_OP_ACTIVATION, PL_OP_LOGITS, PL_OP_COPY, PL_OP_COMM, PL_OP_COUNT
 } pl_op_kind;
 
 const char *pl_op_kind_name(pl_op_kind k);
@@ -82,6 +83,23 @@ void pl_batch_storage_free(pl_batch_storage *st);
 pl_status pl_runner_create(const pl_model *m, pl_backend *be, const pl_runner_limits *lim,
                            pl_runner **out);
 void pl_runner_destroy(pl_runner *r);
+
+/* Tensor parallelism: the runner of a shard (m->shard) joins comm's group, its rank being
+ * the shard's; on rank 0 link (the caller's) carries the step plans to the others, which run
+ * pl_runner_follow. Allocates the gather buffers. */
+typedef struct pl_tp_link pl_tp_link;
+pl_status pl_runner_set_tp(pl_runner *r, pl_comm *comm, pl_tp_link *link);
+/* Ranks other than 0: runs every step rank 0 sends until it says stop (PL_OK) or a
+ * collective or a plan fails. *out_steps, *out_tokens: RUN plans executed and the tokens they
+ * held (a token's all-reduces are what the group's counters are checked against). stop_after > 0
+ * (a test hook): returns PL_ERR_BACKEND on receiving RUN plan stop_after + 1, doing nothing
+ * the others could see, as a rank that died would. */
+pl_status pl_runner_follow(pl_runner *r, pl_tp_link *link, uint64_t stop_after,
+                           uint64_t *out_steps, uint64_t *out_tokens);
+/* Rank 0: tells the others to leave pl_runner_follow. No-op without a link. */
+pl_status pl_runner_stop_followers(pl_runner *r);
+/* Nanoseconds the last pl_runner_run spent in collectives (plan included). */
+uint64_t pl_runner_comm_ns(const pl_runner *r);
 
 /* Runs the forward pass for b and writes logits (n_sample, vocab) into host memory. */
 pl_status pl_runner_run(pl_runner *r, const pl_runner_batch *b, float *out_logits);

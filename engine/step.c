@@ -81,6 +81,7 @@ static pl_status compute(pl_engine *e, const pl_sched_output *so, uint64_t t_ste
                       ? pl_fail(PL_ERR_BACKEND, "forward pass: fault injected "
                                                 "(PAGELLM_FAULT_FORWARD)")
                       : pl_runner_run(e->runner, &b, e->sb.logits));
+    e->stats.tp_comm_last_ns = pl_runner_comm_ns(e->runner);
     if (st != PL_OK) {
         pl_log(PL_LOG_ERROR, "step: forward pass failed: %s", pl_last_error());
         fail_step(e, so);
@@ -120,6 +121,7 @@ pl_status pl_engine_step_sized(pl_engine *e, pl_step_result *out, size_t out_siz
         pl_intake_retire_reported(e);
     });
     if (st == PL_OK) st = cs;
+    pl_tp_check(e->tp); /* a rank failed: pl_engine_health says so from now on */
     uint64_t t_end = pl_now_ns();
     if (pr->trace) {
         pl_kv_stats kv;

@@ -153,6 +153,16 @@ typedef enum pl_dtype {
     PL_DTYPE_BF16 = 3, /* "bf16" */
 } pl_dtype;
 
+/* How the ranks of tensor parallelism talk (docs/distributed.md). */
+typedef enum pl_dist_backend {
+    PL_DIST_AUTO = 0,    /* "auto": under mpirun nccl (with --backend cuda, when built in) or
+                            mpi; otherwise threads */
+    PL_DIST_MPI = 1,     /* "mpi": one process per rank, started by mpirun; host buffers */
+    PL_DIST_NCCL = 2,    /* "nccl": as mpi, with the all-reduces and the logits gather on the
+                            GPUs over NCCL */
+    PL_DIST_THREADS = 3, /* "threads": every rank a thread of this process */
+} pl_dist_backend;
+
 /* What submit does when max_waiting requests are already waiting. */
 typedef enum pl_overflow_policy {
     PL_OVERFLOW_REJECT_NEWEST = 0, /* "reject-newest": submit fails with PL_ERR_QUEUE_FULL */
@@ -260,7 +270,18 @@ typedef enum pl_overflow_policy {
       "when max_waiting requests wait: reject-newest refuses the submit, drop-oldest ends "    \
       "the oldest waiting request as overloaded")                                              \
     X(BOOL, bool, log_preemptions, false, PL_RANGE_NONE, "--log-preemptions", 0, NULL,         \
-      "log every preemption on stderr")
+      "log every preemption on stderr")                                                        \
+    X(INT, int, tensor_parallel_size, 1, PL_RANGE(1, 64), "--tensor-parallel-size", 0, "N",    \
+      "ranks the model is split over (Megatron-style: heads, FFN units, vocabulary); under "   \
+      "mpirun the number of ranks it started, else threads of this process")                   \
+    X(ENUM, pl_dist_backend, distributed_backend, PL_DIST_AUTO, PL_RANGE_NONE,                 \
+      "--distributed-backend", 0, "NAME",                                                      \
+      "how the ranks talk: auto is mpi under mpirun (nccl with --backend cuda when built in), " \
+      "else threads; `pagellm --version` lists what is built in")                              \
+    X(DOUBLE, double, distributed_timeout, 10.0, PL_RANGE_OC(0, 86400),                        \
+      "--distributed-timeout", 0, "S",                                                         \
+      "seconds a rank waits for the others in a collective before the engine fails (a dead "   \
+      "or hung rank)")
 
 /* The most alternatives logprobs and prompt_logprobs return per position (OpenAI's limit). */
 #define PL_MAX_LOGPROBS 20
@@ -678,6 +699,17 @@ typedef struct pl_metrics {
     uint64_t prefix_cache_hits;    /* of which were found cached */
     /* finished samples by finish reason, indexed by pl_finish_reason (room for 8 reasons) */
     uint64_t samples_by_reason[8];
+    /* Tensor parallelism: this process's (rank 0's) collectives since create, bytes counted
+     * as nccl-tests counts them (an all-reduce of n floats is 4n bytes); 0 with one rank.
+     * Each computed token costs 2 x n_layers x dim x 4 bytes of all-reduce on every rank. */
+    int tensor_parallel_size;
+    uint64_t tp_all_reduce_calls, tp_all_reduce_bytes;
+    uint64_t tp_all_gather_calls, tp_all_gather_bytes;   /* the logits */
+    uint64_t tp_broadcast_calls, tp_broadcast_bytes;     /* the step plans and heartbeats */
+    double tp_comm_s;             /* seconds inside collectives */
+    double tp_comm_last_step_s;   /* of those, in the latest step's forward pass */
+    uint64_t tokens_computed;     /* tokens through the model (prompt chunks and decodes; a
+                                     preempted sequence's recomputed ones too) */
 } pl_metrics;
 
 /* Snapshot of counters since create. NULL e gives zeros; NULL out is a no-op. */
@@ -754,7 +786,8 @@ typedef struct pl_model_info {
                                    embeddings once) */
     uint64_t weight_bytes;      /* of those, as loaded on the host */
     int n_layers, dim, n_heads, n_kv_heads, head_dim, hidden_dim;
-    size_t kv_bytes_per_token;  /* K and V of every layer for one token */
+    size_t kv_bytes_per_token;  /* K and V of every layer for one token (on each rank: its KV
+                                   heads, with tensor parallelism) */
     int block_size;
     int kv_blocks;              /* the KV pool */
     uint64_t kv_tokens;         /* kv_blocks * block_size */
@@ -766,6 +799,11 @@ typedef struct pl_model_info {
      * each holds, most first, joined by '+': "f16", "q8_0", "q4_k+q6_k" (a Q4_K_M file),
      * "q4_0+f16" (rows that fell back). Engine-owned, valid until pl_engine_destroy. */
     const char *weight_type;
+    /* Tensor parallelism: the ranks the model is split over (1: none), and how they talk:
+     * "mpi: 2 ranks, Open MPI v4.1.4, one host (shared memory)", "" with one rank.
+     * Engine-owned, valid until pl_engine_destroy. */
+    int tensor_parallel_size;
+    const char *distributed;
 } pl_model_info;
 
 /* Fills *out (NULL: no-op). Errors: PL_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe. */
@@ -790,6 +828,55 @@ PL_API void pl_free_ids(int32_t *ids); /* NULL is a no-op */
 PL_API pl_status pl_engine_detokenize(const pl_engine *e, const int32_t *ids, size_t n,
                                       char **out_text, size_t *out_len);
 PL_API void pl_free_text(char *text); /* NULL is a no-op */
+
+/* ------------------------------------------------------------------------------------------
+ * Tensor parallelism (docs/distributed.md)
+ *
+ * With config.tensor_parallel_size N > 1 the model is split over N ranks (attention heads,
+ * FFN units and the vocabulary; Megatron-LM's split). With distributed_backend threads,
+ * pl_engine_create starts the other ranks as threads of this process. Under mpirun
+ * (`mpirun -n N program ...`) every process runs the same program with the same config: the
+ * process of rank 0 calls pl_engine_create and does everything else (submit, step, serve);
+ * the others call pl_engine_run_worker, which runs the steps rank 0 sends and returns when
+ * rank 0's engine is destroyed. A rank that dies or hangs fails the others' next collective
+ * within config.distributed_timeout; rank 0's engine then finishes every request with
+ * PL_FINISH_ERROR and pl_engine_health reports why.
+ * ---------------------------------------------------------------------------------------- */
+
+/* Whether this process is a rank other than 0 of an mpirun launch, which calls
+ * pl_engine_run_worker instead of pl_engine_create. Errors (the same on every rank):
+ * PL_ERR_INVALID_ARGUMENT when the launch and cfg disagree (mpirun started more ranks than
+ * tensor_parallel_size, or fewer), PL_ERR_UNSUPPORTED when the backend asked for is not built
+ * in. Outside mpirun: PL_OK and false. */
+PL_API pl_status pl_engine_config_is_worker(const pl_engine_config *cfg, bool *out_is_worker);
+/* The whole life of a rank other than 0: loads its shard of cfg->model_path, then runs every
+ * step rank 0 sends until rank 0's engine is destroyed (PL_OK) or a rank fails (its error). */
+PL_API pl_status pl_engine_run_worker(const pl_engine_config *cfg);
+/* PL_OK while the engine can step; PL_ERR_BACKEND once its tensor-parallel group failed (a
+ * rank died or hung; the message says which rank and collective): every request after that
+ * finishes with PL_FINISH_ERROR, so a server should stop. Any thread. */
+PL_API pl_status pl_engine_health(const pl_engine *e);
+/* The distributed backends this build has: "threads, mpi (Open MPI v4.1.4), nccl (2.28.9)".
+ * Static storage. */
+PL_API const char *pl_distributed_backends(void);
+
+/* One row of pl_comm_benchmark: an all-reduce of `bytes` (f32) on every rank. */
+typedef struct pl_comm_bench_row {
+    size_t bytes;
+    double seconds;      /* per all-reduce, the mean over the iterations, as rank 0 saw it */
+    double algbw_gbs;    /* bytes / seconds / 1e9 */
+    double busbw_gbs;    /* algbw x 2 (N - 1) / N: what each link carried (nccl-tests) */
+    bool correct;        /* every element equal to the closed-form sum on every rank */
+} pl_comm_bench_row;
+
+/* `pagellm doctor comm`: all-reduces of n_sizes sizes (bytes, multiples of 4) over the group
+ * cfg describes (tensor_parallel_size, distributed_backend: threads in this process, or the
+ * ranks of an mpirun launch, each calling this), iters times each after a warm-up; rows
+ * (n_sizes) gets rank 0's figures (the other ranks' rows are left as they are). *out_info
+ * (may be NULL): the backend and transport, static until the next call. */
+PL_API pl_status pl_comm_benchmark(const pl_engine_config *cfg, const size_t *sizes,
+                                   size_t n_sizes, int iters, pl_comm_bench_row *rows,
+                                   const char **out_info);
 
 /* ------------------------------------------------------------------------------------------
  * Tokenizers and chat templates

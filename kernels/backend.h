@@ -190,6 +190,10 @@ struct pl_backend {
     /* This backend's bit in util/wtype.h's table (PL_WTYPE_ON_REF/CPU/CUDA): the weight types
      * whose row has it are the ones its matmul and embed take as stored. */
     unsigned wtype_bit;
+    /* Device backends: the queue every op is enqueued on (a cudaStream_t) and the device, for
+     * collectives that run in order with the ops (NCCL, dist/). NULL and 0 on host backends. */
+    void *stream;
+    int device;
 };
 
 typedef struct pl_backend_options {

@@ -78,13 +78,42 @@ typedef struct pl_weight {
     int cols;
 } pl_weight;
 
+/* One tensor-parallel rank's part of a model (model/shard.c has the split). size 0 or 1: the
+ * whole model. */
+typedef struct pl_model_shard_plan {
+    int rank, size;
+    int n_heads, head0;       /* this rank's query heads: head0 .. head0 + n_heads - 1 */
+    int n_kv_heads, kv_head0; /* its KV heads (one, shared with other ranks, when replicated) */
+    bool kv_replicated;       /* fewer KV heads than ranks */
+    int hidden, hidden0;      /* its FFN units */
+    int vocab, vocab0;        /* its rows of the output projection */
+    int vocab_stride;         /* ceil(vocab_size / size): rank r's rows start at r * stride */
+} pl_model_shard_plan;
+
 typedef struct pl_model {
     pl_model_config cfg;
     pl_weight *w;          /* (pl_model_n_slots(&cfg)) in model order: see pl_model_weight */
     char *tokenizer_path;  /* a tokenizer found beside the model, or NULL */
     char *name;            /* file name or dummy preset, for messages */
     void *priv;            /* loader-owned backing: mapping, converted copies */
+    pl_model_shard_plan shard; /* size > 1: w holds only this rank's slices (cfg stays whole;
+                                  a tied output projection then has its own slot) */
 } pl_model;
+
+/* The split of a model of c for rank of size ranks. PL_ERR_UNSUPPORTED, with the numbers and
+ * the flag, when it cannot be made: heads, KV heads (neither a multiple of the other), FFN
+ * units not divisible by the ranks, or a vocabulary too small. */
+pl_status pl_model_shard_plan_make(const pl_model_config *c, int rank, int size,
+                                   pl_model_shard_plan *out);
+/* A new model holding rank's part of m (m unchanged; the result is independent of it). */
+pl_status pl_model_shard_copy(const pl_model *m, int rank, int size, pl_model **out);
+/* Keeps only rank's part of m (copied into m's own buffers; the whole model's mapping or
+ * memory is released). Also PL_ERR_UNSUPPORTED for a quantised matrix whose column split does
+ * not fall on its blocks, naming the tensor. On failure m is unchanged. */
+pl_status pl_model_shard(pl_model *m, int rank, int size);
+/* m's config as this rank computes it: its heads, KV heads and FFN units (vocab_size stays
+ * the whole vocabulary; the output rows are m->shard.vocab). */
+void pl_model_local_config(const pl_model *m, pl_model_config *out);
 
 // ----------------------------------------------------------------------------
 // tensors by role (the tables of model/arch.h applied to a config)

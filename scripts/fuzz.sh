@@ -15,7 +15,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
   fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server
-  fuzz_grammar fuzz_schema fuzz_reply)
+  fuzz_plan fuzz_grammar fuzz_schema fuzz_reply)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -92,6 +92,7 @@ for t in "${targets[@]}"; do
     fuzz_tokenizer) sd=tokenizer ;; fuzz_tokenizer_json) sd=tokenizer_json ;;
     fuzz_prompts) sd=prompts ;; fuzz_config) sd=config ;; fuzz_fields) sd=fields ;;
     fuzz_template) sd=template ;; fuzz_sse) sd=sse ;; fuzz_server) sd=server ;;
+    fuzz_plan) sd=plan ;;
     fuzz_grammar) sd=grammar ;; fuzz_schema) sd=schema ;; fuzz_reply) sd=reply ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac

@@ -32,7 +32,8 @@ runs prompts and chats and prints their completions; chat talks with a chat mode
 terminal; tokenize and detokenize show what the tokenizer and the chat template make of a text
 or a chat; bench measures throughput, latency and this machine's ceilings; profile shows where
 a workload's time goes; quantize writes a model as a GGUF file in another weight type; serve
-answers OpenAI-compatible HTTP requests."""
+answers OpenAI-compatible HTTP requests; doctor comm measures the all-reduces of tensor
+parallelism (a model split over threads or over the ranks of `mpirun -n N pagellm ...`)."""
 
 EXIT_STATUS = [
     ("0", "success; for serve, also a stop on SIGTERM/SIGINT after its drain"),
@@ -45,6 +46,8 @@ EXIT_STATUS = [
 ]
 ENVIRONMENT = [
     ("PAGELLM_API_KEY", "serve requires this key (as --api-key does) when it is set and not empty"),
+    ("OMPI_ALLOW_RUN_AS_ROOT, OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "both set to 1 let Open MPI's "
+     "mpirun start pagellm as root (tensor parallelism; docs/distributed.md)"),
     ("OPENBLAS_CORETYPE", "kept when set; on AMD CPUs with AVX-512 pagellm sets it to SkylakeX "
                           "and runs itself again (Debian's OpenBLAS 0.3.21 does not know Zen 4/5)"),
 ]
@@ -67,7 +70,8 @@ def listed(text, section=None):
 
 
 def commands(exe):
-    """[(args, help text)] for every command and bench subcommand, in help order."""
+    """[(args, help text)] for every command and bench and doctor subcommand, in help
+    order."""
     top = help_text(exe, [])
     out = [([], top)]
     for cmd in listed(top, "commands:"):
@@ -75,7 +79,7 @@ def commands(exe):
             continue
         text = help_text(exe, [cmd])
         out.append(([cmd], text))
-        if cmd == "bench":
+        if cmd in ("bench", "doctor"):
             for sub in listed(text):
                 out.append(([cmd, sub], help_text(exe, [cmd, sub])))
     return out
@@ -241,7 +245,7 @@ def main(argv):
     exe = args[0] if args else os.path.join(ROOT, "build", "tools", "pagellm")
     docs = args[1] if len(args) > 1 else os.path.join(ROOT, "docs")
     v = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
-    m = re.fullmatch(r"pagellm (\S+)\n", v.stdout)
+    m = re.match(r"pagellm (\S+)\n", v.stdout)
     if v.returncode != 0 or not m:
         sys.exit(f"gen_cli_docs: `{exe} --version` printed {v.stdout!r} (exit {v.returncode})")
     version = m.group(1)

@@ -10,7 +10,7 @@ pkgs=(meson ninja-build pkg-config gcc g++ python3 python3-lark
       libcriterion-dev libsentencepiece-dev sentencepiece libopenblas-dev
       libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev gnuplot-nox
       clang libclang-rt-14-dev libcurl4-openssl-dev python3-pytest python3-pip python3-setuptools
-      python3-wheel)
+      python3-wheel libopenmpi-dev openmpi-bin)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()

@@ -191,6 +191,28 @@ char *pl_srv_metrics_text(pl_srv *s, const pl_srv_snapshot *snap, size_t *out_le
             (double)atomic_load(&s->aborted_overflow));
     gauge(&b, "server_http_requests_active", "HTTP requests being answered.", model,
           atomic_load(&s->active));
+    if (m->tensor_parallel_size > 1) {
+        gauge(&b, "tp_size", "Ranks the model is split over (tensor parallelism).", model,
+              m->tensor_parallel_size);
+        counter(&b, "tp_all_reduce_calls_total", "All-reduces this rank (0) ran: two per layer "
+                "per step.", model, (double)m->tp_all_reduce_calls);
+        counter(&b, "tp_all_reduce_bytes_total", "Bytes all-reduced (nccl-tests' size: 4 per "
+                "float), 2 x layers x hidden x 4 per computed token.", model,
+                (double)m->tp_all_reduce_bytes);
+        counter(&b, "tp_all_gather_calls_total", "All-gathers (the logits).", model,
+                (double)m->tp_all_gather_calls);
+        counter(&b, "tp_all_gather_bytes_total", "Bytes all-gathered.", model,
+                (double)m->tp_all_gather_bytes);
+        counter(&b, "tp_broadcast_calls_total", "Broadcasts (step plans and heartbeats).", model,
+                (double)m->tp_broadcast_calls);
+        counter(&b, "tp_broadcast_bytes_total", "Bytes broadcast.", model,
+                (double)m->tp_broadcast_bytes);
+        counter(&b, "tp_comm_seconds_total", "Seconds inside collectives.", model, m->tp_comm_s);
+        gauge(&b, "tp_comm_seconds_last_step", "Seconds inside collectives in the latest step's "
+              "forward pass.", model, m->tp_comm_last_step_s);
+        counter(&b, "tokens_computed_total", "Tokens through the model (prompt chunks, decodes, "
+                "recomputed after preemption).", model, (double)m->tokens_computed);
+    }
     if (b.failed) {
         free(b.p);
         return NULL;

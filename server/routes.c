@@ -151,7 +151,10 @@ bool pl_srv_route_headers(pl_srv *s, pl_srv_req *r, const char *url, const char 
         return refuse(r, &err);
     }
     if (atomic_load(&s->draining) && !rt->while_draining) {
-        pl_srv_fail(&err, 503, NULL, "the server is shutting down");
+        if (atomic_load(&s->failed))
+            pl_srv_fail(&err, 503, NULL, "the engine failed: %s", s->failure);
+        else
+            pl_srv_fail(&err, 503, NULL, "the server is shutting down");
         err.code = "draining";
         return refuse(r, &err);
     }
@@ -178,10 +181,16 @@ static bool health(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     (void)r, (void)err;
     pl_occupancy o;
     pl_engine_occupancy(s->e, &o);
-    bool draining = atomic_load(&s->draining);
+    /* the engine's own word, not serve()'s next look at it: a failure shows at once */
+    bool failed = pl_engine_health(s->e) != PL_OK;
+    bool draining = atomic_load(&s->draining) || failed;
     bool full = o.max_waiting > 0 && o.n_waiting_new * 5 >= o.max_waiting * 4;
     json_t *v = json_object();
-    json_object_set_new(v, "status", json_string(draining ? "draining" : full ? "overloaded" : "ok"));
+    json_object_set_new(v, "status", json_string(failed     ? "failed"
+                                                 : draining ? "draining"
+                                                 : full     ? "overloaded"
+                                                            : "ok"));
+    if (failed) json_object_set_new(v, "error", json_string(pl_last_error()));
     json_object_set_new(v, "waiting", json_integer(o.n_waiting));
     json_object_set_new(v, "running", json_integer(o.n_running));
     json_object_set_new(v, "max_waiting", json_integer(o.max_waiting));

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "server/server.h"
 #include "server/srv.h"
 
@@ -235,6 +236,8 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
     pl_srv_log("INFO", "model %s: %d KV blocks of %d tokens, max_model_len %d, %s tokenizer%s",
                s->model_name, s->info.kv_blocks, s->info.block_size, s->info.max_model_len,
                s->tok ? "a" : "no", s->opt.api_key ? ", API key required" : "");
+    if (s->info.tensor_parallel_size > 1)
+        pl_srv_log("INFO", "tensor parallel: %s", s->info.distributed);
     if (s->tool_parser || s->opt.reasoning_parser)
         pl_srv_log("INFO", "chat replies read for tool calls: %s; reasoning: %s",
                    s->tool_parser ? s->tool_parser : "no",
@@ -242,7 +245,25 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
     pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
                s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
     int sig = 0;
-    while (!(sig = next_signal(-1))) continue;
+    /* a signal, or the engine failing for good (a tensor-parallel rank died or hung) */
+    while (!(sig = next_signal(0.1)) && pl_engine_health(s->e) == PL_OK) continue;
+    if (!sig) {
+        /* for good: new requests are refused from now on, /health says why */
+        snprintf(s->failure, sizeof s->failure, "%s", pl_last_error());
+        atomic_store(&s->draining, true);
+        atomic_store(&s->failed, true);
+        pl_srv_log("ERROR", "the engine failed: %s", s->failure);
+        /* what is in flight fails at the next step and is answered with the error; the exit
+         * status tells whoever started the server (mpirun ends the other ranks) */
+        pl_srv_log("ERROR", "stopping: the engine cannot serve any more");
+        s->opt.drain_timeout = 2.0;
+        drain(s);
+        /* a moment more of 503s for health checkers (a balancer polling every second) before
+         * the port closes; a signal ends it */
+        next_signal(2.0);
+        rc = 1;
+        goto out;
+    }
     pl_srv_log("INFO", "%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     drain(s);
     rc = 0;
@@ -258,7 +279,10 @@ int pl_serve_main(int argc, char **argv) {
     pl_engine_config_default(&cfg);
     pl_srv_options opt;
     int rc = pl_srv_options_parse(argc, argv, &opt, &cfg);
-    if (rc < 0) rc = serve(&opt, &cfg);
+    if (rc < 0) {
+        rc = cli_rank_role("serve", &cfg); /* a tensor-parallel worker ends here */
+        if (rc == 0) rc = serve(&opt, &cfg);
+    }
     pl_engine_config_deinit(&cfg);
     return rc;
 }

@@ -391,6 +391,9 @@ struct pl_srv {
     /* connections and draining */
     atomic_int active;              /* requests between their first callback and completion */
     atomic_bool draining;
+    atomic_bool failed;             /* the engine cannot step any more (a tensor-parallel rank
+                                       died or hung): /health says so, the server stops */
+    char failure[256];              /* why (written before failed is set) */
     atomic_uint_fast64_t served;    /* requests completed */
     atomic_uint_fast64_t aborted_disconnect, aborted_overflow;
 

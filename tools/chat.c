@@ -276,6 +276,8 @@ static int run_chat(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         fprintf(stderr, "pagellm chat: --n: a chat has one reply per turn\n");
         return 2;
     }
+    int role = cli_rank_role("chat", cfg); /* a tensor-parallel worker does not return */
+    if (role) return role;
     if (pl_engine_create(cfg, &c.e) != PL_OK) {
         fprintf(stderr, "pagellm chat: %s\n", pl_last_error());
         return 1;

@@ -10,6 +10,7 @@ int cmd_chat(int argc, char **argv);       /* chat.c */
 int cmd_tokenize(int argc, char **argv);   /* tokenize.c */
 int cmd_detokenize(int argc, char **argv); /* tokenize.c */
 int cmd_quantize(int argc, char **argv);   /* quantize.c */
+int cmd_doctor(int argc, char **argv);     /* doctor.c */
 
 /* `bench` and `profile` are implemented in bench/ (library pl_bench): pl_bench_main and
  * pl_bench_profile_main, same convention. */

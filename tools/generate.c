@@ -379,6 +379,8 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         return 2;
     }
 
+    int role = cli_rank_role("generate", cfg); /* a tensor-parallel worker does not return */
+    if (role) return role;
     cli_prompt *prompts = NULL;
     size_t n_prompts = 0;
     char err[512];
@@ -414,6 +416,9 @@ static int generate(int argc, char **argv, pl_engine_config *cfg, pl_sampling_pa
         cli_prompts_free(prompts, n_prompts);
         return 1;
     }
+    pl_model_info info;
+    if (cfg->tensor_parallel_size > 1 && pl_engine_model_info(e, &info) == PL_OK)
+        fprintf(stderr, "pagellm generate: tensor parallel: %s\n", info.distributed);
     g_interrupted = 0;
     catch_sigint();
     int rc;

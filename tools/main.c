@@ -22,6 +22,7 @@ static void usage(FILE *f) {
             "  profile     run a workload with profiling on: trace, time per phase and op\n"
             "  quantize    write a model as a GGUF file in another weight type\n"
             "  serve       an OpenAI-compatible HTTP server (completions, chat, streaming)\n"
+            "  doctor      checks of this machine: comm (tensor-parallel all-reduce speed)\n"
             "  version     print the version (also --version)\n"
             "  help        this text (also --help, -h)\n",
             pl_version());
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("pagellm %s\n", pl_version());
+        printf("tensor parallelism: %s\n", pl_distributed_backends());
         return 0;
     }
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
@@ -69,6 +71,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "profile")) return pl_bench_profile_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return pl_serve_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor")) return cmd_doctor(argc - 2, argv + 2);
     fprintf(stderr, "pagellm: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

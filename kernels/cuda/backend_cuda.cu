@@ -312,6 +312,8 @@ extern "C" pl_status pl_backend_cuda_create(const pl_backend_options *opt, pl_ba
         cuda_destroy(be);
         return pl_fail_prefix(st, "backend cuda (device %d)", device);
     }
+    be->stream = c->stream;
+    be->device = device;
     *out = be;
     return PL_OK;
 }

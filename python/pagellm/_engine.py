@@ -222,7 +222,7 @@ def model_info(handle: Handle) -> outputs.ModelInfo:
             if f == "struct_size":
                 continue
             v = getattr(info, f)
-            if f in ("name", "architecture", "weight_type"):
+            if f in ("name", "architecture", "weight_type", "distributed"):
                 v = v.decode("utf-8", "replace") if v is not None else ""
             elif f in ("weight_dtype", "kv_dtype"):
                 v = names[v] if 0 <= v < len(names) else str(v)

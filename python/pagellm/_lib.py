@@ -140,7 +140,12 @@ class MetricsC(Structure):
                 ("kv_usage_peak", c_double), ("prefix_cache_hit_rate", c_double),
                 ("block_size", c_int), ("max_model_len", c_int), ("vocab_size", c_int),
                 ("prefix_cache_queries", c_uint64), ("prefix_cache_hits", c_uint64),
-                ("samples_by_reason", c_uint64 * 8)]
+                ("samples_by_reason", c_uint64 * 8), ("tensor_parallel_size", c_int),
+                ("tp_all_reduce_calls", c_uint64), ("tp_all_reduce_bytes", c_uint64),
+                ("tp_all_gather_calls", c_uint64), ("tp_all_gather_bytes", c_uint64),
+                ("tp_broadcast_calls", c_uint64), ("tp_broadcast_bytes", c_uint64),
+                ("tp_comm_s", c_double), ("tp_comm_last_step_s", c_double),
+                ("tokens_computed", c_uint64)]
 
 
 class ModelInfoC(Structure):
@@ -153,7 +158,8 @@ class ModelInfoC(Structure):
                 ("hidden_dim", c_int), ("kv_bytes_per_token", c_size_t),
                 ("block_size", c_int), ("kv_blocks", c_int), ("kv_tokens", c_uint64),
                 ("max_batch_size", c_int), ("max_num_seqs", c_int),
-                ("max_concurrency", c_double), ("weight_type", c_char_p)]
+                ("max_concurrency", c_double), ("weight_type", c_char_p),
+                ("tensor_parallel_size", c_int), ("distributed", c_char_p)]
 
 
 # Which ctypes struct mirrors which C struct (for the layout test).

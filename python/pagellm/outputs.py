@@ -152,6 +152,8 @@ class ModelInfo:
     max_num_seqs: int
     max_concurrency: float
     weight_type: str
+    tensor_parallel_size: int  # ranks the model is split over (1: none)
+    distributed: str           # how they talk ("threads: 2 ranks, ..."); "" with one rank
 
 
 # ---- from C -------------------------------------------------------------------------------

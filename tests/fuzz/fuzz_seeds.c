@@ -32,6 +32,7 @@
 
 #include "fuzz_config_codec.h"
 #include "gguf/gguf.h"
+#include "engine/plan.h"
 #include "model_fixtures.h"
 
 static _Noreturn void die(const char *what) {
@@ -429,6 +430,32 @@ static void fields_seeds(const char *out) {
     }
 }
 
+/* Step plans (tests/fuzz/fuzz_plan.c): a prefill with a decode beside it, a decode batch
+ * with copy-on-write pairs, LOGITS rows; the limits are fuzz_plan's. */
+static void plan_seeds(const char *out) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/plan", out);
+    mkdir_p(dir);
+    int32_t ids[6] = {1, 5, 9, 13, 17, 21}, pos[6] = {0, 1, 2, 3, 4, 9}, qs[3] = {0, 5, 6};
+    int32_t ctx[2] = {5, 10}, tables[2 * 16] = {3, 7}, rows[2] = {4, 5}, pairs[2] = {7, 8};
+    int64_t slots[6] = {12, 13, 14, 15, 28, 9};
+    tables[16] = 0, tables[17] = 4, tables[18] = 2;
+    pl_runner_batch b = {.n_seqs = 2, .n_tokens = 6, .max_query_len = 5, .max_context_len = 10,
+                         .n_sample = 2, .n_copies = 0, .token_ids = ids, .positions = pos,
+                         .slots = slots, .query_start = qs, .context_lens = ctx,
+                         .block_tables = tables, .sample_rows = rows, .copy_pairs = pairs};
+    unsigned char buf[4096];
+    size_t len;
+    unsigned char run = 0, logits = 1;
+    if (pl_plan_encode_run(&b, 4, 16, buf, sizeof buf, &len) != PL_OK) die("plan seed");
+    write_seed(dir, "prefill_and_decode", &run, 1, buf, len);
+    b.n_copies = 1;
+    if (pl_plan_encode_run(&b, 4, 16, buf, sizeof buf, &len) != PL_OK) die("plan seed");
+    write_seed(dir, "copy_on_write", &run, 1, buf, len);
+    if (pl_plan_encode_rows(rows, 2, buf, sizeof buf, &len) != PL_OK) die("plan seed");
+    write_seed(dir, "logits", &logits, 1, buf, len);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: fuzz_seeds OUTDIR\n");
@@ -447,6 +474,7 @@ int main(int argc, char **argv) {
     prompts_seeds(out);
     config_seeds(out);
     fields_seeds(out);
+    plan_seeds(out);
     pl_fixture_remove_dir(tmpdir);
     printf("fuzz_seeds: corpora written under %s\n", out);
     return 0;

@@ -59,8 +59,21 @@ def test_unknown_names_are_typeerrors_naming_them():
         SamplingParams(priority=1)
     with pytest.raises(TypeError, match="unexpected keyword argument 'blok_size'"):
         LLM("dummy:tiny", blok_size=8)
-    with pytest.raises(TypeError, match="'tensor_parallel_size'"):
-        LLMEngine("dummy:tiny", tensor_parallel_size=2)
+    with pytest.raises(TypeError, match="'pipeline_parallel_size'"):
+        LLMEngine("dummy:tiny", pipeline_parallel_size=2)
+
+
+def test_tensor_parallel_threads_give_one_rank_s_tokens():
+    """vLLM's tensor_parallel_size: the model split over two threads of this process."""
+    sp = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    prompts = [{"prompt_token_ids": [1, 5, 9, 200]}, {"prompt_token_ids": [1, 77]}]
+    with LLM("dummy:tiny", threads=1) as one, \
+            LLM("dummy:tiny", threads=1, tensor_parallel_size=2) as two:
+        a = [o.outputs[0].token_ids for o in one.generate(prompts, sp)]
+        b = [o.outputs[0].token_ids for o in two.generate(prompts, sp)]
+        info = two.model_info
+    assert a == b and len(a[0]) == 12
+    assert info.tensor_parallel_size == 2 and info.distributed.startswith("threads: 2 ranks")
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -29,13 +29,15 @@ def models_dir():
 
 
 class Server:
-    def __init__(self, pagellm, args, env=None, ready_timeout=120):
+    def __init__(self, pagellm, args, env=None, ready_timeout=120, launcher=()):
         self.log = tempfile.NamedTemporaryFile(prefix="pagellm-serve-", suffix=".log", delete=False)
         full_env = dict(os.environ)
         full_env.pop("PAGELLM_API_KEY", None)
         if env:
             full_env.update(env)
-        self.proc = subprocess.Popen([pagellm, "serve", "--port", "0", "--host", "127.0.0.1"] + args,
+        # launcher: words before the command (["mpirun", "-n", "2"]: tests/dist)
+        self.proc = subprocess.Popen(list(launcher) +
+                                     [pagellm, "serve", "--port", "0", "--host", "127.0.0.1"] + args,
                                      stdout=subprocess.DEVNULL, stderr=self.log, env=full_env)
         self.port = None
         deadline = time.time() + ready_timeout

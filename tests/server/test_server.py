@@ -79,7 +79,8 @@ def case_api():
         check(v["data"][0]["id"] == model and v["data"][0]["max_model_len"] == 512, v)
         version = subprocess.run([PAGELLM, "version"], capture_output=True, text=True).stdout
         st, _, v = srv.get("/version")
-        check(st == 200 and "pagellm " + v["version"] == version.strip(), f"{v} vs {version}")
+        check(st == 200 and "pagellm " + v["version"] == version.splitlines()[0],
+              f"{v} vs {version}")
         st, _, v = srv.get("/health")
         check(st == 200 and v["status"] == "ok" and v["running"] == 0, v)
 

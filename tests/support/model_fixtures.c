@@ -192,6 +192,19 @@ void pl_fixture_random_config(pl_test_rng *r, pl_model_config *c) {
     c->n_eos = 1;
 }
 
+void pl_fixture_tp_config(pl_arch arch, int variant, pl_model_config *c) {
+    pl_fixture_family_config(arch, variant, c);
+    switch (arch) {
+    case PL_ARCH_LLAMA:
+        if (variant >= 2) c->dim = 64, c->n_heads = 8;
+        c->hidden_dim = 76;
+        break;
+    case PL_ARCH_MISTRAL: c->dim = 32, c->n_heads = 4, c->hidden_dim = 70; break;
+    case PL_ARCH_QWEN2: c->hidden_dim = 84; break;
+    default: c->hidden_dim = 72; break;
+    }
+}
+
 void pl_fixture_family_config(pl_arch arch, int variant, pl_model_config *c) {
     memset(c, 0, sizeof *c);
     c->arch = arch;

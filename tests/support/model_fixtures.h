@@ -50,6 +50,12 @@ void pl_fixture_random_config(pl_test_rng *r, pl_model_config *out);
  * EOS {2, 3}. BOS 1. */
 void pl_fixture_family_config(pl_arch arch, int variant, pl_model_config *out);
 
+/* pl_fixture_family_config with sizes tensor parallelism can split: heads, KV heads (Mistral
+ * keeps its one, replicated over the ranks) and FFN units over 2 ranks; Llama's variants 2
+ * and 3 have 8 heads and 2 KV heads, which 4 ranks split (each KV head kept by two). The
+ * vocabularies stay odd: the last rank's share of the output projection is smaller. */
+void pl_fixture_tp_config(pl_arch arch, int variant, pl_model_config *out);
+
 /* RoPE scaling as a Hugging Face config.json states it in "rope_scaling": {"type": "linear",
  * "factor"} or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
  * "original_max_position_embeddings"}. Only pl_fixture_write_hf stores it (the llama2.c

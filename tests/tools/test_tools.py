@@ -705,8 +705,11 @@ def case_progress_profile():
 def case_version():
     a = run(["--version"]).stdout
     b = run(["version"]).stdout
-    check(re.fullmatch(r"pagellm \d+\.\d+\.\d+\n", a) and a == b,
-          f"--version {a!r} and version {b!r} differ or are not 'pagellm X.Y.Z'")
+    # the second line: the distributed backends built in (docs/distributed.md)
+    check(re.fullmatch(r"pagellm \d+\.\d+\.\d+\ntensor parallelism: threads"
+                       r"(, mpi \([^)]+\))?(, nccl \([^)]+\))?\n", a) and a == b,
+          f"--version {a!r} and version {b!r} differ or are not 'pagellm X.Y.Z' and the "
+          f"backends")
     top = run(["--help"]).stdout
     subs = re.findall(r"^  (\w+)  ", run(["bench", "--help"]).stdout, re.M)
     check(len(subs) >= 5, f"bench --help lists {subs}")

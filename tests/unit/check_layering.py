@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_own_header  # noqa: E402
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "gguf", "tokenizer", "grammar", "template", "reply", "kvcache", "scheduler", "model", "kernels", "engine",
+MODULES = ["util", "gguf", "tokenizer", "grammar", "template", "reply", "kvcache", "scheduler", "model", "kernels", "dist", "engine",
            "cli", "tools", "bench", "server", "tests"]
 ALLOWED = {
     "util": {"util"},
@@ -26,8 +26,9 @@ ALLOWED = {
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "gguf", "model"},
     "kernels": {"util", "kernels"},
+    "dist": {"util", "dist"},
     "engine": {"util", "gguf", "tokenizer", "grammar", "template", "kvcache", "scheduler", "model",
-               "kernels", "engine"},
+               "kernels", "dist", "engine"},
     # the command line sees only pagellm.h: cli/ (flags, prompts file) <- bench/, server/ <- tools/
     "cli": {"cli"},
     "bench": {"bench", "cli"},

@@ -7,8 +7,8 @@
  * in pieces of sizes taken from the input, every delta's text is within bounds, tool indices
  * come in order with the first delta of each call carrying its id and name, the parser counts
  * the calls it announced, and when the stream announced no call its content and reasoning
- * join to the whole parse's (calls that break midway may differ: a stream has sent them);
- * nothing leaks.
+ * join to the whole parse's up to the first NUL (calls that break midway may differ: a stream
+ * has sent them); nothing leaks.
  *
  * Input: byte 0 picks the tool syntax (b % 4: none, hermes, llama3_json, mistral) and the
  * reasoning syntax (b / 4 % 3: none, qwen3, deepseek_r1) and whether the prompt opened the
@@ -42,6 +42,14 @@ static void put(buf *b, const char *s, size_t n) {
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = '\0';
+}
+
+/* The whole parse's strings are C strings: a NUL in the reply ends what they show (pagellm.h),
+ * while the stream's deltas carry every byte, so the two are compared up to the first NUL. */
+static bool same(const char *whole, const buf *streamed) {
+    const char *w = whole ? whole : "";
+    size_t n = streamed->n ? strnlen(streamed->p, streamed->n) : 0;
+    return strlen(w) == n && (!n || memcmp(w, streamed->p, n) == 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -100,11 +108,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (pl_reply_parser_tool_calls(p) != (size_t)calls) fail("call count");
     if (calls == 0 && r->n_tool_calls == 0) {
-        const char *want = r->content ? r->content : "";
-        if (strlen(want) != content.n || (content.n && memcmp(want, content.p, content.n)))
-            fail("streamed content differs from the whole parse");
-        want = r->reasoning_content ? r->reasoning_content : "";
-        if (strlen(want) != reasoning.n || (reasoning.n && memcmp(want, reasoning.p, reasoning.n)))
+        if (!same(r->content, &content)) fail("streamed content differs from the whole parse");
+        if (!same(r->reasoning_content, &reasoning))
             fail("streamed reasoning differs from the whole parse");
     }
     free(content.p);

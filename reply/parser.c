@@ -678,6 +678,11 @@ static pl_status create(const pl_reply_options *opt, bool whole, pl_reply_parser
     p->st = p->rsn == RSN_NONE ? S_CONTENT : S_START;
     p->marker = "";
     p->ws_part = PL_REPLY_CONTENT;
+    /* in.p is never NULL, so the readers' "in.p + at" is defined on an empty reply too */
+    if (pl_buf_reserve(&p->in, 64, "reply") != PL_OK) {
+        pl_free(p);
+        return oom();
+    }
     *out = p;
     return PL_OK;
 }

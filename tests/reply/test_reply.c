@@ -169,6 +169,24 @@ Test(reply, plain_text_is_content_byte_for_byte) {
     }
 }
 
+/* An empty reply (a request stopped at once) under every syntax, reasoning open or not: no
+ * text ever reaches the parser's buffer (fuzz_reply found "NULL + 0" there under UBSan). */
+Test(reply, empty_reply_under_every_syntax) {
+    const char *tools[] = {NULL, "hermes", "llama3_json", "mistral"};
+    const char *rsns[] = {NULL, "qwen3", "deepseek_r1"};
+    const char *prompts[] = {NULL, "<|im_start|>assistant\n<think>\n"};
+    for (int t = 0; t < 4; t++)
+        for (int k = 0; k < 3; k++)
+            for (int q = 0; q < 2; q++) {
+                pl_reply *r = parse(tools[t], rsns[k], prompts[q], "");
+                cr_assert_eq(r->n_tool_calls, 0);
+                cr_assert(r->content && !r->content[0], "content of an empty reply");
+                cr_assert(!r->reasoning_content || !r->reasoning_content[0]);
+                check_stream(tools[t], rsns[k], prompts[q], "", r);
+                pl_reply_free(r);
+            }
+}
+
 Test(reply, hermes) {
     expect("hermes", NULL, NULL,
            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n"

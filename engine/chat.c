@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/chat_messages.h"
 #include "engine/engine_internal.h"
 #include "engine/fields.h"
 #include "template/template.h"
@@ -111,10 +112,16 @@ static pl_status render(const pl_tmpl *t, const pl_tokenizer *tok, const char *m
         json_decref(cfg);
         return pl_fail(PL_ERR_OUT_OF_MEMORY, "chat: variables");
     }
-    char *text = NULL;
+    char *text = NULL, *messages = NULL;
     size_t len = 0;
-    pl_status s = pl_tmpl_render_chat(t, cfg, messages_json, o->tools, o->add_generation_prompt,
-                                      o->chat_template_kwargs, &text, &len);
+    pl_status s = pl_chat_messages_prepare(messages_json, &messages);
+    if (s != PL_OK) { /* the messages' own error, already named */
+        json_decref(cfg);
+        return s;
+    }
+    s = pl_tmpl_render_chat(t, cfg, messages, o->tools, o->add_generation_prompt,
+                            o->chat_template_kwargs, &text, &len);
+    pl_free(messages);
     json_decref(cfg);
     if (s != PL_OK) return pl_fail_prefix(s, "chat template");
     *out_text = text;

@@ -76,6 +76,7 @@ typedef struct pl_sample {
     bool finished;          /* finish_reason decided */
     bool reported;          /* its completion was in a step result */
     pl_finish_reason reason;
+    int stop_string;        /* the stop string that ended the text (index in params.stop), -1 */
     uint64_t t_first_token_ns, t_finish_ns;
     uint64_t t_last_token_ns;  /* the latest output token's (inter-token latency) */
 } pl_sample;

@@ -49,17 +49,21 @@ static pl_status push_delta(pl_engine *e, pl_sample *s, int32_t tok,
     return PL_OK;
 }
 
-/* Earliest stop string in text starting at or after `from` (*out_len: its length); -1 if
- * none. */
+/* Earliest stop string in text starting at or after `from`; -1 if none. *which: its index
+ * (the first listed among those starting there), *out_len: its length. */
 static long find_stop(const pl_request *r, const char *text, size_t len, size_t from,
-                      size_t *out_len) {
+                      int *which, size_t *out_len) {
     long best = -1;
     for (size_t i = 0; i < r->params.n_stop; i++) {
         const char *st = r->params.stop[i];
         size_t sl = strlen(st);
         for (size_t p = from; p + sl <= len; p++)
             if (!memcmp(text + p, st, sl)) {
-                if (best < 0 || (long)p < best) best = (long)p, *out_len = sl;
+                if (best < 0 || (long)p < best) {
+                    best = (long)p;
+                    *which = (int)i;
+                    *out_len = sl;
+                }
                 break;
             }
     }
@@ -143,7 +147,7 @@ pl_status pl_output_on_token(pl_engine *e, const pl_sampled *d) {
         size_t back = r->max_stop_len - 1;
         size_t from = old_len > back ? old_len - back : 0;
         size_t stop_len = 0;
-        long at = find_stop(r, s->text, s->text_len, from, &stop_len);
+        long at = find_stop(r, s->text, s->text_len, from, &s->stop_string, &stop_len);
         if (at >= 0) {
             /* the text ends before the stop string, or after it when it is to be kept */
             if (r->params.include_stop_str_in_output) at += (long)stop_len;
@@ -174,6 +178,7 @@ void pl_output_fill_completion(const pl_sample *s, pl_completion *c) {
         .n_output_ids = (size_t)(q->n_tokens - q->n_prompt),
         .text = s->text,
         .finish_reason = s->reason,
+        .stop_string = s->reason == PL_FINISH_STOP ? s->stop_string : -1,
         .n_cached_prompt_ids = (size_t)q->n_cached_prompt,
         .n_preemptions = q->n_preemptions,
     };

@@ -117,6 +117,7 @@ pl_status pl_request_create(pl_engine *e, const int32_t *ids, size_t n_ids,
         pl_sample *s = &r->samples[i];
         s->req = r;
         s->index = i;
+        s->stop_string = -1;
         /* the seed fixes sample i's stream whatever else runs: no shared generator */
         pl_rng_seed(&s->rng, mix(base + 0x9e3779b97f4a7c15ull * (uint64_t)i));
         pl_status st = pl_seq_init(&s->seq, 0, ids, (int)n_ids, p->max_tokens, p->priority);

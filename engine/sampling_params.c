@@ -23,10 +23,13 @@ static void defaults(void *obj) {
 static const pl_field_alias aliases[] = {PL_SAMPLING_PARAMS_ALIASES(PL_FIELD_ALIAS_)};
 
 /* Every sizeof pl_sampling_params has had in a release (see engine/fields.h): before the
- * constraint fields (json_schema ...), before skip_special_tokens, and now. */
+ * constraint fields (json_schema ...), before skip_special_tokens (the struct then ended
+ * there, rounded up to its alignment), and now. */
+#define SIZE_BEFORE_(member)                                                                   \
+    ((offsetof(pl_sampling_params, member) + _Alignof(pl_sampling_params) - 1) /               \
+     _Alignof(pl_sampling_params) * _Alignof(pl_sampling_params))
 static const size_t sizes[] = {offsetof(pl_sampling_params, json_schema),
-                               offsetof(pl_sampling_params, skip_special_tokens),
-                               sizeof(pl_sampling_params)};
+                               SIZE_BEFORE_(skip_special_tokens), sizeof(pl_sampling_params)};
 
 static const pl_field_table pl_sampling_params_table = {
     .prefix = "sampling", .fields = fields, .n = sizeof fields / sizeof fields[0],

@@ -387,17 +387,17 @@ typedef struct pl_logit_bias {
     X(STRINGS, const char *, choice, NULL, PL_RANGE(0, 4096), "--choice", 0, "A,B",            \
       "constrain the output to exactly one of these strings")                                  \
     X(BOOL, bool, skip_special_tokens, true, PL_RANGE_NONE, "--skip-special-tokens", 0, NULL,  \
-      "special tokens the model outputs (<|im_start|>, BOS) add no text; off: their text is "   \
-      "kept")                                                                                   \
-    X(BOOL, bool, include_stop_str_in_output, false, PL_RANGE_NONE,                            \
-      "--include-stop-str-in-output", 0, NULL,                                                 \
-      "keep the stop string that ended the output at the end of its text")                     \
-    X(BIAS, pl_logit_bias, logit_bias, NULL, PL_RANGE(0, 1024), "--logit-bias", 0, "ID:BIAS", \
-      "added to a token's logit before sampling, in [-100, 100] (OpenAI's logit_bias: -100 "    \
+      "special tokens (<|eot_id|>, [TOOL_CALLS]) add no text to the output "                       \
+      "(--no-skip-special-tokens: their text is kept, as a tool-call parser may need)")            \
+    X(BOOL, bool, include_stop_str_in_output, false, PL_RANGE_NONE,                                \
+      "--include-stop-str-in-output", 0, NULL,                                                     \
+      "keep the stop string that ended the output at the end of its text")                         \
+    X(BIAS, pl_logit_bias, logit_bias, NULL, PL_RANGE(0, 1024), "--logit-bias", 0, "ID:BIAS",      \
+      "added to a token's logit before sampling, in [-100, 100] (OpenAI's logit_bias: -100 "       \
       "bans the token); comma-separated, repeatable")                                              \
-    X(INT, int, prompt_logits, -1, PL_RANGE(-1, 16777216), "--prompt-logits", 0, "P",         \
-      "the full-vocabulary logits at every prompt position from P to the last (which gives "   \
-      "the first output token's distribution), in the completion (API; generate does not "     \
+    X(INT, int, prompt_logits, -1, PL_RANGE(-1, 16777216), "--prompt-logits", 0, "P",              \
+      "the full-vocabulary logits at every prompt position from P to the last (which gives "       \
+      "the first output token's distribution), in the completion (API; generate does not "         \
       "print them); -1 = none. Such a request does not read the prefix cache")
 /* How a chat is turned into a prompt (pl_engine_apply_chat_template and the chat submits).
  * JSON values are JSON text, parsed per call. */
@@ -695,6 +695,9 @@ typedef struct pl_completion {
     size_t n_output_ids;
     char *text;                /* output text, stop string excluded ("" without tokenizer) */
     pl_finish_reason finish_reason;
+    int32_t stop_string;       /* finished by a stop string: its index in params.stop (the
+                                  first listed among those ending at the same place); else
+                                  -1. (It fills what was padding: the layout is unchanged.) */
     size_t n_cached_prompt_ids;/* prompt tokens served from the prefix cache */
     int n_preemptions;
     double queue_s;            /* submit -> first scheduled */
@@ -1028,8 +1031,12 @@ PL_API pl_status pl_comm_benchmark(const pl_engine_config *cfg, const size_t *si
  * GGUF's tokenizer.chat_template), rendered by pagellm's own sandboxed interpreter with the
  * output of Hugging Face's transformers.js: the variables are messages, add_generation_prompt,
  * tools, bos_token, eos_token and the members of chat_template_kwargs. Messages are JSON text
- * in OpenAI's shape: an array of {"role", "content", ...} objects; every member (tool_calls,
- * tool_call_id, name, reasoning_content) reaches the template as given. A template that uses
+ * in OpenAI's shape: an array of {"role", "content", ...} objects, brought into the shape
+ * Hugging Face templates expect as vLLM does: content null or missing becomes "", a list of
+ * text parts their texts joined by "\n" (other kinds of part are refused), tool_calls null or
+ * [] is dropped, a tool call's function.arguments given as JSON text becomes the value it
+ * encodes ({} when empty); every other member (tool_call_id, name, reasoning_content) reaches
+ * the template as given. A template that uses
  * something the interpreter does not support is refused (PL_ERR_UNSUPPORTED naming the
  * construct and its line), never rendered wrong; a template's raise_exception() is
  * PL_ERR_INVALID_ARGUMENT with the template's message.
@@ -1130,6 +1137,120 @@ PL_API pl_status pl_engine_submit_chat_json(pl_engine *e, const char *messages_j
 PL_API pl_status pl_engine_submit_chat(pl_engine *e, const pl_chat_message *messages,
                                        size_t n_messages, const pl_chat_options *opt,
                                        const pl_sampling_params *params, pl_request_id *out_id);
+
+/* ------------------------------------------------------------------------------------------
+ * Chat replies: reasoning, content and tool calls
+ *
+ * A chat model writes its reasoning and its tool calls as text in its family's syntax; a
+ * reply parser turns that text into OpenAI's message parts: reasoning_content, content and
+ * tool calls (an id, a function name, and the arguments as JSON text). Tool-call syntaxes:
+ *   "hermes"       Hermes, Qwen2.5, Qwen3: <tool_call>{"name": ..., "arguments": {...}}
+ *                  </tool_call>, one block per call, anywhere in the reply
+ *   "llama3_json"  Llama 3.1/3.2: the reply is {"name": ..., "parameters": {...}} (or
+ *                  "arguments"), after <|python_tag|> or alone; several separated by ";"
+ *   "mistral"      Mistral: [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...], also
+ *                  without the marker at the start of the reply (a SentencePiece vocabulary
+ *                  never writes control tokens), or [TOOL_CALLS]name[ARGS]{...}
+ * Reasoning syntaxes: "qwen3" (<think>...</think> at the start of the reply, or open from the
+ * prompt) and "deepseek_r1" (the reply starts inside the reasoning, which </think> ends).
+ * Whitespace between the parts is dropped. A call that does not parse (its JSON, or no name)
+ * stays in the content as written; in a stream, one that breaks after its name was sent ends
+ * there. Text with no call and no reasoning comes back as content, byte for byte.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct pl_reply_options {
+    size_t struct_size;           /* set by pl_reply_options_default */
+    const char *tool_parser;      /* "hermes", "llama3_json", "mistral"; NULL: no tool calls */
+    const char *reasoning_parser; /* "qwen3", "deepseek_r1"; NULL: no reasoning */
+    const char *prompt;           /* the rendered prompt, or NULL: one that ends inside
+                                     <think> (a template that opens the reasoning) makes the
+                                     reply start there */
+    uint64_t id_seed;             /* tool-call ids are drawn from it ("call_" and 24 letters
+                                     and digits; mistral: 9, as its template requires) */
+} pl_reply_options;
+
+static inline void pl_reply_options_default(pl_reply_options *o) {
+    o->struct_size = sizeof *o;
+    o->tool_parser = NULL;
+    o->reasoning_parser = NULL;
+    o->prompt = NULL;
+    o->id_seed = 0;
+}
+
+typedef struct pl_tool_call {
+    char *id;
+    char *name;
+    char *arguments;              /* JSON text of an object, as the model wrote it ("{}" when
+                                     it gave none) */
+} pl_tool_call;
+
+/* A whole reply, parsed. Strings are NUL-terminated UTF-8. */
+typedef struct pl_reply {
+    char *content;                /* NULL when there is none besides tool calls */
+    char *reasoning_content;      /* NULL when none */
+    pl_tool_call *tool_calls;     /* (n_tool_calls) */
+    size_t n_tool_calls;
+} pl_reply;
+
+/* Parses text[0..len). *out: free with pl_reply_free. Errors: PL_ERR_INVALID_ARGUMENT (NULL,
+ * an options struct_size no pagellm version had), PL_ERR_NOT_FOUND (an unknown parser name;
+ * the message lists the known ones), PL_ERR_OUT_OF_MEMORY. Thread-safe. */
+PL_API pl_status pl_reply_parse(const char *text, size_t len, const pl_reply_options *opt,
+                                 pl_reply **out);
+PL_API void pl_reply_free(pl_reply *r); /* NULL is a no-op */
+
+/* The tool-call syntax a chat template writes its calls in ("hermes", "llama3_json",
+ * "mistral"), from the markers it uses; NULL when none is recognised. Static storage. */
+PL_API const char *pl_reply_tool_parser_for(const char *chat_template);
+
+/* The GBNF grammar (for pl_sampling_params.grammar) of a reply that must call tools, in
+ * opt->tool_parser's syntax (NULL or opt NULL: hermes): one call, or with parallel one or
+ * more, of the functions of tools_json (OpenAI's "tools": a JSON array of {"type":
+ * "function", "function": {"name", "parameters"}}), or only of the one called name when it
+ * is not NULL, each call's arguments valid against the function's parameters schema
+ * (converted as pl_json_schema_to_grammar does; none: an empty object). With
+ * opt->reasoning_parser the reasoning may come first ("<think>...</think>"; it must when the
+ * prompt opened it). Mistral's calls are written without their [TOOL_CALLS] marker (a special
+ * token: no text a grammar can match); the reply parser reads the bare array. *out_gbnf:
+ * NUL-terminated, caller frees with pl_free_text. Errors: PL_ERR_INVALID_ARGUMENT (tools not
+ * such a list: the entry named; no function called name; a schema the converter refuses:
+ * "tools[1].function.parameters: json_schema at /properties/a: ..."), PL_ERR_NOT_FOUND (an
+ * unknown syntax), PL_ERR_TOO_LONG (a schema past a limit), PL_ERR_OUT_OF_MEMORY. */
+PL_API pl_status pl_reply_tool_grammar(const char *tools_json, const char *name, bool parallel,
+                                       const pl_reply_options *opt, char **out_gbnf);
+
+/* The same reply read as it streams. Each delta is one part: content or reasoning text, or a
+ * piece of a tool call: its first delta has the call's id and name (and maybe a first piece
+ * of the arguments), the next ones more of the arguments; the pieces join to the call's
+ * arguments. Deltas join to what pl_reply_parse gives for the whole text. */
+typedef enum pl_reply_part {
+    PL_REPLY_CONTENT = 0,
+    PL_REPLY_REASONING = 1,
+    PL_REPLY_TOOL_CALL = 2,
+} pl_reply_part;
+
+typedef struct pl_reply_delta {
+    pl_reply_part part;
+    const char *text;             /* content, reasoning, or a piece of the arguments */
+    size_t len;
+    int tool_index;               /* PL_REPLY_TOOL_CALL: 0 for the reply's first call, ... */
+    const char *tool_id;          /* on a call's first delta, else NULL */
+    const char *tool_name;        /* likewise */
+} pl_reply_delta;
+
+typedef struct pl_reply_parser pl_reply_parser;
+
+/* Errors as pl_reply_parse's. */
+PL_API pl_status pl_reply_parser_create(const pl_reply_options *opt, pl_reply_parser **out);
+PL_API void pl_reply_parser_free(pl_reply_parser *p); /* NULL is a no-op */
+/* Reads the next text[0..len) of the reply (end: nothing more comes; then what was held back
+ * comes out). *out_deltas (*out_n of them, maybe 0): parser-owned, valid until the next call.
+ * Text held back (a marker may be starting) comes out once it is decided. Feeding after end
+ * is PL_ERR_INVALID_ARGUMENT. Errors: PL_ERR_OUT_OF_MEMORY (the parser is then unusable). */
+PL_API pl_status pl_reply_parser_feed(pl_reply_parser *p, const char *text, size_t len, bool end,
+                                      const pl_reply_delta **out_deltas, size_t *out_n);
+/* Tool calls begun so far. */
+PL_API size_t pl_reply_parser_tool_calls(const pl_reply_parser *p);
 
 /* ------------------------------------------------------------------------------------------
  * Model files

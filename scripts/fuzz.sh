@@ -15,7 +15,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz_llama2c fuzz_gguf fuzz_safetensors fuzz_hf_index fuzz_tokenizer
   fuzz_tokenizer_json fuzz_prompts fuzz_config fuzz_fields fuzz_template fuzz_sse fuzz_server
-  fuzz_plan fuzz_grammar fuzz_schema fuzz_logits fuzz_kvevents)
+  fuzz_plan fuzz_grammar fuzz_schema fuzz_logits fuzz_kvevents fuzz_reply)
 dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 
 if [ ! -f "$dir/build.ninja" ]; then
@@ -89,6 +89,9 @@ PY
 # --kv-events-config texts (first byte even) and event lists for the encoder (odd)
 mkdir -p "$seeds/kvevents"
 cp tests/fuzz/kvevents/* "$seeds/kvevents/"
+# chat replies for the reply parsers (byte 0: the syntaxes, byte 1: the piece size)
+mkdir -p "$seeds/reply"
+cp tests/fuzz/reply/* "$seeds/reply/"
 # the engine behind fuzz_prompts tokenizes text prompts with the tok512-like model
 export PL_FUZZ_TOKENIZER="$(realpath "$seeds/tokenizer/tok512.model")"
 
@@ -109,6 +112,7 @@ for t in "${targets[@]}"; do
     fuzz_grammar) sd=grammar ;; fuzz_schema) sd=schema ;;
     fuzz_logits) sd=logits ;;
     fuzz_kvevents) sd=kvevents ;;
+    fuzz_reply) sd=reply ;;
     *) echo "fuzz: unknown target $t"; fail=$((fail + 1)); continue ;;
   esac
   log="$dir/fuzz-$t.log"

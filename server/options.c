@@ -79,6 +79,13 @@ static const opt_row ROWS[] = {
     {"--agent-port", O_INT, O(agent_port), 0, 65535, "N", "0",
      "answer HAProxy's agent check on this TCP port (same --host): a weight from the queue "
      "and KV use, \"drain\" while draining (deploy/haproxy/); 0 = off"},
+    {"--tool-call-parser", O_STRING, O(tool_call_parser), 0, 0, "NAME", "auto",
+     "how chat replies write tool calls, read into message.tool_calls: hermes (Hermes, "
+     "Qwen2.5, Qwen3), llama3_json (Llama 3.1/3.2), mistral; auto: from the chat template's "
+     "markers; none: never read"},
+    {"--reasoning-parser", O_STRING, O(reasoning_parser), 0, 0, "NAME", NULL,
+     "how chat replies write their reasoning, read into message.reasoning_content: qwen3, "
+     "deepseek_r1 (<think>...</think>); unset: none"},
 };
 
 #define N_ROWS (sizeof ROWS / sizeof ROWS[0])
@@ -89,6 +96,7 @@ static void defaults(pl_srv_options *o) {
         .max_body_bytes = 4u << 20, .max_n = 16, .max_choices = 256, .max_connections = 1024,
         .timeout_keep_alive = 5, .request_timeout = 30, .drain_timeout = 30, .http_threads = 2,
         .max_pending_deltas = 4096, .log_interval = 10, .access_log = true,
+        .tool_call_parser = "auto",
     };
     if (o->api_key && !o->api_key[0]) o->api_key = NULL;
 }
@@ -165,6 +173,23 @@ static void usage(void) {
     cli_print_engine_flags();
 }
 
+/* A parser name the library knows (checked by asking it), or auto/none for tool calls. */
+static bool parser_name(const char *flag, const char *name, bool tools) {
+    if (!name || (tools && (!strcmp(name, "auto") || !strcmp(name, "none")))) return true;
+    pl_reply_options o;
+    pl_reply_options_default(&o);
+    if (tools) o.tool_parser = name;
+    else o.reasoning_parser = name;
+    pl_reply_parser *p;
+    if (pl_reply_parser_create(&o, &p) != PL_OK) {
+        fprintf(stderr, "pagellm serve: %s: %s%s\n", flag, pl_last_error(),
+                tools ? "; or auto, none" : "");
+        return false;
+    }
+    pl_reply_parser_free(p);
+    return true;
+}
+
 int pl_srv_options_parse(int argc, char **argv, pl_srv_options *opt, pl_engine_config *cfg) {
     defaults(opt);
     for (int i = 0; i < argc; i++) {
@@ -207,5 +232,8 @@ int pl_srv_options_parse(int argc, char **argv, pl_srv_options *opt, pl_engine_c
     }
     if (opt->api_key && !opt->api_key[0]) opt->api_key = NULL;
     if (!pl_srv_cors_init(opt)) return 2;
+    if (!parser_name("--tool-call-parser", opt->tool_call_parser, true) ||
+        !parser_name("--reasoning-parser", opt->reasoning_parser, false))
+        return 2;
     return -1;
 }

@@ -113,6 +113,7 @@ void pl_srv_req_destroy(pl_srv_req *r) {
         free(c->out_ids);
         pl_srv_logprobs_free(&c->lp);
         pl_srv_logprobs_free(&c->prompt_lp);
+        pl_reply_parser_free(c->reply);
     }
     free(r->choices);
     free(r->engine_ids);

@@ -198,51 +198,27 @@ static bool parse_prompt(pl_srv_request *r, json_t *v, const pl_srv_limits *lim,
     return true;
 }
 
-/* Chat content as a list of parts: the text parts, joined by "\n" (as vLLM does for
- * templates that take a string); other kinds of part are refused. */
-static bool flatten_content(json_t *msg, size_t i, pl_srv_error *err) {
+/* OpenAI's content: a string, null, or a list of text parts (the library joins them). */
+static bool check_content(json_t *msg, size_t i, pl_srv_error *err) {
     json_t *c = json_object_get(msg, "content");
     if (!c || json_is_string(c) || json_is_null(c)) return true;
     char key[48];
     snprintf(key, sizeof key, "messages[%zu].content", i);
     if (!json_is_array(c))
         return pl_srv_fail(err, 400, key, "%s: expected a string, null or a list of parts", key);
-    size_t cap = 64, len = 0;
-    char *text = malloc(cap);
-    if (!text) return pl_srv_fail(err, 500, key, "out of memory");
-    text[0] = '\0';
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *part = json_array_get(c, k);
         json_t *type = json_object_get(part, "type"), *t = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type) ||
-            strcmp(json_string_value(type), "text") != 0 || !json_is_string(t)) {
-            free(text);
+            strcmp(json_string_value(type), "text") != 0 || !json_is_string(t))
             return pl_srv_fail(err, 400, key, "%s[%zu]: only parts {\"type\": \"text\", \"text\": "
                                "...} are supported", key, k);
-        }
-        size_t add = json_string_length(t) + (k ? 1 : 0);
-        if (len + add + 1 > cap) {
-            while (len + add + 1 > cap) cap *= 2;
-            char *g = realloc(text, cap);
-            if (!g) {
-                free(text);
-                return pl_srv_fail(err, 500, key, "out of memory");
-            }
-            text = g;
-        }
-        if (k) text[len++] = '\n';
-        memcpy(text + len, json_string_value(t), json_string_length(t));
-        len += json_string_length(t);
-        text[len] = '\0';
     }
-    json_t *s = json_stringn(text, len);
-    free(text);
-    if (!s) return pl_srv_fail(err, 400, key, "%s: the text is not valid UTF-8", key);
-    json_object_set_new(msg, "content", s);
     return true;
 }
 
-/* "messages": a non-empty list of objects with a string role; kept as JSON text. */
+/* "messages": a non-empty list of objects with a string role; kept as JSON text (the library
+ * brings OpenAI's shapes, content null or as parts, into the template's). */
 static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
     if (!json_is_array(v) || json_array_size(v) == 0)
         return pl_srv_fail(err, 400, "messages", "messages: expected a non-empty list");
@@ -253,7 +229,7 @@ static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
         if (!json_is_object(m)) return pl_srv_fail(err, 400, "messages", "%s: expected an object", key);
         if (!json_is_string(json_object_get(m, "role")))
             return pl_srv_fail(err, 400, "messages", "%s.role: expected a string", key);
-        if (!flatten_content(m, i, err)) return false;
+        if (!check_content(m, i, err)) return false;
     }
     *out = json_dumps(v, JSON_COMPACT);
     if (!*out) return pl_srv_fail(err, 500, "messages", "out of memory");
@@ -270,7 +246,7 @@ static bool parse_messages(json_t *v, char **out, pl_srv_error *err) {
 static const char *const SAMPLING_SAME[] = {
     "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "min_tokens", "ignore_eos", "priority", "seed", "n",
-    "skip_special_tokens", "include_stop_str_in_output", "logit_bias",
+    "skip_special_tokens", "include_stop_str_in_output", "logit_bias", "prompt_logprobs",
 };
 
 /* "stop": a string or a list of them; an empty string stops nothing and is dropped (OpenAI's
@@ -293,14 +269,88 @@ static bool set_stop(pl_sampling_params *sp, json_t *v, pl_srv_error *err) {
 typedef struct parse_state {
     pl_srv_request *r;
     const pl_srv_limits *lim;
-    json_t *max_tokens, *max_completion_tokens, *top_logprobs, *stream_options;
-    bool tool_choice_none;
+    json_t *max_tokens, *max_completion_tokens, *top_logprobs, *stream_options, *tool_choice;
     json_t *tools;
 } parse_state;
+
+/* A constraint on the output from request field `param` (one per request): the sampling
+ * field `name` set from v. */
+static bool constrain(pl_srv_request *r, const char *param, const char *name, json_t *v,
+                      pl_srv_error *err) {
+    if (r->constraint_param)
+        return pl_srv_fail(err, 400, param, "%s and %s both constrain the output: give one",
+                           r->constraint_param, param);
+    r->constraint_param = param;
+    return set_sampling(&r->sp, name, param, v, err);
+}
+
+/* JSON text or a JSON value (vLLM takes both for a schema): the value. New reference. */
+static json_t *schema_value(json_t *v) {
+    if (!json_is_string(v)) return json_incref(v);
+    json_t *parsed = json_loads(json_string_value(v), JSON_DECODE_ANY, NULL);
+    return parsed ? parsed : json_incref(v);
+}
+
+/* OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}. */
+static bool response_format(pl_srv_request *r, json_t *v, pl_srv_error *err) {
+    const char *key = "response_format";
+    json_t *t = json_object_get(v, "type");
+    const char *type = json_is_object(v) ? json_string_value(t) : NULL;
+    if (type && !strcmp(type, "text")) return true;
+    if (type && !strcmp(type, "json_object")) {
+        json_t *any = json_pack("{s:s, s:b}", "type", "object", "additionalProperties", 1);
+        bool ok = any && constrain(r, key, "json_schema", any, err);
+        json_decref(any);
+        return ok || (any ? false : pl_srv_fail(err, 500, key, "out of memory"));
+    }
+    if (type && !strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(v, "json_schema");
+        json_t *schema = json_object_get(js, "schema");
+        if (!json_is_object(js))
+            return pl_srv_fail(err, 400, key, "response_format.json_schema: expected an object "
+                               "{\"name\", \"schema\", \"strict\"}");
+        if (schema && !json_is_object(schema))
+            return pl_srv_fail(err, 400, key, "response_format.json_schema.schema: expected a "
+                               "JSON Schema object");
+        json_t *any = schema ? json_incref(schema) : json_object(); /* no schema: any JSON */
+        bool ok = constrain(r, key, "json_schema", any, err);
+        json_decref(any);
+        return ok;
+    }
+    return pl_srv_fail(err, 400, key, "response_format: type must be \"text\", \"json_object\" "
+                       "or \"json_schema\"");
+}
+
+/* vLLM's structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object"}. */
+static bool structured_outputs(pl_srv_request *r, json_t *v, pl_srv_error *err) {
+    const char *key = "structured_outputs";
+    if (!json_is_object(v)) return pl_srv_fail(err, 400, key, "%s: expected an object", key);
+    static const char *const names[][2] = {{"json", "json_schema"}, {"regex", "regex"},
+                                           {"choice", "choice"}, {"grammar", "grammar"}};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *x = json_object_get(v, names[i][0]);
+        if (!x || json_is_null(x)) continue;
+        json_t *val = i == 0 ? schema_value(x) : json_incref(x);
+        bool ok = constrain(r, key, names[i][1], val, err);
+        json_decref(val);
+        if (!ok) return false;
+    }
+    if (json_is_true(json_object_get(v, "json_object"))) {
+        json_t *rf = json_pack("{s:s}", "type", "json_object");
+        bool ok = rf ? response_format(r, rf, err) : pl_srv_fail(err, 500, key, "out of memory");
+        json_decref(rf);
+        if (!ok) return false;
+    }
+    json_t *st = json_object_get(v, "structural_tag");
+    if (st && !json_is_null(st))
+        return pl_srv_fail(err, 400, key, "structured_outputs.structural_tag is not supported");
+    return true;
+}
 
 static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err) {
     pl_srv_request *r = ps->r;
     unsigned kind = 1u << r->kind;
+    if (!strcmp(key, "skip_special_tokens")) r->has_skip_special = true;
     for (size_t i = 0; i < sizeof SAMPLING_SAME / sizeof SAMPLING_SAME[0]; i++)
         if (!strcmp(key, SAMPLING_SAME[i])) return set_sampling(&r->sp, key, key, v, err);
     if (!strcmp(key, "model")) {
@@ -319,6 +369,17 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
     if (!strcmp(key, "stop")) return set_stop(&r->sp, v, err);
     if (!strcmp(key, "max_tokens")) return ps->max_tokens = v, true;
     if (!strcmp(key, "stop_token_ids")) return set_sampling(&r->sp, "stop_ids", key, v, err);
+    if (!strcmp(key, "response_format")) return response_format(r, v, err);
+    if (!strcmp(key, "structured_outputs")) return structured_outputs(r, v, err);
+    if (!strcmp(key, "guided_json")) {
+        json_t *val = schema_value(v);
+        bool ok = constrain(r, "guided_json", "json_schema", val, err);
+        json_decref(val);
+        return ok;
+    }
+    if (!strcmp(key, "guided_regex")) return constrain(r, "guided_regex", "regex", v, err);
+    if (!strcmp(key, "guided_choice")) return constrain(r, "guided_choice", "choice", v, err);
+    if (!strcmp(key, "guided_grammar")) return constrain(r, "guided_grammar", "grammar", v, err);
     if (kind == COMPLETION) {
         if (!strcmp(key, "prompt")) return parse_prompt(r, v, ps->lim, err);
         if (!strcmp(key, "echo")) return want_bool(v, key, &r->echo, err);
@@ -341,13 +402,8 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
         ps->tools = v;
         return true;
     }
-    if (!strcmp(key, "tool_choice")) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "none"))
-            return ps->tool_choice_none = true, true;
-        if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) return true;
-        return pl_srv_fail(err, 400, key, "tool_choice: only \"auto\" and \"none\" are supported "
-                           "(a forced tool call needs constrained decoding)");
-    }
+    if (!strcmp(key, "tool_choice")) return ps->tool_choice = v, true;
+    if (!strcmp(key, "parallel_tool_calls")) return want_bool(v, key, &r->parallel_tool_calls, err);
     if (!strcmp(key, "chat_template_kwargs")) {
         if (!json_is_object(v)) return pl_srv_fail(err, 400, key, "%s: expected an object", key);
         return set_chat(&r->chat, key, key, v, err);
@@ -357,12 +413,64 @@ static bool field(parse_state *ps, const char *key, json_t *v, pl_srv_error *err
         if (!json_is_string(v)) return pl_srv_fail(err, 400, key, "%s: expected a string", key);
         return set_chat(&r->chat, key, key, v, err);
     }
-    if (!strcmp(key, "response_format")) {
-        json_t *t = json_object_get(v, "type");
-        if (json_is_object(v) && json_is_string(t) && !strcmp(json_string_value(t), "text"))
-            return true;
-        return pl_srv_fail(err, 400, key, "response_format: only {\"type\": \"text\"} is "
-                           "supported");
+    return true;
+}
+
+/* "tools" (each {"type": "function", "function": {"name", ...}}) and "tool_choice": "none",
+ * "auto", "required" or {"type": "function", "function": {"name"}} naming one of them. The
+ * template gets the tools unless the choice is none. */
+static bool tools_of(parse_state *ps, pl_srv_error *err) {
+    pl_srv_request *r = ps->r;
+    json_t *tc = ps->tool_choice;
+    const char *name = NULL;
+    if (!tc) {
+        r->tool_choice = PL_SRV_TOOLS_AUTO;
+    } else if (json_is_string(tc)) {
+        const char *c = json_string_value(tc);
+        if (!strcmp(c, "none")) r->tool_choice = PL_SRV_TOOLS_NONE;
+        else if (!strcmp(c, "auto")) r->tool_choice = PL_SRV_TOOLS_AUTO;
+        else if (!strcmp(c, "required")) r->tool_choice = PL_SRV_TOOLS_REQUIRED;
+        else
+            return pl_srv_fail(err, 400, "tool_choice", "tool_choice: \"%.40s\" is none of "
+                               "\"none\", \"auto\", \"required\" or a function", c);
+    } else {
+        json_t *f = json_object_get(tc, "function");
+        name = json_string_value(json_object_get(f, "name"));
+        if (!json_is_object(tc) || !name)
+            return pl_srv_fail(err, 400, "tool_choice", "tool_choice: expected \"none\", "
+                               "\"auto\", \"required\" or {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}");
+        r->tool_choice = PL_SRV_TOOLS_NAMED;
+    }
+    json_t *tools = ps->tools;
+    /* the template takes tools as they come; a forced call needs each one's name and schema */
+    for (size_t i = 0; r->tool_choice >= PL_SRV_TOOLS_REQUIRED && i < json_array_size(tools); i++) {
+        json_t *f = json_object_get(json_array_get(tools, i), "function");
+        if (!json_is_object(f) || !json_is_string(json_object_get(f, "name")))
+            return pl_srv_fail(err, 400, "tools", "tools[%zu]: expected {\"type\": \"function\", "
+                               "\"function\": {\"name\": ..., \"parameters\": ...}}", i);
+        json_t *params = json_object_get(f, "parameters");
+        if (params && !json_is_object(params) && !json_is_null(params))
+            return pl_srv_fail(err, 400, "tools", "tools[%zu].function.parameters: expected a "
+                               "JSON Schema object", i);
+        if (name && !strcmp(json_string_value(json_object_get(f, "name")), name)) name = NULL;
+    }
+    if (r->tool_choice >= PL_SRV_TOOLS_REQUIRED && json_array_size(tools) == 0)
+        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: a tool call is required but "
+                           "no tools are given");
+    if (name)
+        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: no tool named \"%.64s\" in "
+                           "tools", name);
+    if (r->tool_choice == PL_SRV_TOOLS_NAMED &&
+        !(r->tool_name = strdup(json_string_value(
+              json_object_get(json_object_get(tc, "function"), "name")))))
+        return pl_srv_fail(err, 500, NULL, "out of memory");
+    if (r->tool_choice >= PL_SRV_TOOLS_REQUIRED && r->constraint_param)
+        return pl_srv_fail(err, 400, "tool_choice", "tool_choice: a forced tool call and %s both "
+                           "constrain the output: give one", r->constraint_param);
+    if (tools && r->tool_choice != PL_SRV_TOOLS_NONE) {
+        r->tools = json_incref(tools);
+        if (!set_chat(&r->chat, "tools", "tools", tools, err)) return false;
     }
     return true;
 }
@@ -405,9 +513,9 @@ static bool finish(parse_state *ps, pl_srv_error *err) {
             k = r->sp.logprobs;
         }
         r->sp.logprobs = r->chat_logprobs ? (k >= 0 ? k : 0) : -1;
-        if (ps->tools && !ps->tool_choice_none && !set_chat(&r->chat, "tools", "tools", ps->tools, err))
-            return false;
+        if (!tools_of(ps, err)) return false;
     }
+    r->prompt_logprobs = r->sp.prompt_logprobs;
     if (r->sp.n > ps->lim->max_n)
         return pl_srv_fail(err, 400, "n", "n = %d: at most %d (--max-n)", r->sp.n, ps->lim->max_n);
     if (r->n_prompts * (size_t)r->sp.n > (size_t)ps->lim->max_choices)
@@ -439,6 +547,7 @@ bool pl_srv_request_parse(pl_srv_kind kind, const char *body, size_t len,
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->add_special_tokens = true;
+    out->parallel_tool_calls = true;
     pl_sampling_params_default(&out->sp);
     pl_chat_options_default(&out->chat);
     json_t *root = load_object(body, len, err);
@@ -469,6 +578,8 @@ void pl_srv_request_free(pl_srv_request *r) {
     free(r->prompts);
     free(r->model);
     free(r->messages_json);
+    free(r->tool_name);
+    json_decref(r->tools);
     pl_sampling_params_deinit(&r->sp);
     pl_chat_options_deinit(&r->chat);
     memset(r, 0, sizeof *r);

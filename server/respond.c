@@ -59,13 +59,13 @@ static const char *token_text(pl_srv *s, const pl_token_logprobs *e) {
 }
 
 /* Legacy completions shape, appended to lists the caller made: one position. */
-static void completion_lp_add(pl_srv *s, json_t *obj, const pl_token_logprobs *e,
+static void completion_lp_add(pl_srv *s, json_t *obj, const pl_token_logprobs *e, int max_top,
                               size_t *offset) {
     const char *tok = token_text(s, e);
     json_array_append_new(json_object_get(obj, "tokens"), text_json(tok, strlen(tok)));
     json_array_append_new(json_object_get(obj, "token_logprobs"), logprob_real(e->logprob));
     json_t *top = json_object();
-    for (int k = 0; k < e->n_top; k++) {
+    for (int k = 0; k < e->n_top && k < max_top; k++) {
         const char *t = pl_srv_vocab_text(&s->vocab, e->top[k].token);
         if (!json_object_get(top, t)) json_object_set_new(top, t, logprob_real(e->top[k].logprob));
     }
@@ -114,7 +114,7 @@ static echo_parts echo_of(pl_srv *s, const pl_srv_prompt *p) {
  * string is its part of the echoed text. */
 static void completion_lp_prompt(pl_srv *s, json_t *obj, const pl_srv_prompt *p,
                                  const echo_parts *ep, const pl_srv_logprobs *plp,
-                                 size_t *offset) {
+                                 int max_top, size_t *offset) {
     for (size_t i = 0; i < p->n_ids; i++) {
         const char *tok = ep->text + ep->off[i];
         size_t len = ep->off[i + 1] - ep->off[i];
@@ -122,7 +122,7 @@ static void completion_lp_prompt(pl_srv *s, json_t *obj, const pl_srv_prompt *p,
             pl_token_logprobs e = plp->entries[i - 1];
             char *piece = strndup(tok, len);
             e.text = piece;
-            if (piece) completion_lp_add(s, obj, &e, offset);
+            if (piece) completion_lp_add(s, obj, &e, max_top, offset);
             free(piece);
             continue;
         }
@@ -157,6 +157,81 @@ static json_t *chat_lp_new(void) {
     json_t *o = json_object();
     json_object_set_new(o, "content", json_array());
     json_object_set_new(o, "refusal", json_null());
+    return o;
+}
+
+/* ---- stop reasons, prompt logprobs, read replies -------------------------------------------- */
+
+/* vLLM's stop_reason: the stop string or stop id that ended the choice; null for the end of
+ * text or another reason. */
+static json_t *stop_reason_json(const pl_srv_req *r, const pl_srv_choice *c) {
+    const pl_sampling_params *sp = &r->rq.sp;
+    if (c->reason != PL_FINISH_STOP) return json_null();
+    if (c->stop_string >= 0 && (size_t)c->stop_string < sp->n_stop)
+        return json_string(sp->stop[c->stop_string]);
+    for (size_t k = 0; k < sp->n_stop_ids; k++)
+        if (sp->stop_ids[k] == c->last_id) return json_integer(c->last_id);
+    return json_null();
+}
+
+static json_t *prompt_lp_entry(pl_srv *s, int32_t id, float lp, int rank) {
+    json_t *o = json_object();
+    const char *t = pl_srv_vocab_text(&s->vocab, id);
+    json_object_set_new(o, "logprob", logprob_real(lp));
+    json_object_set_new(o, "rank", json_integer(rank));
+    json_object_set_new(o, "decoded_token", text_json(t, strlen(t)));
+    return o;
+}
+
+/* vLLM's prompt_logprobs: null for the first prompt token, then per token {"<id>": {"logprob",
+ * "rank", "decoded_token"}} for the token itself and the k most likely. */
+static json_t *prompt_logprobs_json(pl_srv *s, const pl_srv_prompt *p, const pl_srv_logprobs *plp,
+                                    int k) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < p->n_ids; i++) {
+        if (i == 0 || i - 1 >= plp->n) {
+            json_array_append_new(a, json_null());
+            continue;
+        }
+        const pl_token_logprobs *e = &plp->entries[i - 1];
+        json_t *o = json_object();
+        char key[16];
+        snprintf(key, sizeof key, "%d", (int)e->token);
+        json_object_set_new(o, key, prompt_lp_entry(s, e->token, e->logprob, e->rank));
+        for (int j = 0; j < e->n_top && j < k; j++) {
+            snprintf(key, sizeof key, "%d", (int)e->top[j].token);
+            if (!json_object_get(o, key))
+                json_object_set_new(o, key, prompt_lp_entry(s, e->top[j].token, e->top[j].logprob,
+                                                             j + 1));
+        }
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+bool pl_srv_reply_options(const pl_srv *s, const pl_srv_req *r, int i, pl_reply_options *out) {
+    if (!r->read_reply) return false;
+    pl_reply_options_default(out);
+    out->tool_parser = r->tool_parser;
+    out->reasoning_parser = s->opt.reasoning_parser;
+    out->prompt = r->rq.prompts[0].text;
+    uint64_t h = 1469598103934665603ull; /* the ids differ per request and choice */
+    for (const char *c = r->id; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    out->id_seed = h ^ ((uint64_t)i * 0x9e3779b97f4a7c15ull);
+    return true;
+}
+
+static json_t *tool_call_json(int index, const char *id, const char *name, const char *args,
+                              size_t args_len) {
+    json_t *o = json_object(), *f = json_object();
+    if (index >= 0) json_object_set_new(o, "index", json_integer(index));
+    if (id) {
+        json_object_set_new(o, "id", json_string(id));
+        json_object_set_new(o, "type", json_string("function"));
+        json_object_set_new(f, "name", text_json(name, strlen(name)));
+    }
+    json_object_set_new(f, "arguments", text_json(args, args_len));
+    json_object_set_new(o, "function", f);
     return o;
 }
 
@@ -213,15 +288,22 @@ static json_t *completion_choice(pl_srv *s, const pl_srv_req *r, int i) {
         size_t offset = 0;
         if (r->rq.echo && ep.text) {
             const pl_srv_choice *first = &r->choices[c->prompt * r->n_per_prompt];
-            completion_lp_prompt(s, lp, p, &ep, &first->prompt_lp, &offset);
+            completion_lp_prompt(s, lp, p, &ep, &first->prompt_lp,
+                                 r->rq.sp.logprobs, &offset);
         }
-        for (size_t k = 0; k < c->lp.n; k++) completion_lp_add(s, lp, &c->lp.entries[k], &offset);
+        for (size_t k = 0; k < c->lp.n; k++)
+            completion_lp_add(s, lp, &c->lp.entries[k], r->rq.sp.logprobs, &offset);
         json_object_set_new(o, "logprobs", lp);
     } else {
         json_object_set_new(o, "logprobs", json_null());
     }
     json_object_set_new(o, "finish_reason", json_string(pl_srv_finish_name(c->reason)));
-    json_object_set_new(o, "stop_reason", json_null());
+    json_object_set_new(o, "stop_reason", stop_reason_json(r, c));
+    if (r->rq.prompt_logprobs >= 0) {
+        const pl_srv_choice *first = &r->choices[c->prompt * r->n_per_prompt];
+        json_object_set_new(o, "prompt_logprobs",
+                            prompt_logprobs_json(s, p, &first->prompt_lp, r->rq.prompt_logprobs));
+    }
     free(ep.text);
     free(ep.off);
     return o;
@@ -233,7 +315,34 @@ static json_t *chat_choice(pl_srv *s, const pl_srv_req *r, int i) {
     json_object_set_new(o, "index", json_integer(i));
     json_t *msg = json_object();
     json_object_set_new(msg, "role", json_string("assistant"));
-    json_object_set_new(msg, "content", text_json(c->text ? c->text : "", c->text_len));
+    pl_reply_options ro;
+    pl_reply *rep = NULL;
+    if (pl_srv_reply_options(s, r, i, &ro) &&
+        pl_reply_parse(c->text ? c->text : "", c->text_len, &ro, &rep) != PL_OK)
+        rep = NULL; /* out of memory: the text as it is */
+    if (rep) {
+        json_object_set_new(msg, "content", rep->content ? text_json(rep->content,
+                                                                     strlen(rep->content))
+                                                         : json_null());
+        if (s->opt.reasoning_parser)
+            json_object_set_new(msg, "reasoning_content",
+                                rep->reasoning_content
+                                    ? text_json(rep->reasoning_content,
+                                                strlen(rep->reasoning_content))
+                                    : json_null());
+        size_t n = rep->n_tool_calls > 1 && !r->rq.parallel_tool_calls ? 1 : rep->n_tool_calls;
+        if (n) {
+            json_t *calls = json_array();
+            for (size_t k = 0; k < n; k++) {
+                const pl_tool_call *t = &rep->tool_calls[k];
+                json_array_append_new(calls, tool_call_json(-1, t->id, t->name, t->arguments,
+                                                            strlen(t->arguments)));
+            }
+            json_object_set_new(msg, "tool_calls", calls);
+        }
+    } else {
+        json_object_set_new(msg, "content", text_json(c->text ? c->text : "", c->text_len));
+    }
     json_object_set_new(o, "message", msg);
     if (r->rq.chat_logprobs) {
         json_t *lp = chat_lp_new();
@@ -243,8 +352,11 @@ static json_t *chat_choice(pl_srv *s, const pl_srv_req *r, int i) {
     } else {
         json_object_set_new(o, "logprobs", json_null());
     }
-    json_object_set_new(o, "finish_reason", json_string(pl_srv_finish_name(c->reason)));
-    json_object_set_new(o, "stop_reason", json_null());
+    bool called = rep && rep->n_tool_calls && c->reason == PL_FINISH_STOP;
+    json_object_set_new(o, "finish_reason",
+                        json_string(called ? "tool_calls" : pl_srv_finish_name(c->reason)));
+    json_object_set_new(o, "stop_reason", stop_reason_json(r, c));
+    pl_reply_free(rep);
     return o;
 }
 
@@ -256,6 +368,10 @@ json_t *pl_srv_response_json(pl_srv *s, pl_srv_req *r) {
         json_array_append_new(choices, chat ? chat_choice(s, r, i) : completion_choice(s, r, i));
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", pl_srv_usage_json(r));
+    if (chat && r->rq.prompt_logprobs >= 0) /* vLLM puts a chat's at the top */
+        json_object_set_new(o, "prompt_logprobs",
+                            prompt_logprobs_json(s, &r->rq.prompts[0], &r->choices[0].prompt_lp,
+                                                 r->rq.prompt_logprobs));
     return o;
 }
 
@@ -329,7 +445,7 @@ static bool choice_start(pl_srv *s, pl_srv_req *r, pl_srv_choice *ch, int index)
         json_t *lp = completion_lp_new();
         size_t offset = 0;
         pl_srv_logprobs none = {0};
-        completion_lp_prompt(s, lp, p, &ep, &none, &offset);
+        completion_lp_prompt(s, lp, p, &ep, &none, 0, &offset);
         json_object_set_new(c, "logprobs", lp);
     }
     free(ep.text);
@@ -354,6 +470,68 @@ static bool choice_failed(pl_srv_req *r, const pl_srv_choice *ch) {
     return pl_srv_stream_error(r, &err);
 }
 
+static json_t *event_logprobs(pl_srv *s, pl_srv_req *r, pl_srv_choice *ch,
+                              const pl_srv_event *ev) {
+    if (!ev || !ev->has_logprobs || ev->token < 0) return NULL;
+    json_t *lp;
+    if (r->kind == PL_SRV_CHAT) {
+        lp = chat_lp_new();
+        json_array_append_new(json_object_get(lp, "content"), chat_lp_entry(s, &ev->lp));
+    } else {
+        lp = completion_lp_new();
+        completion_lp_add(s, lp, &ev->lp, r->rq.sp.logprobs, &ch->text_offset);
+    }
+    return lp;
+}
+
+/* A read reply's text (end: the rest of it) as chunks, one per part: content,
+ * reasoning_content, and tool calls the way OpenAI streams them (a call's id, type and name
+ * with empty arguments, then its arguments in pieces). The event's logprobs ride on the first
+ * chunk, or on an empty delta when the text was held back. */
+static bool reply_chunks(pl_srv *s, pl_srv_req *r, pl_srv_choice *ch, int index, const char *text,
+                         size_t len, bool end, const pl_srv_event *ev) {
+    if (!ch->reply) {
+        pl_reply_options o;
+        pl_srv_reply_options(s, r, index, &o);
+        if (pl_reply_parser_create(&o, &ch->reply) != PL_OK) return false;
+    }
+    const pl_reply_delta *d;
+    size_t n;
+    if (pl_reply_parser_feed(ch->reply, text, len, end, &d, &n) != PL_OK) return false;
+    json_t *lp = event_logprobs(s, r, ch, ev);
+    for (size_t i = 0; i < n; i++) {
+        bool call = d[i].part == PL_REPLY_TOOL_CALL;
+        if (call && d[i].tool_index > 0 && !r->rq.parallel_tool_calls) continue;
+        json_t *c;
+        if (call && d[i].tool_id) {
+            c = delta_choice(r, index, NULL, 0, false);
+            json_t *calls = json_array();
+            json_array_append_new(calls, tool_call_json(d[i].tool_index, d[i].tool_id,
+                                                        d[i].tool_name, "", 0));
+            json_object_set_new(json_object_get(c, "delta"), "tool_calls", calls);
+            if (!chunk(s, r, c)) return json_decref(lp), false;
+            if (d[i].len == 0) continue;
+        }
+        c = delta_choice(r, index, NULL, 0, false);
+        json_t *delta = json_object_get(c, "delta");
+        if (call) {
+            json_t *calls = json_array();
+            json_array_append_new(calls, tool_call_json(d[i].tool_index, NULL, NULL, d[i].text,
+                                                        d[i].len));
+            json_object_set_new(delta, "tool_calls", calls);
+        } else {
+            json_object_set_new(delta, d[i].part == PL_REPLY_CONTENT ? "content" : "reasoning_content",
+                                text_json(d[i].text, d[i].len));
+        }
+        if (lp) json_object_set_new(c, "logprobs", lp), lp = NULL;
+        if (!chunk(s, r, c)) return json_decref(lp), false;
+    }
+    if (!lp) return true;
+    json_t *c = delta_choice(r, index, NULL, 0, false);
+    json_object_set_new(c, "logprobs", lp);
+    return chunk(s, r, c);
+}
+
 bool pl_srv_stream_event(pl_srv *s, pl_srv_req *r, const pl_srv_event *ev) {
     pl_srv_choice *ch = &r->choices[ev->choice];
     if (ev->is_finish) {
@@ -362,24 +540,21 @@ bool pl_srv_stream_event(pl_srv *s, pl_srv_req *r, const pl_srv_event *ev) {
         if (ch->reason != PL_FINISH_STOP && ch->reason != PL_FINISH_LENGTH)
             return choice_failed(r, ch);
         if (!choice_start(s, r, ch, ev->choice)) return false;
+        if (r->read_reply && !reply_chunks(s, r, ch, ev->choice, "", 0, true, NULL)) return false;
+        bool called = ch->reply && pl_reply_parser_tool_calls(ch->reply) > 0 &&
+                      ch->reason == PL_FINISH_STOP;
         json_t *c = delta_choice(r, ev->choice, NULL, 0, false);
         if (r->kind == PL_SRV_COMPLETION) json_object_set_new(c, "text", json_string(""));
-        json_object_set_new(c, "finish_reason", json_string(pl_srv_finish_name(ch->reason)));
+        json_object_set_new(c, "finish_reason",
+                            json_string(called ? "tool_calls" : pl_srv_finish_name(ch->reason)));
+        json_object_set_new(c, "stop_reason", stop_reason_json(r, ch));
         return chunk(s, r, c);
     }
     if (!choice_start(s, r, ch, ev->choice)) return false;
+    if (r->read_reply) return reply_chunks(s, r, ch, ev->choice, ev->text, ev->text_len, false, ev);
     json_t *c = delta_choice(r, ev->choice, ev->text, ev->text_len, false);
-    if (ev->has_logprobs && ev->token >= 0) {
-        json_t *lp;
-        if (r->kind == PL_SRV_CHAT) {
-            lp = chat_lp_new();
-            json_array_append_new(json_object_get(lp, "content"), chat_lp_entry(s, &ev->lp));
-        } else {
-            lp = completion_lp_new();
-            completion_lp_add(s, lp, &ev->lp, &ch->text_offset);
-        }
-        json_object_set_new(c, "logprobs", lp);
-    }
+    json_t *lp = event_logprobs(s, r, ch, ev);
+    if (lp) json_object_set_new(c, "logprobs", lp);
     return chunk(s, r, c);
 }
 

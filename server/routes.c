@@ -32,11 +32,13 @@ typedef struct route {
     bool while_draining; /* still answered during the drain (the operator's routes) */
     pl_srv_kind kind;    /* what a body of this route is */
 } route;
+/* A path ending in '/' is a prefix: the rest of the URL (not empty) is an id. */
 
 static bool health(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
 static bool metrics(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
 static bool version(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
 static bool models(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
+static bool model_one(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
 static bool generate(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
 static bool tokenize(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
 static bool detokenize(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err);
@@ -46,6 +48,7 @@ static const route ROUTES[] = {
     {"/metrics", "GET", metrics, false, true, PL_SRV_COMPLETION},
     {"/version", "GET", version, false, true, PL_SRV_COMPLETION},
     {"/v1/models", "GET", models, true, false, PL_SRV_COMPLETION},
+    {"/v1/models/", "GET", model_one, true, false, PL_SRV_COMPLETION},
     {"/v1/completions", "POST", generate, true, false, PL_SRV_COMPLETION},
     {"/v1/chat/completions", "POST", generate, true, false, PL_SRV_CHAT},
     {"/tokenize", "POST", tokenize, true, false, PL_SRV_COMPLETION},
@@ -108,6 +111,14 @@ static bool refuse(pl_srv_req *r, const pl_srv_error *err) {
     return false;
 }
 
+static bool is_prefix(const route *rt) { return rt->path[strlen(rt->path) - 1] == '/'; }
+
+static bool path_matches(const route *rt, const char *url) {
+    if (!is_prefix(rt)) return !strcmp(url, rt->path);
+    size_t n = strlen(rt->path);
+    return !strncmp(url, rt->path, n) && url[n] && strlen(url + n) < sizeof ((pl_srv_req *)0)->url_id;
+}
+
 bool pl_srv_route_headers(pl_srv *s, pl_srv_req *r, const char *url, const char *method,
                           const pl_srv_headers *h, pl_srv_response *out) {
     pl_srv_error err;
@@ -118,7 +129,7 @@ bool pl_srv_route_headers(pl_srv *s, pl_srv_req *r, const char *url, const char 
     const route *rt = NULL;
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
-        if (strcmp(url, ROUTES[i].path) != 0) continue;
+        if (!path_matches(&ROUTES[i], url)) continue;
         path_known = true;
         if (!strcmp(method, ROUTES[i].method)) rt = &ROUTES[i];
     }
@@ -129,13 +140,14 @@ bool pl_srv_route_headers(pl_srv *s, pl_srv_req *r, const char *url, const char 
             return refuse(r, &err);
         }
         for (size_t i = 0; i < N_ROUTES; i++)
-            if (!strcmp(url, ROUTES[i].path)) r->allow = ROUTES[i].method;
+            if (path_matches(&ROUTES[i], url)) r->allow = ROUTES[i].method;
         pl_srv_fail(&err, 405, NULL, "%s does not take %s (only %s)", url, method, r->allow);
         err.code = "method_not_allowed";
         return refuse(r, &err);
     }
     r->kind = rt->kind;
     snprintf(r->path, sizeof r->path, "%s", rt->path); /* routes live as long as the server */
+    if (is_prefix(rt)) snprintf(r->url_id, sizeof r->url_id, "%s", url + strlen(rt->path));
     if (rt->needs_key && s->opt.api_key && !authorized(s, h)) {
         pl_srv_fail(&err, 401, NULL, "a missing or wrong API key: send the header "
                     "'Authorization: Bearer KEY'");
@@ -217,8 +229,8 @@ static bool version(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error
     return true;
 }
 
-static bool models(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err) {
-    (void)r, (void)err;
+/* The model as /v1/models lists it. */
+static json_t *model_card(pl_srv *s) {
     json_t *m = json_object();
     json_object_set_new(m, "id", json_string(s->model_name));
     json_object_set_new(m, "object", json_string("model"));
@@ -230,12 +242,29 @@ static bool models(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error 
     /* not in vLLM's card: what random token ids may be (bench serve reads it, as llama.cpp's
      * meta.n_vocab) */
     json_object_set_new(m, "vocab_size", json_integer(s->info.vocab_size));
+    return m;
+}
+
+static bool models(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err) {
+    (void)r, (void)err;
     json_t *data = json_array();
-    json_array_append_new(data, m);
+    json_array_append_new(data, model_card(s));
     json_t *v = json_object();
     json_object_set_new(v, "object", json_string("list"));
     json_object_set_new(v, "data", data);
     json_response(out, 200, v, NULL, NULL);
+    return true;
+}
+
+/* GET /v1/models/{id}: the model, or OpenAI's 404. */
+static bool model_one(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err) {
+    if (strcmp(r->url_id, s->model_name) != 0) {
+        pl_srv_fail(err, 404, "model", "the model '%s' does not exist (this server serves '%s')",
+                    r->url_id, s->model_name);
+        err->code = "model_not_found";
+        return false;
+    }
+    json_response(out, 200, model_card(s), NULL, NULL);
     return true;
 }
 
@@ -395,6 +424,12 @@ static bool max_tokens_for(pl_srv *s, const pl_srv_request *q, size_t n_prompt, 
     return true;
 }
 
+/* Whether a refused field is one a constraint sets (the library names its own fields). */
+static bool is_constraint(const char *param) {
+    return !strcmp(param, "json_schema") || !strcmp(param, "grammar") || !strcmp(param, "regex") ||
+           !strcmp(param, "choice");
+}
+
 /* Submits every prompt and registers its id, all under reg_mu: a refused prompt withdraws
  * the ones before it, so the request is answered as a whole. */
 static bool submit_all(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
@@ -422,11 +457,13 @@ static bool submit_all(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
     for (; p < np && ok; p++) {
         pl_sampling_params sp = q->sp; /* lists still point into q->sp's storage: copied at submit */
         sp.max_tokens = max_tokens[p];
-        if (q->echo && sp.logprobs >= 0) sp.prompt_logprobs = sp.logprobs;
+        if (q->echo && sp.logprobs > sp.prompt_logprobs) sp.prompt_logprobs = sp.logprobs;
         pl_request_id id = 0;
         pl_status st = pl_engine_submit_tokens(s->e, q->prompts[p].ids, q->prompts[p].n_ids, &sp, &id);
         if (st != PL_OK) {
             ok = pl_srv_fail_status(err, st, np > 1 ? "prompt" : NULL);
+            if (q->constraint_param && is_constraint(err->param))
+                snprintf(err->param, sizeof err->param, "%s", q->constraint_param);
             if (np > 1) {
                 char msg[sizeof err->message + 32];
                 int n = snprintf(msg, sizeof msg, "prompt %zu: %s", p, err->message);
@@ -521,6 +558,42 @@ static pl_srv_next stream_next(pl_srv *s, pl_srv_req *r) {
     return ok ? next : PL_SRV_NEXT_FAIL; /* out of memory */
 }
 
+/* How a chat's replies are read: its tool calls in the syntax of the template that renders
+ * it (the request's own, when it brings one and --tool-call-parser is auto), and the
+ * reasoning. Mistral's marker is a special token: its text is kept unless the body says. */
+static bool reading(pl_srv *s, pl_srv_req *r, pl_srv_error *err) {
+    pl_srv_request *q = &r->rq;
+    if (q->kind != PL_SRV_CHAT) return true;
+    bool forced = q->tool_choice >= PL_SRV_TOOLS_REQUIRED;
+    if (q->tools && q->tool_choice != PL_SRV_TOOLS_NONE) {
+        r->tool_parser = s->tool_parser;
+        if (q->chat.chat_template && !strcmp(s->opt.tool_call_parser, "auto"))
+            r->tool_parser = pl_reply_tool_parser_for(q->chat.chat_template);
+        if (forced && !r->tool_parser) {
+            if (!strcmp(s->opt.tool_call_parser, "none"))
+                return pl_srv_fail(err, 400, "tool_choice", "tool_choice: a forced tool call "
+                                   "needs tool calls read (the server runs with "
+                                   "--tool-call-parser none)");
+            r->tool_parser = "hermes"; /* the template shows no syntax: Hermes' is the default */
+        }
+    }
+    r->read_reply = r->tool_parser || s->opt.reasoning_parser;
+    if (r->tool_parser && !strcmp(r->tool_parser, "mistral") && !q->has_skip_special)
+        q->sp.skip_special_tokens = false;
+    if (!forced) return true;
+    /* required or named: a grammar of the calls in the family's syntax */
+    pl_reply_options o;
+    pl_srv_reply_options(s, r, 0, &o);
+    char *g = NULL;
+    pl_status st = pl_reply_tool_grammar(q->chat.tools, q->tool_name, q->parallel_tool_calls, &o,
+                                         &g);
+    if (st == PL_OK) st = pl_sampling_params_set(&q->sp, "grammar", g);
+    pl_free_text(g);
+    if (st != PL_OK) return pl_srv_fail_status(err, st, "tools");
+    q->constraint_param = "tool_choice";
+    return true;
+}
+
 static bool generate(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_error *err) {
     pl_srv_limits lim = {.max_n = s->opt.max_n, .max_choices = s->opt.max_choices};
     if (!pl_srv_request_parse(r->kind, r->body ? r->body : "", r->body_len, &lim, &r->rq, err))
@@ -537,11 +610,14 @@ static bool generate(pl_srv *s, pl_srv_req *r, pl_srv_response *out, pl_srv_erro
         err->code = "draining";
         return false;
     }
+    if (r->rq.stream && r->rq.prompt_logprobs >= 0)
+        return pl_srv_fail(err, 400, "prompt_logprobs", "prompt_logprobs: not available in a "
+                           "stream (as in vLLM)");
     uint64_t serial = atomic_fetch_add(&s->next_serial, 1);
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->kind == PL_SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->nonce, (unsigned long long)serial);
     r->created = (uint64_t)time(NULL);
-    if (!prepare_prompts(s, r, err) || !submit_all(s, r, err)) return false;
+    if (!prepare_prompts(s, r, err) || !reading(s, r, err) || !submit_all(s, r, err)) return false;
     if (r->rq.stream)
         *out = (pl_srv_response){.status = 200, .type = "text/event-stream",
                                  .header = "Cache-Control", .value = "no-cache",

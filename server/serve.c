@@ -137,6 +137,48 @@ static void model_name(pl_srv *s, const char *model_path) {
     snprintf(s->model_name, sizeof s->model_name, "%s", name);
 }
 
+/* The text of --chat-template (a file, or the template itself; NULL: unset), else the
+ * tokenizer's template for tools. Caller frees. */
+static char *template_text(const pl_srv *s, const pl_engine_config *cfg) {
+    const char *v = cfg->chat_template;
+    if (!v) {
+        const char *t = pl_tokenizer_chat_template(s->tok, "tool_use");
+        if (!t) t = pl_tokenizer_chat_template(s->tok, NULL);
+        return t ? strdup(t) : NULL;
+    }
+    FILE *f = fopen(v, "rb");
+    if (!f) return strdup(v);
+    char *text = NULL;
+    size_t len = 0, cap = 0, got;
+    char chunk[4096];
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0 && len < (1u << 24)) {
+        if (len + got + 1 > cap) {
+            cap = 2 * (len + got + 1);
+            char *g = realloc(text, cap);
+            if (!g) break;
+            text = g;
+        }
+        memcpy(text + len, chunk, got);
+        len += got;
+        text[len] = '\0';
+    }
+    fclose(f);
+    return text;
+}
+
+/* --tool-call-parser: a syntax as given, none, or auto: the one the chat template writes. */
+static void tool_parser(pl_srv *s, const pl_engine_config *cfg) {
+    const char *p = s->opt.tool_call_parser;
+    if (!strcmp(p, "none")) return;
+    if (strcmp(p, "auto") != 0) {
+        s->tool_parser = p;
+        return;
+    }
+    char *t = template_text(s, cfg);
+    s->tool_parser = pl_reply_tool_parser_for(t);
+    free(t);
+}
+
 static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *cfg) {
     s->opt = *opt;
     s->t_start = pl_srv_now();
@@ -159,6 +201,7 @@ static bool init(pl_srv *s, const pl_srv_options *opt, const pl_engine_config *c
     s->memory_threshold = cfg->memory_threshold;
     s->tok = pl_engine_tokenizer(s->e);
     model_name(s, cfg->model_path);
+    tool_parser(s, cfg);
     if (!pl_srv_vocab_init(&s->vocab, s->e)) {
         pl_srv_log("ERROR", "out of memory (token strings)");
         return false;
@@ -205,6 +248,10 @@ static int serve(const pl_srv_options *opt, const pl_engine_config *cfg) {
     if (s->info.tensor_parallel_size > 1)
         pl_srv_log("INFO", "tensor parallel: %s", s->info.distributed);
     pl_srv_log("INFO", "KV cache: %s", s->info.kv_sizing ? s->info.kv_sizing : "?");
+    if (s->tool_parser || s->opt.reasoning_parser)
+        pl_srv_log("INFO", "chat replies read for tool calls: %s; reasoning: %s",
+                   s->tool_parser ? s->tool_parser : "no",
+                   s->opt.reasoning_parser ? s->opt.reasoning_parser : "no");
     pl_srv_log("INFO", "listening on http://%s%s%s:%d", strchr(s->opt.host, ':') ? "[" : "",
                s->opt.host, strchr(s->opt.host, ':') ? "]" : "", s->port);
     int sig = 0;

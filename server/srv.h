@@ -80,6 +80,8 @@ typedef struct pl_srv_options {
     const char *allowed_origins, *allowed_methods, *allowed_headers; /* JSON lists (["*"]) */
     pl_srv_cors cors;              /* the three above parsed, and --allow-credentials */
     int agent_port;                /* --agent-port: HAProxy's agent check (0: off) */
+    const char *tool_call_parser;  /* --tool-call-parser: a syntax, "auto" or "none" */
+    const char *reasoning_parser;  /* --reasoning-parser; NULL: none */
 } pl_srv_options;
 
 /* Parses argv (engine flags through cli/, the rest here) into opt and cfg. Returns -1 to go
@@ -124,6 +126,14 @@ typedef struct pl_srv_limits {
     int max_choices;  /* prompts x n */
 } pl_srv_limits;
 
+/* OpenAI's tool_choice. */
+typedef enum pl_srv_tool_choice {
+    PL_SRV_TOOLS_AUTO = 0,   /* the model may call tools (the default when tools are given) */
+    PL_SRV_TOOLS_NONE,       /* it may not: the template gets no tools, nothing is parsed */
+    PL_SRV_TOOLS_REQUIRED,   /* it must call one or more */
+    PL_SRV_TOOLS_NAMED,      /* it must call this one */
+} pl_srv_tool_choice;
+
 /* A completions or chat completions body, checked. */
 typedef struct pl_srv_request {
     pl_srv_kind kind;
@@ -138,6 +148,15 @@ typedef struct pl_srv_request {
     bool stream, include_usage, echo;
     bool add_special_tokens;       /* completions' text prompts get BOS (default true) */
     bool chat_logprobs;            /* chat: logprobs were asked for */
+    int prompt_logprobs;           /* the body's prompt_logprobs (-1: not asked for) */
+    bool has_skip_special;         /* the body set skip_special_tokens */
+    /* chat: tools */
+    pl_srv_tool_choice tool_choice;
+    char *tool_name;               /* PL_SRV_TOOLS_NAMED: the function */
+    bool parallel_tool_calls;      /* default true */
+    json_t *tools;                 /* the tools given (NULL: none) */
+    const char *constraint_param;  /* the field that constrains the output (response_format,
+                                      structured_outputs, guided_*), static; NULL: none */
 } pl_srv_request;
 
 /* Parses body[0..len). On failure fills err (400 naming the field) and leaves nothing to
@@ -219,6 +238,10 @@ typedef struct pl_srv_choice {
      * completion arrives still has them */
     size_t n_drawn;
     double t_first_token;
+    int stop_string;           /* the completion's: which stop string ended it, or -1 */
+    int32_t last_id;           /* its last output id (-1: none): a stop id ended it? */
+    pl_reply_parser *reply;    /* a stream whose reply is read for reasoning or tool calls
+                                  (the HTTP thread's) */
     /* streaming: the HTTP thread's */
     bool role_sent, finish_sent;
     size_t text_offset;        /* characters streamed so far (logprobs' text_offset) */
@@ -247,6 +270,7 @@ typedef struct pl_srv_req {
     char id[48];                    /* "cmpl-...", "chatcmpl-...", or "req-..." */
     char method[8];
     char path[96];
+    char url_id[256];               /* a prefix route's id: the URL after the prefix */
     double t_start;                 /* monotonic seconds */
     int status;                     /* HTTP status sent (access log) */
     /* an error found in the headers, sent once the body is in (HTTP thread) */
@@ -266,6 +290,8 @@ typedef struct pl_srv_req {
     pl_srv_kind kind;
     pl_srv_request rq;
     bool has_rq;
+    const char *tool_parser;        /* chat: the syntax its tool calls are read in; NULL: none */
+    bool read_reply;                /* chat: replies are read for tool calls or reasoning */
     int n_per_prompt;               /* n */
     int n_choices;                  /* n_prompts * n */
     pl_srv_choice *choices;         /* (n_choices) */
@@ -358,6 +384,8 @@ struct pl_srv {
     char model_name[256];
     pl_srv_vocab vocab;
     bool has_chat_template;
+    const char *tool_parser;        /* --tool-call-parser resolved (auto: from the engine's
+                                       chat template); NULL: tool calls are not read */
     uint64_t nonce;                 /* random, for ids */
     atomic_uint_fast64_t next_serial;
     double t_start;
@@ -512,6 +540,8 @@ bool pl_srv_out_data(pl_srv_req *r, json_t *v);
 bool pl_srv_out_append(pl_srv_req *r, const char *p, size_t n);
 /* Finish reason as OpenAI names it. */
 const char *pl_srv_finish_name(pl_finish_reason r);
+/* The options a reply of choice i of r is read with (false: it is not read). */
+bool pl_srv_reply_options(const pl_srv *s, const pl_srv_req *r, int i, pl_reply_options *out);
 
 /* agent.c: HAProxy's agent check on --agent-port */
 bool pl_srv_agent_start(pl_srv *s);

@@ -151,6 +151,8 @@ static void keep_result(pl_srv_req *r, pl_srv_choice *ch, const pl_completion *c
     ch->queue_s = c->queue_s;
     ch->ttft_s = c->ttft_s;
     ch->total_s = c->total_s;
+    ch->stop_string = c->stop_string;
+    ch->last_id = c->n_output_ids ? c->output_ids[c->n_output_ids - 1] : -1;
     if (r->rq.stream) return;
     const char *text = c->text ? c->text : "";
     ch->text_len = strlen(text);

@@ -16,7 +16,8 @@ from .engine import EngineArgs, LLMEngine
 from .llm import LLM
 from .outputs import (CompletionOutput, Logprob, Metrics, ModelInfo, RequestMetrics,
                       RequestOutput, StepOutput, StreamDelta)
-from .sampling_params import SamplingParams
+from .reply import Reply, parse_reply
+from .sampling_params import GuidedDecodingParams, SamplingParams, StructuredOutputsParams
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
@@ -28,7 +29,8 @@ def library_version() -> str:
     return lib().pl_version().decode()
 
 
-__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "RequestOutput", "CompletionOutput",
+__all__ = ["LLM", "LLMEngine", "EngineArgs", "SamplingParams", "StructuredOutputsParams",
+           "GuidedDecodingParams", "Reply", "parse_reply", "RequestOutput", "CompletionOutput",
            "Logprob", "RequestMetrics", "StreamDelta", "StepOutput", "Metrics", "ModelInfo",
            "Tokenizer", "PagellmError", "InvalidArgumentError", "OutOfMemoryError",
            "PagellmIOError", "FormatError", "UnsupportedError", "NotFoundError",

@@ -184,33 +184,13 @@ class _Sample0:
 
 def _stop_reason(handle: Handle, c: _lib.Completion, params: SamplingParams):
     """vLLM's stop_reason: the stop token id or stop string that ended the sample; None for
-    the end of text or another reason. The library cuts a stop string from the text, so
-    which one it was is read from the text the output ids decode to past it."""
-    if c.finish_reason != 1 or not c.n_output_ids:
+    the end of text or another reason."""
+    if c.finish_reason != 1:
         return None
-    last = c.output_ids[c.n_output_ids - 1]
-    if last in params.stop_token_ids:
-        return last
-    if not params.stop:
-        return None
-    if params.include_stop_str_in_output:  # the text ends with the one that stopped it
-        text = ctypes.string_at(c.text).decode("utf-8", "replace") if c.text else ""
-        ends = [s for s in params.stop if text.endswith(s)]
-        return max(ends, key=len) if ends else None
-    prompt = c.prompt_ids[:c.n_prompt_ids]
-    output = c.output_ids[:c.n_output_ids]
-    before = handle.decode_ids(prompt)
-    whole = handle.decode_ids(prompt + output)
-    text = ctypes.string_at(c.text).decode("utf-8", "replace") if c.text else ""
-    tail = whole[len(before):]
-    at = tail.find(text) if text else 0
-    rest = tail[at + len(text):] if at >= 0 else tail
-    for s in params.stop:
-        if rest.startswith(s):
-            return s
-    for s in params.stop:
-        if s in rest:
-            return s
+    if 0 <= c.stop_string < len(params.stop):
+        return params.stop[c.stop_string]
+    if c.n_output_ids and c.output_ids[c.n_output_ids - 1] in params.stop_token_ids:
+        return c.output_ids[c.n_output_ids - 1]
     return None
 
 

@@ -111,7 +111,7 @@ class Completion(Structure):
     _fields_ = [("id", c_uint64), ("index", c_int), ("prompt_ids", POINTER(c_int32)),
                 ("n_prompt_ids", c_size_t), ("output_ids", POINTER(c_int32)),
                 ("n_output_ids", c_size_t), ("text", c_void_p), ("finish_reason", c_int),
-                ("n_cached_prompt_ids", c_size_t), ("n_preemptions", c_int),
+                ("stop_string", c_int32), ("n_cached_prompt_ids", c_size_t), ("n_preemptions", c_int),
                 ("queue_s", c_double), ("ttft_s", c_double), ("total_s", c_double),
                 ("logprobs", POINTER(TokenLogprobs)), ("n_logprobs", c_size_t),
                 ("prompt_logprobs", POINTER(TokenLogprobs)), ("n_prompt_logprobs", c_size_t),
@@ -174,10 +174,27 @@ class ModelInfoC(Structure):
 
 
 # Which ctypes struct mirrors which C struct (for the layout test).
+class ReplyOptions(Structure):
+    """pl_reply_options: small and plain (no field table), so mirrored here and checked
+    against the header with the returned structs."""
+    _fields_ = [("struct_size", c_size_t), ("tool_parser", c_char_p),
+                ("reasoning_parser", c_char_p), ("prompt", c_char_p), ("id_seed", c_uint64)]
+
+
+class ToolCallC(Structure):
+    _fields_ = [("id", c_void_p), ("name", c_void_p), ("arguments", c_void_p)]
+
+
+class ReplyC(Structure):
+    _fields_ = [("content", c_void_p), ("reasoning_content", c_void_p),
+                ("tool_calls", POINTER(ToolCallC)), ("n_tool_calls", c_size_t)]
+
+
 LAYOUTS = {"pl_range": Range, "pl_field": Field, "pl_logprob": LogprobC,
            "pl_token_logprobs": TokenLogprobs, "pl_completion": Completion,
            "pl_stream_delta": StreamDeltaC, "pl_step_result": StepResult,
-           "pl_metrics": MetricsC, "pl_model_info": ModelInfoC}
+           "pl_metrics": MetricsC, "pl_model_info": ModelInfoC,
+           "pl_reply_options": ReplyOptions, "pl_tool_call": ToolCallC, "pl_reply": ReplyC}
 
 # ---- functions ----------------------------------------------------------------------------
 
@@ -254,6 +271,13 @@ _SIGNATURES = {
     "pl_tokenizer_chat_template": (c_char_p, [_p, c_char_p]),
     "pl_tokenizer_apply_chat_template": (c_int, [_p, c_char_p, _p, POINTER(c_void_p),
                                                  POINTER(c_size_t)]),
+    # chat replies
+    "pl_reply_parse": (c_int, [c_char_p, c_size_t, POINTER(ReplyOptions),
+                               POINTER(POINTER(ReplyC))]),
+    "pl_reply_free": (None, [POINTER(ReplyC)]),
+    "pl_reply_tool_parser_for": (c_char_p, [c_char_p]),
+    "pl_reply_tool_grammar": (c_int, [c_char_p, c_char_p, c_bool, POINTER(ReplyOptions),
+                                      POINTER(c_void_p)]),
 }
 
 # pl_tokenizer_encode / _decode flags (pagellm.h)

@@ -8,7 +8,7 @@ import threading
 from ctypes import byref, c_size_t, c_uint64, c_void_p
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import _lib, outputs
+from . import _lib, outputs, reply
 from ._engine import Handle, Pending, model_info, metrics
 from ._progress import progress
 from .sampling_params import SamplingParams
@@ -58,6 +58,23 @@ def per_prompt(value, n: int, what: str, default):
             raise ValueError(f"{what}: {len(value)} given for {n} prompts")
         return list(value)
     return [value] * n
+
+
+def _tool_choice(choice: Union[str, Dict[str, Any]],
+                 tools: Optional[Sequence[Dict]]) -> Tuple[bool, Optional[str]]:
+    """(forced, the named function) of OpenAI's tool_choice."""
+    if choice in ("auto", "none"):
+        return False, None
+    if choice == "required":
+        name = None
+    elif isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str):
+        name = choice["function"]["name"]
+    else:
+        raise ValueError(f"tool_choice: {choice!r} is none of 'auto', 'none', 'required' or "
+                         "{'type': 'function', 'function': {'name': ...}}")
+    if not tools:
+        raise ValueError("tool_choice: a tool call is required but no tools are given")
+    return True, name
 
 
 class LLM:
@@ -114,6 +131,7 @@ class LLM:
             chat_template=chat_template)
         args.update(kwargs)
         self._handle = Handle(args, "LLM")
+        self._chat_template = chat_template  # which syntax its tool calls come in
         # the engine is stepped by one thread at a time: generate/chat from several threads
         # take turns (a server that submits from many threads uses LLMEngine)
         self._step_lock = threading.Lock()
@@ -199,20 +217,48 @@ class LLM:
              use_tqdm: bool = True, chat_template: Optional[str] = None,
              add_generation_prompt: bool = True, tools: Optional[Sequence[Dict]] = None,
              chat_template_kwargs: Optional[Dict[str, Any]] = None,
-             priority: Optional[Sequence[int]] = None) -> List[outputs.RequestOutput]:
+             priority: Optional[Sequence[int]] = None, *,
+             tool_choice: Union[str, Dict[str, Any]] = "auto",
+             parallel_tool_calls: bool = True, tool_parser: Optional[str] = "auto",
+             reasoning_parser: Optional[str] = None) -> List[outputs.RequestOutput]:
         """Answers one conversation (a list of {"role", "content", ...} dicts) or a list of
         them, rendered with the chat template: chat_template (the text) if given, else the
         LLM's chat_template, else the tokenizer's. tools (OpenAI's function definitions) and
         chat_template_kwargs ({"enable_thinking": False}) reach the template. Returns one
-        RequestOutput per conversation, whose prompt is the rendered text."""
+        RequestOutput per conversation, whose prompt is the rendered text.
+
+        Replies are read as the server reads them (pagellm.reply): with tools, tool calls in
+        tool_parser's syntax ("hermes", "llama3_json", "mistral"; "auto": the one the
+        template shows; None: not read) fill each output's tool_calls (OpenAI's shape) and
+        content (None when there are only calls); with reasoning_parser ("qwen3",
+        "deepseek_r1") the <think> part fills reasoning_content. tool_choice: "auto", "none"
+        (the template gets no tools), "required" or {"type": "function", "function":
+        {"name": ...}}: the last two constrain the reply to calls (one unless
+        parallel_tool_calls) whose arguments follow the functions' parameters schemas."""
         single = isinstance(messages, (list, tuple)) and all(isinstance(m, dict)
                                                               for m in messages)
         convs = [messages] if single else list(messages)
         params = per_prompt(sampling_params, len(convs), "sampling_params", None)
         params = [p if p is not None else SamplingParams() for p in params]
         prios = per_prompt(priority, len(convs), "priority", 0)
+        forced, name = _tool_choice(tool_choice, tools)
+        template_tools = tools if tools is not None and tool_choice != "none" else None
+        parser = None
+        if template_tools is not None and tool_parser is not None:
+            parser = tool_parser
+            if tool_parser == "auto":
+                t = chat_template or self._chat_template
+                if t is not None and os.path.isfile(t):
+                    with open(t, encoding="utf-8") as f:
+                        t = f.read()
+                if t is None:
+                    tok = self.get_tokenizer()
+                    t = tok.get_chat_template("tool_use") or tok.chat_template
+                parser = reply.tool_parser_for(t)
+            if forced and parser is None:
+                parser = "hermes"  # the template shows no syntax: Hermes' is the default
         L = _lib.lib()
-        with chat_options(add_generation_prompt, tools, chat_template,
+        with chat_options(add_generation_prompt, template_tools, chat_template,
                           chat_template_kwargs) as o, self._handle as e:
             jsons = [messages_json(c) for c in convs]
             texts = []
@@ -222,12 +268,34 @@ class LLM:
                 _lib.check(L.pl_engine_apply_chat_template_json(e, j, o.ptr, byref(text),
                                                                 byref(n)))
                 texts.append(_lib.take_text(text, n.value))
+            if forced or parser == "mistral":
+                params = [p.clone() for p in params]
+            for i, p in enumerate(params):
+                if parser == "mistral":
+                    p.skip_special_tokens = False  # its [TOOL_CALLS] marker is a special token
+                if forced:
+                    if p.structured_outputs or p.guided_decoding or any(
+                            k in p.extra for k in ("json_schema", "grammar", "regex", "choice")):
+                        raise ValueError("chat: a forced tool call and the sampling params' "
+                                         "structured outputs both constrain the output")
+                    p.extra["grammar"] = reply.tool_grammar(tools, name, parallel_tool_calls,
+                                                            parser, reasoning_parser, texts[i])
 
             def submit(e, i, cparams, out_id):
                 return L.pl_engine_submit_chat_json(e, jsons[i], o.ptr, cparams,
                                                     byref(out_id))
 
-            return self._run(texts, params, prios, submit, use_tqdm)
+            results = self._run(texts, params, prios, submit, use_tqdm)
+        if parser or reasoning_parser:
+            for i, r in enumerate(results):
+                for out in r.outputs:
+                    rep = reply.parse_reply(out.text, parser, reasoning_parser, texts[i],
+                                            random.getrandbits(64))
+                    out.content = rep.content
+                    out.reasoning_content = rep.reasoning_content
+                    out.tool_calls = rep.tool_calls[:1] if not parallel_tool_calls \
+                        else rep.tool_calls
+        return results
 
     # ---- the batch loop -----------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import ctypes
 import dataclasses
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 
@@ -49,6 +49,10 @@ class CompletionOutput:
     logprobs: Optional[SampleLogprobs]
     finish_reason: Optional[str] = None  # "stop", "length", "abort", "overloaded", "error"
     stop_reason: Union[int, str, None] = None  # the stop string or stop token id; None: EOS
+    # LLM.chat's reading of the reply (pagellm.reply), when it reads tool calls or reasoning:
+    content: Optional[str] = None  # the text besides them (None: only tool calls)
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[List[Dict[str, Any]]] = None  # OpenAI's {"id", "type", "function"}
 
     def finished(self) -> bool:
         return self.finish_reason is not None

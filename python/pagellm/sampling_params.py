@@ -14,6 +14,68 @@ _C_NAMES = (
     "min_tokens", "logprobs", "prompt_logprobs", "skip_special_tokens",
     "include_stop_str_in_output", "logit_bias",
 )
+# json_object: any JSON object
+_ANY_OBJECT = {"type": "object", "additionalProperties": True}
+
+
+class StructuredOutputsParams:
+    """vLLM's structured outputs: the output must be JSON that the schema `json` accepts (a
+    dict, or its JSON text), match `regex` whole, be one of `choice`, follow the GBNF
+    `grammar`, or (json_object=True) be any JSON object. Exactly one. The whitespace and
+    backend options vLLM has are taken and ignored (pagellm has one grammar engine, which
+    bounds whitespace itself); structural_tag is refused."""
+
+    def __init__(self, json: Optional[Union[str, Dict[str, Any]]] = None,
+                 regex: Optional[str] = None, choice: Optional[Sequence[str]] = None,
+                 grammar: Optional[str] = None, json_object: Optional[bool] = None,
+                 disable_fallback: bool = False, disable_any_whitespace: bool = False,
+                 disable_additional_properties: bool = False,
+                 whitespace_pattern: Optional[str] = None,
+                 structural_tag: Optional[str] = None, **kwargs: Any):
+        self.json = json
+        self.regex = regex
+        self.choice = list(choice) if choice is not None else None
+        self.grammar = grammar
+        self.json_object = json_object
+        self.disable_fallback = disable_fallback
+        self.disable_any_whitespace = disable_any_whitespace
+        self.disable_additional_properties = disable_additional_properties
+        self.whitespace_pattern = whitespace_pattern
+        self.structural_tag = structural_tag
+        self.backend = kwargs.pop("backend", None)  # GuidedDecodingParams' name for it
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument "
+                            f"'{next(iter(kwargs))}'")
+        if structural_tag is not None:
+            raise ValueError("structured outputs: structural_tag is not supported")
+        given = [k for k in ("json", "regex", "choice", "grammar", "json_object")
+                 if getattr(self, k) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError("structured outputs: give exactly one of json, regex, choice, "
+                             f"grammar and json_object (given: {', '.join(given) or 'none'})")
+
+    def fields(self) -> Dict[str, Any]:
+        """The library's sampling field and value this constraint sets."""
+        if self.json is not None:
+            return {"json_schema": self.json}
+        if self.regex is not None:
+            return {"regex": self.regex}
+        if self.choice is not None:
+            return {"choice": self.choice}
+        if self.grammar is not None:
+            return {"grammar": self.grammar}
+        return {"json_schema": _ANY_OBJECT}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
+    def __repr__(self) -> str:
+        k, v = next(iter(self.fields().items()))
+        return f"{type(self).__name__}({k}={v!r})"
+
+
+class GuidedDecodingParams(StructuredOutputsParams):
+    """vLLM's older name for StructuredOutputsParams (SamplingParams(guided_decoding=...))."""
 
 
 class SamplingParams:
@@ -43,6 +105,9 @@ class SamplingParams:
         include_stop_str_in_output: keep the stop string that ended the output in its text.
         logit_bias: {token id: bias} added to the logits before sampling, each in
             [-100, 100] (OpenAI's logit_bias).
+        skip_special_tokens: special tokens add no text to the output (False keeps it).
+        structured_outputs: a StructuredOutputsParams: JSON of a schema, a regex, a choice
+            or a GBNF grammar (vLLM's); guided_decoding: the same, vLLM's older name.
         **kwargs: any other field of pagellm's sampling table by its name.
 
     Invalid values raise ValueError with the library's message, e.g.
@@ -59,7 +124,9 @@ class SamplingParams:
                  max_tokens: Optional[int] = 16, min_tokens: int = 0,
                  logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None,
                  skip_special_tokens: bool = True, include_stop_str_in_output: bool = False,
-                 logit_bias: Optional[Dict[int, float]] = None, **kwargs: Any):
+                 logit_bias: Optional[Dict[int, float]] = None,
+                 structured_outputs: Optional[StructuredOutputsParams] = None,
+                 guided_decoding: Optional[StructuredOutputsParams] = None, **kwargs: Any):
         self.n = n
         self.presence_penalty = presence_penalty
         self.frequency_penalty = frequency_penalty
@@ -85,6 +152,16 @@ class SamplingParams:
         self.include_stop_str_in_output = include_stop_str_in_output
         self.logit_bias: Optional[Dict[int, float]] = (
             {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None)
+        for name, v in (("structured_outputs", structured_outputs),
+                        ("guided_decoding", guided_decoding)):
+            if v is not None and not isinstance(v, StructuredOutputsParams):
+                raise TypeError(f"SamplingParams({name}=...): expected StructuredOutputsParams, "
+                                f"got {type(v).__name__}")
+        if structured_outputs is not None and guided_decoding is not None:
+            raise ValueError("SamplingParams: give structured_outputs or guided_decoding, "
+                             "not both")
+        self.structured_outputs = structured_outputs
+        self.guided_decoding = guided_decoding
         t = _fields.table("sampling_params")
         mapped = {t.field_name(k) for k in _C_NAMES} | {"priority"}
         self.extra: Dict[str, Any] = {}
@@ -124,6 +201,12 @@ class SamplingParams:
                 s.set(c, v)
             for k, v in self.extra.items():
                 s.set(k, v)
+            so = self.structured_outputs or self.guided_decoding
+            for k, v in (so.fields() if so else {}).items():
+                if k in self.extra:
+                    raise ValueError(f"SamplingParams: {k} is given twice (as a keyword and "
+                                     "by structured outputs)")
+                s.set(k, v)
             _lib.check(_lib.lib().pl_sampling_params_validate(s.ptr))
         except BaseException:
             s.close()
@@ -143,4 +226,7 @@ class SamplingParams:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={getattr(self, k)!r}" for k in _C_NAMES)
         extra = "".join(f", {k}={v!r}" for k, v in self.extra.items())
+        for k in ("structured_outputs", "guided_decoding"):
+            if getattr(self, k) is not None:
+                extra += f", {k}={getattr(self, k)!r}"
         return f"SamplingParams({args}{extra})"

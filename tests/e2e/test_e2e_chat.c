@@ -60,6 +60,14 @@ static void check_fixture(const char *tokenizer_dir, const char *fixture) {
         size_t len = 0;
         pl_status s = pl_tokenizer_apply_chat_template(t, messages, &o, &out, &len);
         const char *expect = json_string_value(json_object_get(c, "expect"));
+        if (json_object_get(c, "error") && strstr(messages, "\"content\":null")) {
+            /* the oracle fails on content null; the library first gives such a message "" as
+             * vLLM does (checked by openai_messages_render_like_the_oracle) */
+            free(messages);
+            free(tools_s);
+            free(extra_s);
+            continue;
+        }
         if (json_object_get(c, "error")) {
             cr_assert_neq(s, PL_OK, "%s: %s rendered where the oracle raised", fixture, name);
             n_err++;
@@ -85,6 +93,67 @@ static void check_fixture(const char *tokenizer_dir, const char *fixture) {
 
 Test(chat, llama3_tokenizer_renders_like_the_oracle) { check_fixture("llama3", "llama3-real"); }
 Test(chat, qwen3_tokenizer_renders_like_the_oracle) { check_fixture("qwen3", "qwen3-real"); }
+
+/* OpenAI-shaped chats (content null or as parts, tool calls with arguments as JSON text, tool
+ * results) rendered through the library equal the oracle's rendering of the same chats brought
+ * into the templates' shape by vLLM's rules (tests/oracle/gen_chat_messages_fixtures.mjs): the
+ * real Llama 3 and Qwen3 templates and the Llama 3.1/3.2, Qwen2.5 and Mistral v0.3 ones, each
+ * with a tokenizer of the models folder. */
+Test(chat, openai_messages_render_like_the_oracle) {
+    if (!pl_test_models_dir()) cr_skip_test("PAGELLM_TEST_MODELS is not set");
+    char path[512];
+    snprintf(path, sizeof path, "%s/openai_messages.expected.json", PL_TMPL_DATA_DIR);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
+    cr_assert_not_null(root, "%s: %s", path, jerr.text);
+    size_t fi, n_ok = 0, n_err = 0;
+    json_t *fam;
+    json_array_foreach(json_object_get(root, "families"), fi, fam) {
+        const char *family = json_string_value(json_object_get(fam, "family"));
+        char *dir = models_path(json_string_value(json_object_get(fam, "tokenizer")));
+        pl_tokenizer *t;
+        cr_assert_eq(pl_tokenizer_load(dir, &t), PL_OK, "%s", pl_last_error());
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(fam, "cases"), i, c) {
+            const char *name = json_string_value(json_object_get(c, "name"));
+            char *messages = json_dumps(json_object_get(c, "messages"), JSON_COMPACT);
+            json_t *tools = json_object_get(c, "tools"), *extra = json_object_get(c, "extra");
+            char *tools_s = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+            char *extra_s = extra ? json_dumps(extra, JSON_COMPACT) : NULL;
+            pl_chat_options o;
+            pl_chat_options_default(&o);
+            o.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt"));
+            o.tools = tools_s;
+            o.chat_template_kwargs = extra_s;
+            o.chat_template = json_string_value(json_object_get(fam, "template"));
+            char *out = NULL;
+            size_t len = 0;
+            pl_status s = pl_tokenizer_apply_chat_template(t, messages, &o, &out, &len);
+            if (json_object_get(c, "error")) {
+                cr_assert_eq(s, PL_ERR_INVALID_ARGUMENT, "%s: %s rendered where the oracle "
+                             "raised", family, name);
+                cr_assert(strstr(pl_last_error(), "messages[0].content[0]"), "%s: %s", family,
+                          pl_last_error());
+                n_err++;
+            } else {
+                cr_assert_eq(s, PL_OK, "%s: %s: %s", family, name, pl_last_error());
+                cr_assert_str_eq(out, json_string_value(json_object_get(c, "expect")), "%s: %s",
+                                 family, name);
+                n_ok++;
+            }
+            pl_free_text(out);
+            free(messages);
+            free(tools_s);
+            free(extra_s);
+        }
+        pl_tokenizer_free(t);
+        free(dir);
+    }
+    cr_assert_geq(n_ok, 30, "%zu cases rendered", n_ok);
+    cr_assert_geq(n_err, 5);
+    json_decref(root);
+}
 
 Test(chat, tokenizer_handle_encodes_and_decodes) {
     char *dir = models_path("llama3");

@@ -9,7 +9,8 @@
  * - the greedy reply equals the dense reference's tokens on those ids, and ends on the
  *   family's end-of-turn token where the model emits it (planted at a known step: Llama 3's
  *   <|eot_id|> comes from the tokenizer, its config.json lists only <|end_of_text|>); with
- *   ignore_eos the engine goes on past it and still equals the reference;
+ *   ignore_eos the engine goes on past it and still equals the reference, and its text
+ *   appears in the output only with skip_special_tokens off;
  * - a second turn (the first reply as the assistant's message, then a new user message), as
  *   plain-text structs through pl_engine_submit_chat, the same;
  * - both turns batched give what each gives alone.
@@ -218,6 +219,19 @@ static void check_family(const char *name) {
         cr_assert_eq(pl_engine_submit_chat_json(e, first, NULL, &sp, &id[0]), PL_OK);
         run(e, id, &r1_on, 1);
         check_reply(what, m, &fm, &r1_on, true);
+        /* the end of turn gives no text, unless skip_special_tokens is off */
+        cr_assert_null(strstr(r1_on.text, f->eot), "%s: %s", what, r1_on.text);
+        reply r1_sp = {0};
+        sp.skip_special_tokens = false;
+        cr_assert_eq(pl_engine_submit_chat_json(e, first, NULL, &sp, &id[0]), PL_OK);
+        run(e, id, &r1_sp, 1);
+        cr_assert(r1_sp.n_out == r1_on.n_out &&
+                      !memcmp(r1_sp.out, r1_on.out, r1_on.n_out * sizeof *r1_on.out), "%s", what);
+        const char *at = strstr(r1_sp.text, f->eot);
+        cr_assert(at && (size_t)(at - r1_sp.text) == strlen(r1.text) &&
+                      !strncmp(r1_sp.text, r1.text, strlen(r1.text)),
+                  "%s: the end of turn's text follows the reply: %s", what, r1_sp.text);
+        reply_free(&r1_sp);
 
         /* turn 2, as plain-text structs */
         const pl_chat_message msgs[] = {{"system", SYSTEM}, {"user", USER_1},

@@ -58,6 +58,7 @@ typedef struct streamed_run {
     int32_t *ids;         /* (n_ids) output ids */
     size_t n_ids;
     pl_finish_reason reason;
+    int32_t stop_string;  /* the completion's */
 } streamed_run;
 
 static void run_streaming(pl_engine *e, const char *prompt, const pl_sampling_params *sp,
@@ -80,6 +81,7 @@ static void run_streaming(pl_engine *e, const char *prompt, const pl_sampling_pa
             out->ids = malloc((c->n_output_ids + 1) * sizeof(int32_t));
             memcpy(out->ids, c->output_ids, c->n_output_ids * sizeof(int32_t));
             out->reason = c->finish_reason;
+            out->stop_string = c->stop_string;
         }
     }
     cr_assert(out->text, "the request finished");
@@ -228,6 +230,38 @@ Test(stories, stop_strings_end_the_text_and_are_never_streamed, .timeout = 120) 
     cr_assert_eq(strlen(cut.text), want_len, "'%s' stop '%s' in '%s'", cut.text, stop, full.text);
     cr_assert_eq(strncmp(cut.text, full.text, want_len), 0);
     cr_assert_str_eq(cut.streamed, cut.text, "the stream never showed the stop string");
+    cr_assert_eq(cut.stop_string, 0, "the completion says which stop string ended it");
+    /* which of several: the earliest match; at the same place the first listed */
+    char prefix[4];
+    memcpy(prefix, stop, 3);
+    prefix[3] = '\0';
+    char later[8];
+    memcpy(later, full.text + want_len + 6, 6);
+    later[6] = '\0';
+    const char *several[] = {"zqzqzq", stop, prefix, later};
+    sp.stop = several;
+    sp.n_stop = 4;
+    streamed_run cut2;
+    run_streaming(e, prompts[0], &sp, &cut2);
+    cr_assert_eq(cut2.reason, PL_FINISH_STOP);
+    cr_assert_str_eq(cut2.text, cut.text);
+    cr_assert_eq(cut2.stop_string, 1, "stop string %d", cut2.stop_string);
+    several[1] = several[2];
+    several[2] = stop;
+    streamed_run_free(&cut2);
+    run_streaming(e, prompts[0], &sp, &cut2);
+    cr_assert_eq(cut2.stop_string, 1, "stop string %d", cut2.stop_string);
+    /* a stop id, or no stop: -1 */
+    sp.n_stop = 0;
+    sp.stop_ids = full.ids + 3;
+    sp.n_stop_ids = 1;
+    streamed_run by_id;
+    run_streaming(e, prompts[0], &sp, &by_id);
+    cr_assert_eq(by_id.reason, PL_FINISH_STOP);
+    cr_assert_eq(by_id.stop_string, -1);
+    cr_assert_eq(full.stop_string, -1);
+    streamed_run_free(&by_id);
+    streamed_run_free(&cut2);
     streamed_run_free(&full);
     streamed_run_free(&cut);
     pl_engine_destroy(e);

@@ -5,8 +5,12 @@
 //
 //   node serve_openai.mjs BASE_URL MODEL API_KEY
 //
-// Prints one line per check and exits 0 when all pass, 1 at the first failure.
+// Prints one line per check and exits 0 when all pass, 1 at the first failure. The server's
+// template writes tools with Hermes' <tool_call> marker, so tool calls are read as "hermes";
+// constrained outputs (forced tool calls, response_format) are checked with ajv against their
+// schemas.
 import OpenAI from "openai";
+import Ajv from "ajv";
 
 const [baseURL, model, apiKey] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 120_000 });
@@ -32,6 +36,22 @@ async function collect(stream) {
   }
   return { texts, finishes, usage, chunks };
 }
+
+const WEATHER = {
+  type: "object",
+  properties: { city: { type: "string", maxLength: 12 }, unit: { enum: ["celsius", "fahrenheit"] } },
+  required: ["city", "unit"],
+  additionalProperties: false,
+};
+const CAT = {
+  type: "object",
+  properties: { name: { type: "string", maxLength: 10 }, age: { type: "integer", minimum: 0, maximum: 30 },
+                indoor: { type: "boolean" } },
+  required: ["name", "age", "indoor"],
+  additionalProperties: false,
+};
+const ajv = new Ajv({ strict: false });
+const validate = (schema, value) => ajv.validate(schema, value);
 
 const checks = {
   async models() {
@@ -102,6 +122,80 @@ const checks = {
                                                       temperature: 0 });
     check(n2.choices.length === 2 && n2.choices[0].message.content === n2.choices[1].message.content,
           "greedy n = 2", n2.choices);
+  },
+
+  async tool_calls() {
+    const weather = { type: "function", function: { name: "get_weather", strict: true, parameters: WEATHER } };
+    const now = { type: "function", function: { name: "now", strict: true, parameters: { type: "object", properties: {} } } };
+    const messages = [{ role: "user", content: "What is the weather like?" }];
+    const body = { model, messages, tools: [weather, now], tool_choice: "required", temperature: 0,
+                   max_completion_tokens: 400 };
+    // parse(): the arguments of strict tools come back parsed
+    const r = await client.chat.completions.parse(body);
+    const c = r.choices[0];
+    check(c.finish_reason === "tool_calls" && c.message.content === null, "a forced call", c);
+    const calls = c.message.tool_calls;
+    check(calls.length >= 1 && calls.every((t) => t.type === "function" && t.id.startsWith("call_")),
+          "tool calls", calls);
+    for (const t of calls) {
+      const params = t.function.name === "get_weather" ? WEATHER : now.function.parameters;
+      check(t.function.name === "get_weather" || t.function.name === "now", "a known function", t);
+      check(validate(params, t.function.parsed_arguments), "arguments valid against the schema", t);
+      check(JSON.stringify(JSON.parse(t.function.arguments)) === JSON.stringify(t.function.parsed_arguments),
+            "parsed arguments", t);
+    }
+    // streamed: the client's stream helper assembles the deltas into the same calls
+    const stream = client.chat.completions.stream(body);
+    const final = await stream.finalChatCompletion();
+    const got = final.choices[0].message.tool_calls;
+    check(final.choices[0].finish_reason === "tool_calls", "streamed finish", final.choices[0]);
+    check(got.length === calls.length && got.every((t, i) => t.function.name === calls[i].function.name &&
+          t.function.arguments === calls[i].function.arguments && t.id.startsWith("call_")),
+          "streamed calls equal the whole response's", [got, calls]);
+    // a named function; one call only
+    const named = await client.chat.completions.create({ ...body, tool_choice: { type: "function", function: { name: "now" } } });
+    const nc = named.choices[0].message.tool_calls;
+    check(nc.length >= 1 && nc.every((t) => t.function.name === "now" && validate(now.function.parameters,
+          JSON.parse(t.function.arguments))), "named function", nc);
+    const one = await client.chat.completions.create({ ...body, parallel_tool_calls: false });
+    check(one.choices[0].message.tool_calls.length === 1, "parallel_tool_calls false", one.choices[0]);
+    // the history an agent sends next: the calls, content null, and the results
+    const next = [...messages, { role: "assistant", content: null, tool_calls: calls.map((t) =>
+      ({ id: t.id, type: "function", function: { name: t.function.name, arguments: t.function.arguments } })) },
+      ...calls.map((t) => ({ role: "tool", tool_call_id: t.id, content: "sunny, 21 C" }))];
+    const after = await client.chat.completions.create({ model, messages: next, tools: [weather, now],
+                                                         max_completion_tokens: 8, temperature: 0 });
+    check(after.choices[0].message.role === "assistant", "the history is taken", after.choices[0]);
+  },
+
+  async structured_outputs() {
+    const body = { model, messages: [{ role: "user", content: "Describe a cat." }], temperature: 0,
+                   max_completion_tokens: 400,
+                   response_format: { type: "json_schema", json_schema: { name: "cat", strict: true, schema: CAT } } };
+    const r = await client.chat.completions.parse(body);
+    const m = r.choices[0].message;
+    check(r.choices[0].finish_reason === "stop" && validate(CAT, m.parsed), "parsed structured output", m);
+    const stream = client.chat.completions.stream(body);
+    const final = await stream.finalChatCompletion();
+    // (the stream helper parses only zod formats: the content is compared)
+    check(final.choices[0].message.content === m.content &&
+          JSON.stringify(JSON.parse(final.choices[0].message.content)) === JSON.stringify(m.parsed),
+          "streamed structured output", [final.choices[0].message, m]);
+    // json_object: any object (stories260K may fill a string until max_tokens cuts it)
+    const obj = await client.chat.completions.create({ ...body, response_format: { type: "json_object" } });
+    const oc = obj.choices[0];
+    check(/^\s*\{/.test(oc.message.content) && (oc.finish_reason === "length" ||
+          (oc.finish_reason === "stop" && !Array.isArray(JSON.parse(oc.message.content)))),
+          "json_object", oc);
+    const bad = { ...body, response_format: { type: "json_schema", json_schema: { name: "x", schema:
+      { type: "object", properties: { a: { not: {} } } } } } };
+    try {
+      await client.chat.completions.create(bad);
+      check(false, "a schema with an unsupported keyword is refused");
+    } catch (e) {
+      check(e instanceof OpenAI.BadRequestError && e.param === "response_format" &&
+            e.message.includes("/properties/a"), "the refusal names the part", { status: e.status, message: e.message, param: e.param });
+    }
   },
 
   async errors() {

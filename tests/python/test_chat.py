@@ -107,6 +107,10 @@ def test_real_templates_render_as_the_oracle(family, folder):
             assert tok.apply_chat_template(case["messages"], **kwargs) == case["expect"], \
                 case["name"]
             n += 1
+        elif any(m.get("content", "") is None for m in case["messages"]):
+            # the oracle fails on content null; the library gives it "" first, as vLLM does
+            # (tests/e2e/test_e2e_chat.c checks those renderings)
+            tok.apply_chat_template(case["messages"], **kwargs)
         else:
             with pytest.raises((ValueError, UnsupportedError)):
                 tok.apply_chat_template(case["messages"], **kwargs)

@@ -20,7 +20,12 @@ ORACLE = os.path.join(HERE, "..", "oracle")
 sys.path.insert(0, HERE)
 from server_util import Failure, Server, models_dir  # noqa: E402
 
-TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+# Tools as Hermes writes them (the server reads calls as "hermes"), and the calls of a history.
+TEMPLATE = ("{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools> "
+            "<tool_call>\n{% endif %}"
+            "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+            "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}"
+            "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}{{ '\\n' }}{% endfor %}"
             "{% if add_generation_prompt %}<assistant>{% endif %}")
 
 
@@ -28,13 +33,13 @@ def ensure_openai():
     """None when the package is there (installed now if needed), else why not."""
     if not shutil.which("node"):
         return "node is not installed"
-    if os.path.isdir(os.path.join(ORACLE, "node_modules", "openai")):
+    if all(os.path.isdir(os.path.join(ORACLE, "node_modules", p)) for p in ("openai", "ajv")):
         return None
     if not shutil.which("npm"):
         return "npm is not installed"
     p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=ORACLE, capture_output=True,
                        text=True, timeout=600)
-    if p.returncode != 0 or not os.path.isdir(os.path.join(ORACLE, "node_modules", "openai")):
+    if p.returncode != 0 or not os.path.isdir(os.path.join(ORACLE, "node_modules", "ajv")):
         return f"npm ci in tests/oracle failed:\n{p.stderr[-2000:]}"
     return None
 

@@ -15,6 +15,7 @@ Exit 0 pass, 1 fail, 77 skip.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -249,6 +250,294 @@ def case_chat():
         check(text["prompt"] == "Once and", text)
         st, _, v = srv.post("/v1/chat/completions", dict(own, max_tokens=3))
         check(st == 200 and v["usage"]["prompt_tokens"] == tok["count"], v)
+    finally:
+        srv.stop()
+
+
+# A ChatML-like template that writes tools and tool calls as Hermes/Qwen do (so the server reads
+# replies as "hermes"), and opens the reasoning when asked (think=true), as Qwen3 thinking
+# templates do.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }};{% endfor %}</tools> "
+    "<tool_call>\n{% endif %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} "
+    "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+    "{% if m.tool_call_id %}[{{ m.tool_call_id }}]{% endif %}{{ '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% if think %}<think>\n{% endif %}{% endif %}")
+
+
+def chat_stream_parts(events):
+    """content, reasoning, {index: [id, name, arguments]} and finish reasons of a chat stream."""
+    content, reasoning, calls, fins = "", "", {}, []
+    for e in events:
+        check("error" not in e, f"error event: {e}")
+        for c in e["choices"]:
+            d = c["delta"]
+            content += d.get("content") or ""
+            reasoning += d.get("reasoning_content") or ""
+            for t in d.get("tool_calls") or []:
+                if "id" in t:
+                    check(t["index"] not in calls and t["type"] == "function" and
+                          t["function"]["arguments"] == "", f"a call's first delta: {t}")
+                    calls[t["index"]] = [t["id"], t["function"]["name"], ""]
+                else:
+                    check("name" not in t["function"], f"the name comes once: {t}")
+                    calls[t["index"]][2] += t["function"]["arguments"]
+            if c.get("finish_reason"):
+                fins.append(c["finish_reason"])
+    return content, reasoning, calls, fins
+
+
+def case_replies():
+    """Tool-call histories, reading replies (reasoning, tool calls), stop_reason,
+    GET /v1/models/{id} and prompt_logprobs."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(TOOLS_TEMPLATE)
+    srv = Server(PAGELLM, stories_args(["--chat-template", f.name, "--reasoning-parser", "qwen3",
+                                        "--served-model-name", "org/stories"]))
+    try:
+        check("read for tool calls: hermes; reasoning: qwen3" in srv.text(), srv.text())
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}]
+        # a standard tool-call history: content null, arguments as JSON text, a tool result
+        history = [{"role": "user", "content": "Weather in Paris?"},
+                   {"role": "assistant", "content": None, "tool_calls": [
+                       {"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                   {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+        st, _, tok = srv.post("/tokenize", {"messages": history, "tools": tools})
+        check(st == 200, f"{st} {tok}")
+        st, _, text = srv.post("/detokenize", {"tokens": tok["tokens"]})
+        check('<assistant><tool_call>get_weather {"city": "Paris"}</tool_call>\n'
+              '<tool>sunny[call_1]\n<assistant>' in text["prompt"], text)
+        body = {"messages": history, "tools": tools, "max_tokens": 24, "temperature": 0}
+        st, _, v = srv.post("/v1/chat/completions", body)
+        check(st == 200, f"{st} {v}")
+        c = v["choices"][0]
+        # stories260K writes no calls: its text is the content, untouched
+        check(c["finish_reason"] in ("stop", "length") and "tool_calls" not in c["message"] and
+              isinstance(c["message"]["content"], str) and c["message"]["content"], c)
+        check(c["message"]["reasoning_content"] is None, c)
+        st, events, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+        content, reasoning, calls, fins = chat_stream_parts(events)
+        check(done == 1 and content == c["message"]["content"] and not reasoning and not calls and
+              fins == [c["finish_reason"]], f"{content!r} {reasoning!r} {calls} {fins}")
+        # tool_choice none: the template gets no tools
+        st, _, tok_none = srv.post("/tokenize", {"messages": history, "tools": tools,
+                                                 "chat_template_kwargs": {}})
+        check("<tools>" in json.dumps(srv.post("/detokenize", {"tokens": tok_none["tokens"]})[2]),
+              "tools rendered")
+        st, _, v = srv.post("/v1/chat/completions", dict(body, tool_choice="none"))
+        check(st == 200 and v["usage"]["prompt_tokens"] < tok["count"], v)
+
+        # reasoning opened by the template: the whole reply is reasoning
+        plain = {"messages": [{"role": "user", "content": "Once"}], "max_tokens": 30,
+                 "temperature": 0}
+        st, _, v0 = srv.post("/v1/chat/completions", dict(plain, chat_template_kwargs={"think": False}))
+        check(v0["choices"][0]["message"]["reasoning_content"] is None, v0)
+        thinking = dict(plain, chat_template_kwargs={"think": True})
+        st, _, v = srv.post("/v1/chat/completions", thinking)
+        m = v["choices"][0]["message"]
+        check(st == 200 and m["reasoning_content"] and m["content"] == "", f"{st} {v}")
+        st, events, done = srv.stream("/v1/chat/completions", dict(thinking, stream=True))
+        content, reasoning, calls, fins = chat_stream_parts(events)
+        check(reasoning == m["reasoning_content"] and content == "" and not calls,
+              f"{reasoning!r} vs {m['reasoning_content']!r}")
+
+        # GET /v1/models/{id}, with a slash in the name
+        st, _, v = srv.get("/v1/models/org/stories")
+        check(st == 200 and v["id"] == "org/stories" and v["object"] == "model", f"{st} {v}")
+        st, _, v = srv.get("/v1/models/other")
+        check(st == 404 and v["error"]["code"] == "model_not_found", f"{st} {v}")
+        st, _, v = srv.get("/v1/models/")
+        check(st == 404, f"{st} {v}")
+        st, _, v = srv.post("/v1/models/org/stories", {})
+        check(st == 405, f"{st} {v}")
+
+        # stop_reason: the stop string or id that ended the text; null for the end or length
+        prompt = "Once upon a time"
+        base = {"prompt": prompt, "max_tokens": 60, "temperature": 0}
+        full = completion(srv, base)["choices"][0]
+        check(full["stop_reason"] is None, full)
+        words = full["text"].split()
+        stops = ["zzqq", " " + words[3], " " + words[5]]
+        c = completion(srv, dict(base, stop=stops))["choices"][0]
+        check(c["finish_reason"] == "stop" and c["stop_reason"] == " " + words[3], c)
+        st, events, _ = srv.stream("/v1/completions", dict(base, stop=stops, stream=True))
+        check(events[-1]["choices"][0]["stop_reason"] == " " + words[3], events[-1])
+        st, _, ids = srv.post("/tokenize", {"prompt": full["text"], "add_special_tokens": False})
+        c = completion(srv, dict(base, stop_token_ids=[ids["tokens"][2]]))["choices"][0]
+        check(c["finish_reason"] == "stop" and c["stop_reason"] == ids["tokens"][2], c)
+        st, _, v = srv.post("/v1/chat/completions", dict(plain, stop=[" " + words[1]]))
+        check(v["choices"][0]["stop_reason"] in (None, " " + words[1]), v)
+
+        # prompt_logprobs: vLLM's shape, equal to echo's logprobs of the prompt
+        st, _, ptok = srv.post("/tokenize", {"prompt": prompt})
+        v = completion(srv, dict(base, max_tokens=2, prompt_logprobs=2, echo=True, logprobs=1))
+        pl = v["choices"][0]["prompt_logprobs"]
+        echo = v["choices"][0]["logprobs"]
+        check(len(pl) == ptok["count"] and pl[0] is None, pl)
+        for i in range(1, len(pl)):
+            tid = str(ptok["tokens"][i])
+            check(tid in pl[i] and 1 <= len(pl[i]) <= 3, pl[i])
+            check(abs(pl[i][tid]["logprob"] - echo["token_logprobs"][i]) < 1e-6, f"{pl[i]} {echo}")
+            check(pl[i][tid]["decoded_token"] == echo["tokens"][i], pl[i])
+            ranks = sorted(x["rank"] for x in pl[i].values())
+            check(ranks[0] >= 1 and (len(pl[i]) == 3 or pl[i][tid]["rank"] <= 2), pl[i])
+            check(len(echo["top_logprobs"][i]) == 1, "echo keeps its own k")
+        st, _, v = srv.post("/v1/chat/completions", dict(plain, prompt_logprobs=0))
+        check(st == 200 and len(v["prompt_logprobs"]) == v["usage"]["prompt_tokens"], v)
+        st, _, v = srv.post("/v1/completions", dict(base, prompt_logprobs=1, stream=True))
+        check(st == 400 and v["error"]["param"] == "prompt_logprobs", f"{st} {v}")
+    finally:
+        srv.stop()
+        os.unlink(f.name)
+
+
+def check_schema(schema, v, where="$"):
+    """The subset of JSON Schema the structured-output cases use."""
+    t = schema.get("type")
+    types = {"object": dict, "string": str, "integer": int, "boolean": bool, "array": list}
+    if t:
+        check(isinstance(v, types[t]) and not (t == "integer" and isinstance(v, bool)),
+              f"{where}: {v!r} is not {t}")
+    if "enum" in schema:
+        check(v in schema["enum"], f"{where}: {v!r} not in {schema['enum']}")
+    if t == "string" and "maxLength" in schema:
+        check(len(v) <= schema["maxLength"], f"{where}: {v!r} longer than {schema['maxLength']}")
+    if t == "integer":
+        check(schema.get("minimum", v) <= v <= schema.get("maximum", v), f"{where}: {v} out of range")
+    if t == "object":
+        props = schema.get("properties", {})
+        check(set(schema.get("required", [])) <= set(v), f"{where}: missing keys of {v}")
+        check(set(v) <= set(props), f"{where}: extra keys in {v}")
+        for k, x in v.items():
+            check_schema(props[k], x, f"{where}.{k}")
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 99},
+                                           "mood": {"enum": ["happy", "sad"]}},
+          "required": ["name", "age", "mood"]}
+FUNCS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+              "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                               "days": {"type": "integer", "minimum": 1,
+                                                        "maximum": 7}},
+              "required": ["city", "days"]}}},
+         {"type": "function", "function": {"name": "now"}}]
+# the same chat in each family's tool syntax (auto picks the reader from the template)
+SYNTAX_TEMPLATES = {
+    "hermes": "{% for m in messages %}{{ m.content }}{% endfor %}<tool_call>",
+    "llama3_json": "{% for m in messages %}{{ m.content }}{% endfor %}<|python_tag|>",
+    "mistral": "{% for m in messages %}{{ m.content }}{% endfor %}[TOOL_CALLS]",
+}
+
+
+def case_structured():
+    """Constrained outputs and forced tool calls on stories260K: every output valid; streams
+    equal to whole responses; hostile constraints refused quickly, naming the field, while
+    another request streams on."""
+    srv = Server(PAGELLM, stories_args(["--trust-request-chat-template"]))
+    try:
+        chat = {"messages": [{"role": "user", "content": "Once"}], "max_tokens": 400,
+                "temperature": 0.9, "seed": 5,
+                "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}
+        # choice, regex, schema: completions and chats, whole and streamed, n = 2
+        for field, value, ok in [
+                ("guided_choice", ["happy", "sad", "angry"], lambda t: t in ("happy", "sad", "angry")),
+                ("guided_regex", "[a-c]{3}-[0-9]{2}", lambda t: re.fullmatch("[a-c]{3}-[0-9]{2}", t)),
+                ("structured_outputs", {"json": SCHEMA},
+                 lambda t: check_schema(SCHEMA, json.loads(t)) or True)]:
+            body = {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0.9,
+                    "seed": 3, "n": 2, field: value}
+            v = completion(srv, body)
+            for c in v["choices"]:
+                check(c["finish_reason"] == "stop" and ok(c["text"]), f"{field}: {c}")
+            st, events, _ = srv.stream("/v1/completions", dict(body, stream=True))
+            texts, fins, _ = stream_text(events)
+            check(texts == {i: c["text"] for i, c in enumerate(v["choices"])}, f"{field} streamed")
+        body = dict(chat, response_format={"type": "json_schema", "json_schema": {
+            "name": "person", "strict": True, "schema": SCHEMA}})
+        st, _, v = srv.post("/v1/chat/completions", body)
+        check(st == 200 and v["choices"][0]["finish_reason"] == "stop", f"{st} {v}")
+        m = v["choices"][0]["message"]
+        check_schema(SCHEMA, json.loads(m["content"]))
+        st, events, _ = srv.stream("/v1/chat/completions", dict(body, stream=True))
+        content, _, _, _ = chat_stream_parts(events)
+        check(content == m["content"], f"{content!r} vs {m['content']!r}")
+
+        # forced tool calls in each family's syntax, read back into tool_calls
+        for syntax, tmpl in SYNTAX_TEMPLATES.items():
+            for choice, parallel in [("required", True), ({"type": "function", "function":
+                                                           {"name": "get_weather"}}, False)]:
+                body = dict(chat, chat_template=tmpl, tools=FUNCS, tool_choice=choice,
+                            parallel_tool_calls=parallel)
+                st, _, v = srv.post("/v1/chat/completions", body)
+                c = v["choices"][0] if st == 200 else v
+                # parallel calls may go on until max_tokens (a random model); the finished
+                # ones are read, the one cut short stays content
+                check(st == 200 and (c["finish_reason"] == "tool_calls" and
+                                     c["message"]["content"] is None or
+                                     parallel and c["finish_reason"] == "length"),
+                      f"{syntax} {choice}: {st} {c}")
+                calls = c["message"]["tool_calls"]
+                check(len(calls) >= 1 and (parallel or len(calls) == 1), f"{syntax}: {calls}")
+                for t in calls:
+                    f = next(x["function"] for x in FUNCS if x["function"]["name"] ==
+                             t["function"]["name"])
+                    check(isinstance(choice, str) or f["name"] == "get_weather", t)
+                    check_schema(f.get("parameters", {"type": "object"}),
+                                 json.loads(t["function"]["arguments"]))
+                    check(len(t["id"]) == (9 if syntax == "mistral" else 29), t)
+                st, events, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+                content, _, scalls, fins = chat_stream_parts(events)
+                streamed = [x[1:] for x in scalls.values()]
+                whole = [[t["function"]["name"], t["function"]["arguments"]] for t in calls]
+                check(done == 1 and fins == [c["finish_reason"]] and
+                      (streamed == whole and content == "" or
+                       fins == ["length"] and streamed[:len(whole)] == whole),
+                      f"{syntax} streamed: {scalls} vs {calls}")
+
+        # hostile constraints: refused fast, naming the field, while a stream goes on
+        slow = srv.conn()
+        slow.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": "Once", "max_tokens": 300, "stream": True, "ignore_eos": True}),
+            headers={"Content-Type": "application/json"})
+        deep = '{"type": "array", "items": ' * 1000 + "{}" + "}" * 1000  # as text, as vLLM takes it
+        for field, value, param in [
+                ("guided_json", deep, "guided_json"),
+                ("guided_json", {"enum": list(range(100000))}, "guided_json"),
+                ("guided_json", {"type": "string", "maxLength": 10 ** 9}, "guided_json"),
+                ("guided_grammar", "root ::= root \"a\" | \"b\"", "guided_grammar"),
+                ("guided_regex", "(a)\\1", "guided_regex"),
+                ("response_format", {"type": "json_schema", "json_schema": {
+                    "name": "x", "schema": {"type": "object", "properties": {"a": {"not": {}}}}}},
+                 "response_format")]:
+            t0 = time.time()
+            st, _, v = srv.post("/v1/completions", {"prompt": "Once", field: value})
+            took = time.time() - t0
+            check(st == 400 and v["error"]["param"] == param and took < 10,
+                  f"{field}: {st} {v} in {took:.1f} s")
+        # a regex that explodes a backtracking matcher: answered in bounded time either way
+        t0 = time.time()
+        st, _, v = srv.post("/v1/completions", {"prompt": "Once", "max_tokens": 8,
+                                                "guided_regex": "((a{1000}){1000}){1000}"})
+        check((st == 200 or st == 400 and v["error"]["param"] == "guided_regex") and
+              time.time() - t0 < 10, f"{st} {v}")
+        st, _, v = srv.post("/v1/chat/completions", dict(chat, tools=[{"type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {
+                "not": {}}}}}}], tool_choice="required", chat_template=SYNTAX_TEMPLATES["hermes"]))
+        check(st == 400 and v["error"]["param"] == "tools" and "/properties/a" in
+              v["error"]["message"], f"{st} {v}")
+        r = slow.getresponse()
+        text = r.read().decode()
+        check(r.status == 200 and text.rstrip().endswith("data: [DONE]") and '"error"' not in text,
+              "the stream went on")
+        slow.close()
+        check(completion(srv, {"prompt": "Once", "max_tokens": 4})["choices"][0]["text"],
+              "served after")
+        idle_and_free(srv)
     finally:
         srv.stop()
 

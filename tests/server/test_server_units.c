@@ -181,7 +181,8 @@ Test(server_request, chat_fields_map_to_openai_names) {
     r = parse_ok(PL_SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
                               "\"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}], "
                               "\"logprobs\": true, \"tools\": [{}], \"tool_choice\": \"none\"}");
-    cr_assert_str_eq(r.messages_json, "[{\"role\":\"user\",\"content\":\"a\\nb\"}]");
+    /* kept as given: the library joins the parts when it renders */
+    cr_assert(strstr(r.messages_json, "\"content\":[{\"type\":\"text\""), "%s", r.messages_json);
     cr_assert_eq(r.sp.logprobs, 0, "logprobs alone: the token's own");
     cr_assert_null(r.chat.tools, "tool_choice none: no tools for the template");
     pl_srv_request_free(&r);
@@ -206,11 +207,102 @@ Test(server_request, chat_fields_map_to_openai_names) {
     parse_bad(PL_SRV_CHAT, "{\"messages\": [{\"role\": \"u\"}], \"chat_template_kwargs\": []}", 400,
               "chat_template_kwargs");
     parse_bad(PL_SRV_CHAT, "{\"messages\": [{\"role\": \"u\"}], \"response_format\": {\"type\": "
-                           "\"json_object\"}}", 400, "response_format");
+                           "\"xml\"}}", 400, "response_format");
     /* fields of the other endpoint are not taken */
     r = parse_ok(PL_SRV_CHAT, "{\"messages\": [{\"role\": \"u\"}], \"prompt\": 5, \"echo\": 1}");
     cr_assert(!r.echo);
     pl_srv_request_free(&r);
+    PL_ASSERT_NO_LEAKS();
+}
+
+/* Constraints: OpenAI's response_format, vLLM's structured_outputs and guided_* fields, each
+ * into one sampling field; two at once, or one with a forced tool call, refused naming them. */
+Test(server_request, constraints_reach_the_sampling_params) {
+    const char *msgs = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], ";
+    char body[1024];
+#define BODY(rest) (snprintf(body, sizeof body, "%s%s", msgs, rest), body)
+    pl_srv_request r = parse_ok(PL_SRV_CHAT, BODY("\"response_format\": {\"type\": \"json_schema\", "
+        "\"json_schema\": {\"name\": \"n\", \"strict\": true, \"schema\": {\"type\": \"integer\"}}}}"));
+    cr_assert_str_eq(r.sp.json_schema, "{\"type\":\"integer\"}");
+    cr_assert_str_eq(r.constraint_param, "response_format");
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_CHAT, BODY("\"response_format\": {\"type\": \"json_object\"}}"));
+    cr_assert(strstr(r.sp.json_schema, "\"additionalProperties\":true"), "%s", r.sp.json_schema);
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_CHAT, BODY("\"response_format\": {\"type\": \"text\"}}"));
+    cr_assert(!r.sp.json_schema && !r.constraint_param);
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"[a-z]+\"}}");
+    cr_assert_str_eq(r.sp.regex, "[a-z]+");
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"choice\": [\"a\", \"b\"]}}");
+    cr_assert(r.sp.n_choice == 2 && !strcmp(r.sp.choice[1], "b"));
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"json\": \"{\\\"type\\\": \\\"string\\\"}\"}}");
+    cr_assert_str_eq(r.sp.json_schema, "{\"type\":\"string\"}", "a schema given as text");
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"grammar\": \"root ::= \\\"a\\\"\"}}");
+    cr_assert_str_eq(r.sp.grammar, "root ::= \"a\"");
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"guided_json\": {\"type\": \"boolean\"}}");
+    cr_assert_str_eq(r.sp.json_schema, "{\"type\":\"boolean\"}");
+    cr_assert_str_eq(r.constraint_param, "guided_json");
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"guided_regex\": \"\\\\d+\"}");
+    cr_assert_str_eq(r.sp.regex, "\\d+");
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"yes\", \"no\"]}");
+    cr_assert_eq(r.sp.n_choice, 2);
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"guided_grammar\": \"root ::= [0-9]\"}");
+    cr_assert_str_eq(r.sp.grammar, "root ::= [0-9]");
+    pl_srv_request_free(&r);
+
+    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"guided_regex\": \"a\", \"guided_choice\": [\"b\"]}",
+              400, "guided_choice");
+    parse_bad(PL_SRV_CHAT, BODY("\"response_format\": {\"type\": \"json_object\"}, "
+              "\"structured_outputs\": {\"regex\": \"a\"}}"), 400, "structured_outputs");
+    parse_bad(PL_SRV_CHAT, BODY("\"response_format\": {\"type\": \"json_schema\"}}"), 400,
+              "response_format");
+    parse_bad(PL_SRV_CHAT, BODY("\"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+              "{\"schema\": 5}}}"), 400, "response_format");
+    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": [1]}", 400,
+              "structured_outputs");
+    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"structural_tag\": {}}}",
+              400, "structured_outputs");
+    parse_bad(PL_SRV_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": 5}", 400, "guided_choice");
+
+    /* tools: the choice's forms, and what a forced call needs */
+    const char *tools = "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+                        "\"parameters\": {\"type\": \"object\"}}}], ";
+    char rest[512];
+#define TOOLS(choice) (snprintf(rest, sizeof rest, "%s%s}", tools, choice), BODY(rest))
+    r = parse_ok(PL_SRV_CHAT, TOOLS("\"tool_choice\": \"required\", \"parallel_tool_calls\": false"));
+    cr_assert(r.tool_choice == PL_SRV_TOOLS_REQUIRED && !r.parallel_tool_calls && r.tools);
+    cr_assert(r.chat.tools && strstr(r.chat.tools, "\"f\""));
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_CHAT, TOOLS("\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}"));
+    cr_assert(r.tool_choice == PL_SRV_TOOLS_NAMED && !strcmp(r.tool_name, "f") && r.parallel_tool_calls);
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_CHAT, TOOLS("\"tool_choice\": \"auto\""));
+    cr_assert(r.tool_choice == PL_SRV_TOOLS_AUTO && r.chat.tools);
+    pl_srv_request_free(&r);
+    r = parse_ok(PL_SRV_CHAT, TOOLS("\"tool_choice\": \"none\""));
+    cr_assert(r.tool_choice == PL_SRV_TOOLS_NONE && !r.chat.tools && !r.tools);
+    pl_srv_request_free(&r);
+    parse_bad(PL_SRV_CHAT, TOOLS("\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}"),
+              400, "tool_choice");
+    parse_bad(PL_SRV_CHAT, TOOLS("\"tool_choice\": \"sometimes\""), 400, "tool_choice");
+    parse_bad(PL_SRV_CHAT, TOOLS("\"tool_choice\": 5"), 400, "tool_choice");
+    parse_bad(PL_SRV_CHAT, TOOLS("\"tool_choice\": \"required\", \"guided_regex\": \"a\""), 400,
+              "tool_choice");
+    parse_bad(PL_SRV_CHAT, BODY("\"tools\": [{\"type\": \"function\"}], \"tool_choice\": \"required\"}"),
+              400, "tools");
+    parse_bad(PL_SRV_CHAT, BODY("\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+              "\"parameters\": 3}}], \"tool_choice\": \"required\"}"), 400, "tools");
+    parse_bad(PL_SRV_CHAT, BODY("\"parallel_tool_calls\": 1}"), 400, "parallel_tool_calls");
+#undef TOOLS
+#undef BODY
     PL_ASSERT_NO_LEAKS();
 }
 

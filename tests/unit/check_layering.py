@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_own_header  # noqa: E402
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "gguf", "tokenizer", "grammar", "template", "kvcache", "scheduler", "model", "kernels", "dist", "kvevents",
+MODULES = ["util", "gguf", "tokenizer", "grammar", "template", "reply", "kvcache", "scheduler", "model", "kernels", "dist", "kvevents",
            "engine", "cli", "tools", "bench", "server", "tests"]
 ALLOWED = {
     "util": {"util"},
@@ -21,6 +21,7 @@ ALLOWED = {
     "tokenizer": {"util", "gguf", "tokenizer"},
     "grammar": {"util", "tokenizer", "grammar"},
     "template": {"util", "template"},
+    "reply": {"util", "grammar", "reply"},
     "kvcache": {"util", "kvcache"},
     "scheduler": {"util", "kvcache", "scheduler"},
     "model": {"util", "gguf", "model"},

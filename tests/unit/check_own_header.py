@@ -26,7 +26,7 @@ import re
 import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
-MODULES = ["util", "gguf", "tokenizer", "template", "kvcache", "scheduler", "model", "kernels",
+MODULES = ["util", "gguf", "tokenizer", "template", "reply", "kvcache", "scheduler", "model", "kernels",
            "engine", "cli", "bench", "server", "tools"]
 # a module's internal header, where its name does not end in _internal.h
 INTERNAL = {
@@ -37,7 +37,7 @@ INTERNAL = {
     "tools": ["tools/commands.h"],
     "kernels": ["kernels/backend.h"],
 }
-PUBLIC_API = {"engine", "util", "tokenizer", "template"}
+PUBLIC_API = {"engine", "util", "tokenizer", "template", "reply"}
 
 MACRO_LINE = re.compile(r"^[A-Z][A-Z0-9_]*\(.*\)\s*$")
 # macros that expand to "static ..."

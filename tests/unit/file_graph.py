@@ -28,7 +28,7 @@ ALLOWED = [
     {"template/eval.c", "template/filters.c"},
     {"server/req.c", "server/watch.c"},
 ]
-LIBRARY = ("util/", "gguf/", "tokenizer/", "template/", "kvcache/", "scheduler/", "model/",
+LIBRARY = ("util/", "gguf/", "tokenizer/", "template/", "reply/", "kvcache/", "scheduler/", "model/",
            "kernels/", "engine/", "cli/", "bench/", "server/", "tools/")
 INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 

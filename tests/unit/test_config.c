@@ -533,7 +533,7 @@ Test(abi, a_struct_with_a_wrong_size_is_refused_with_a_clear_message) {
 
     pl_sampling_params p;
     pl_sampling_params_default(&p);
-    p.struct_size = sizeof p - 8;
+    p.struct_size = sizeof p - 4; /* (sizeof p - 8 is a size it had: before skip_special_tokens) */
     EXPECT(pl_sampling_params_validate(&p), PL_ERR_INVALID_ARGUMENT, "sampling.struct_size");
     EXPECT(pl_sampling_params_set_json(&p, "n", "2"), PL_ERR_INVALID_ARGUMENT, "struct_size");
 

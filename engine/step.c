@@ -76,6 +76,8 @@ static void fail_everything(pl_engine *e) {
     pl_intake_drain(e);
     for (pl_request *r = e->live_head; r; r = r->next)
         pl_engine_finish_request(e, r, PL_FINISH_ERROR);
+}
+
 /* PAGELLM_FAULT_SLOW_FORWARD (engine.c): the batch holds a prompt beginning with that token. */
 static void slow_injected(const pl_engine *e, const pl_sched_output *so) {
     if (e->slow_token < 0) return;

@@ -174,9 +174,11 @@ static json_t *stop_reason_json(const pl_srv_req *r, const pl_srv_choice *c) {
     return json_null();
 }
 
-static json_t *prompt_lp_entry(pl_srv *s, int32_t id, float lp, int rank) {
+/* text: what the token added to the prompt's text (the position's own token, as echo shows
+ * it), or NULL for its text alone (an alternative). */
+static json_t *prompt_lp_entry(pl_srv *s, int32_t id, float lp, int rank, const char *text) {
     json_t *o = json_object();
-    const char *t = pl_srv_vocab_text(&s->vocab, id);
+    const char *t = text ? text : pl_srv_vocab_text(&s->vocab, id);
     json_object_set_new(o, "logprob", logprob_real(lp));
     json_object_set_new(o, "rank", json_integer(rank));
     json_object_set_new(o, "decoded_token", text_json(t, strlen(t)));
@@ -197,12 +199,12 @@ static json_t *prompt_logprobs_json(pl_srv *s, const pl_srv_prompt *p, const pl_
         json_t *o = json_object();
         char key[16];
         snprintf(key, sizeof key, "%d", (int)e->token);
-        json_object_set_new(o, key, prompt_lp_entry(s, e->token, e->logprob, e->rank));
+        json_object_set_new(o, key, prompt_lp_entry(s, e->token, e->logprob, e->rank, e->text));
         for (int j = 0; j < e->n_top && j < k; j++) {
             snprintf(key, sizeof key, "%d", (int)e->top[j].token);
             if (!json_object_get(o, key))
                 json_object_set_new(o, key, prompt_lp_entry(s, e->top[j].token, e->top[j].logprob,
-                                                             j + 1));
+                                                             j + 1, NULL));
         }
         json_array_append_new(a, o);
     }

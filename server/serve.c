@@ -63,12 +63,14 @@ static bool catch_signals(void) {
     return true;
 }
 
+/* The handlers stay: a signal that arrives while the process exits (a supervisor's SIGTERM
+ * right after the drain) must not turn a clean exit into death by that signal. With the pipe
+ * closed they write to nothing. */
 static void release_signals(void) {
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
+    int fds[2] = {g_signal_pipe[0], g_signal_pipe[1]};
+    g_signal_pipe[0] = g_signal_pipe[1] = -1; /* before closing: no write into a reused fd */
     for (int i = 0; i < 2; i++)
-        if (g_signal_pipe[i] >= 0) close(g_signal_pipe[i]);
-    g_signal_pipe[0] = g_signal_pipe[1] = -1;
+        if (fds[i] >= 0) close(fds[i]);
 }
 
 /* The next signal's number, waiting at most timeout_s (< 0: for ever); 0 when none came. */

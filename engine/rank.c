@@ -195,8 +195,8 @@ pl_status pl_rank_pool_blocks(const pl_engine_config *c, const pl_model *model, 
         size_t n = c->kv_cache_memory_bytes / f.block_bytes;
         if (n < 1 || n > (size_t)1 << 30)
             return pl_fail(PL_ERR_INVALID_ARGUMENT,
-                           PL_REF("config.kv_cache_memory_bytes") " = %zu: %s one KV block of %zu bytes "
-                           "(block_size %d tokens)", c->kv_cache_memory_bytes,
+                           PL_REF("config.kv_cache_memory_bytes") " = %zu: %s one KV block of "
+                           "%zu bytes (block_size %d tokens)", c->kv_cache_memory_bytes,
                            n < 1 ? "less than" : "more than 2^30 blocks of", f.block_bytes,
                            c->block_size);
         *out_blocks = (int)n;

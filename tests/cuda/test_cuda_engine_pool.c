@@ -3,7 +3,7 @@
  * backend (max_num_blocks = 0), under the CPU emulation (suite 'cuda' only: it sets the
  * emulated device's memory through cuemu_hooks.h).
  *
- * engine/engine.c size_pool: with no memory_limit_bytes the engine takes the device's free
+ * engine/rank.c pl_rank_pool_blocks: with no memory_limit_bytes the engine takes the device's free
  * memory (cudaMemGetInfo, after the backend exists and has reserved its scratch for the
  * largest step, and before any weight is uploaded), and
  *     blocks = floor((memory_threshold * free - weight bytes - workspace bytes) / block bytes)
@@ -13,7 +13,7 @@
  * f32_weights_count_as_the_device_stores_them checks.
  *
  * The expected figures are computed here from the model config, the runner's size functions
- * and memory_info of a fresh backend, in the same double arithmetic as size_pool, then
+ * and memory_info of a fresh backend, in the same double arithmetic as pl_rank_pool_blocks, then
  * compared with pl_engine_metrics' kv_blocks_total.
  */
 #include <criterion/criterion.h>
@@ -37,7 +37,7 @@
 TestSuite(cuda_engine_pool, .timeout = 120.0);
 
 typedef struct {
-    uint64_t weights;    /* bytes, as size_pool counts them */
+    uint64_t weights;    /* bytes, as pl_rank_pool_blocks counts them */
     size_t work, block;  /* workspace bytes, bytes per KV block */
     int blocks_per_seq;  /* ceil(max_model_len / block_size) */
     size_t baseline;     /* device bytes the engine's backend holds before it uploads: its
@@ -94,7 +94,7 @@ static pool_terms terms(void) {
     return t;
 }
 
-/* size_pool's arithmetic, uncapped. */
+/* pl_rank_pool_blocks's arithmetic, uncapped. */
 static double derived_blocks(const pool_terms *t, double threshold, size_t free_b) {
     double left = threshold * (double)free_b - (double)t->weights - (double)t->work;
     return left / (double)t->block;

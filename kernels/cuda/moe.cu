@@ -194,10 +194,11 @@ moe_gemv_kernel(float *__restrict__ out, const float *__restrict__ x, int x_div,
     if (o >= d_out) return; /* the whole warp */
     const int e = chunk_e[chunk], first = chunk_first[chunk], n = chunk_n[chunk];
     const uint8_t *row = w + ((size_t)e * d_out + o) * row_bytes;
-    const float *xr[kRows];
+    /* x's row of each slot as an index (32 bits, not a pointer each: with the dequantised
+     * piece and the sums that is what fits in registers) */
+    int xrow[kRows];
     PL_UNROLL
-    for (int r = 0; r < kRows; r++)
-        xr[r] = x + (size_t)(order[first + (r < n ? r : 0)] / x_div) * d_in;
+    for (int r = 0; r < kRows; r++) xrow[r] = order[first + (r < n ? r : 0)] / x_div;
     float acc[kRows];
     PL_UNROLL
     for (int r = 0; r < kRows; r++) acc[r] = 0.f;
@@ -209,9 +210,10 @@ moe_gemv_kernel(float *__restrict__ out, const float *__restrict__ x, int x_div,
         PL_UNROLL
         for (int r = 0; r < kRows; r++) {
             if (r < n) {
-                const float *xp = xr[r] + 32 * p;
+                const float *xp = x + (size_t)xrow[r] * d_in + 32 * p;
                 float s = 0.f;
-                for (int i = 0; i < len; i++) s += v[i] * act<T>(xp[i]);
+                PL_UNROLL /* whole: v stays in registers (a run-time bound would index it) */
+                for (int i = 0; i < 32; i++) s += i < len ? v[i] * act<T>(xp[i]) : 0.f;
                 acc[r] += s;
             }
         }

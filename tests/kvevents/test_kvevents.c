@@ -156,8 +156,9 @@ static int replay(const char *ep, uint64_t start, got_batch *out, int max) {
         zmq_msg_t m;
         zmq_msg_init(&m);
         cr_assert_geq(zmq_msg_recv(&m, req, 0), 0);
-        int64_t s = 0;
-        for (int i = 0; i < 8; i++) s = s << 8 | (uint8_t)seq[i];
+        uint64_t u = 0; /* big-endian, signed: -1 ends the replay (shifted unsigned: no UB) */
+        for (int i = 0; i < 8; i++) u = u << 8 | (uint8_t)seq[i];
+        int64_t s = (int64_t)u;
         if (s == -1) {
             cr_assert_eq(zmq_msg_size(&m), 0);
             zmq_msg_close(&m);

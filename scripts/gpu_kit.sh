@@ -24,10 +24,11 @@ set -euo pipefail
 die() { echo "gpu_kit: $*" >&2; exit 2; }
 
 # Shared libraries a kit program needs, as "soname path" lines, except what the device has:
-# glibc's, libstdc++, libgcc, and CUDA's (runtime, cuBLAS, driver).
+# glibc's, libstdc++, libgcc, and CUDA's (runtime, cuBLAS, NCCL, driver: the toolkit's or
+# PyTorch's wheels'; NCCL alone is 200 MiB).
 closure() {
     ldd "$@" 2>/dev/null | awk '/=> \// {print $1, $3}' | sort -u | grep -Ev \
-        '^(libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl|ld-linux[^ ]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnvJitLink|libnvrtc|libnvidia[^ ]*)\.so' \
+        '^(libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl|ld-linux[^ ]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvJitLink|libnvrtc|libnvidia[^ ]*)\.so' \
         || true
 }
 

@@ -209,8 +209,9 @@ def json_lines(text, rc):
 # ---- phases -----------------------------------------------------------------------------
 
 def find_cuda_libs():
-    """Folders holding libcudart.so.13 and libcublas.so.13: the CUDA toolkit's, else PyTorch's
-    nvidia wheels'. The first folder that has each wins."""
+    """Folders holding libcudart.so.13, libcublas.so.13 and libnccl.so.2 (linked when the build
+    found NCCL): the CUDA toolkit's, else PyTorch's nvidia wheels'. The first folder that has
+    each wins."""
     roots = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
              "/usr/local/cuda/lib"] + sorted(glob.glob("/usr/local/cuda-*/lib64")) + \
         sorted(glob.glob("/usr/local/cuda-*/targets/x86_64-linux/lib")) + \
@@ -224,7 +225,7 @@ def find_cuda_libs():
         roots += sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib")))
         roots += sorted(glob.glob(os.path.join(p, "nvidia", "cu13", "lib")))
     found = {}
-    for want in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"):
+    for want in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libnccl.so.2"):
         for r in roots:
             if os.path.exists(os.path.join(r, want)):
                 found[want] = r

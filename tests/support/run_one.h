@@ -23,7 +23,7 @@ static inline void pl_test_run_one(pl_engine *e, const int32_t *ids, size_t n_id
     size_t n = 0;
     cr_assert_eq(pl_engine_run(e, &out, &n), PL_OK, "%s", pl_last_error());
     cr_assert_eq(n, 1);
-    cr_assert_eq(out[0].n_output_ids, max_tokens);
+    cr_assert_eq(out[0].n_output_ids, (size_t)max_tokens);
     pl_completions_free(out, n);
 }
 

@@ -449,6 +449,13 @@ def main():
         print(f"usage: {sys.argv[0]} PAGELLM CASE ({', '.join(CASES)})")
         return 2
     PAGELLM = sys.argv[1]
+    # Re-run under /usr/bin/python3 now if need be, before any server starts: an exec in the
+    # middle of a case would leave its server running with no one to stop it. A module still
+    # missing fails the cases that need it, by name.
+    try:
+        need_modules("prometheus_client", "zmq", "msgpack", "cbor2")
+    except Failure:
+        pass
     try:
         CASES[sys.argv[2]]()
     except Skip as e:

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "pagellm.h"
+#include "order_schema.h"
 
 static double now(void) {
     struct timespec t;
@@ -21,17 +22,6 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static const char *k_schema =
-    "{\"type\":\"object\",\"properties\":{"
-    "\"id\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99999},"
-    "\"user\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":16},"
-    "\"email\":{\"type\":\"string\",\"format\":\"email\"},\"age\":{\"type\":\"integer\"}},"
-    "\"required\":[\"name\",\"age\"]},"
-    "\"items\":{\"type\":\"array\",\"maxItems\":4,\"items\":{\"type\":\"object\",\"properties\":"
-    "{\"sku\":{\"type\":\"string\",\"maxLength\":8},\"qty\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":99},\"price\":{\"type\":\"number\"}},\"required\":[\"sku\",\"qty\"]}},"
-    "\"status\":{\"enum\":[\"new\",\"paid\",\"shipped\"]},\"note\":{\"type\":\"string\","
-    "\"maxLength\":24}},\"required\":[\"id\",\"user\",\"items\",\"status\"]}";
 
 typedef struct run {
     double sample_s, step_s, tokens, wall;

@@ -21,17 +21,8 @@
 #include "util/alloc.h"
 #include "util/timer.h"
 
-static const char *k_schema =
-    "{\"type\":\"object\",\"properties\":{"
-    "\"id\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99999},"
-    "\"user\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":16},"
-    "\"email\":{\"type\":\"string\",\"format\":\"email\"},\"age\":{\"type\":\"integer\"}},"
-    "\"required\":[\"name\",\"age\"]},"
-    "\"items\":{\"type\":\"array\",\"maxItems\":4,\"items\":{\"type\":\"object\",\"properties\":"
-    "{\"sku\":{\"type\":\"string\",\"maxLength\":8},\"qty\":{\"type\":\"integer\",\"minimum\":1,"
-    "\"maximum\":99},\"price\":{\"type\":\"number\"}},\"required\":[\"sku\",\"qty\"]}},"
-    "\"status\":{\"enum\":[\"new\",\"paid\",\"shipped\"]},\"note\":{\"type\":\"string\","
-    "\"maxLength\":24}},\"required\":[\"id\",\"user\",\"items\",\"status\"]}";
+#include "order_schema.h"
+
 
 static void die(const char *what) {
     fprintf(stderr, "bench_mask: %s: %s\n", what, pl_last_error());

@@ -514,7 +514,10 @@ typedef struct value {
     char *dumped;           /* STRING holding JSON: the value as text (malloc'd by jansson) */
 } value;
 
-static pl_status check_value(const pl_field_table *t, const pl_field *f, const value *v) {
+/* Checks v for f; a number is first made the value the field will hold, so the range holds
+ * for what is stored: a float rounds (1e-46 becomes 0) and -0 becomes 0 (JSON writes no -0,
+ * and the value must read back as it formats). */
+static pl_status check_value(const pl_field_table *t, const pl_field *f, value *v) {
     switch (f->kind) {
     case PL_FIELD_BIAS:
         for (size_t i = 0; i < v->n; i++)
@@ -530,9 +533,11 @@ static pl_status check_value(const pl_field_table *t, const pl_field *f, const v
         return PL_OK;
     case PL_FIELD_DOUBLE:
     case PL_FIELD_FLOAT:
-        if (!in_range(&f->range, v->d)) return pl_fields_fail_range(t, f, v->d);
         if (f->kind == PL_FIELD_FLOAT && fabs(v->d) > 3.4e38)
             return pl_fields_fail_range(t, f, v->d);
+        if (f->kind == PL_FIELD_FLOAT) v->d = (double)(float)v->d;
+        if (v->d == 0) v->d = 0.0;
+        if (!in_range(&f->range, v->d)) return pl_fields_fail_range(t, f, v->d);
         return PL_OK;
     default: return PL_OK;
     }

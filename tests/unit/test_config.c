@@ -307,6 +307,32 @@ Test(fields, defaults_round_trip_through_json) {
     PL_ASSERT_NO_LEAKS();
 }
 
+/* Found by fuzz_fields: a value was range-checked before it was stored, so 1e-46 passed
+ * top_p's (0, 1] and was stored as the float 0, which then read back as an error; and -0 was
+ * kept, formatted as -0 and read back as 0. What is stored is checked and reads back the same. */
+Test(fields, a_number_is_checked_as_it_is_stored_and_reads_back_the_same) {
+    pl_sampling_params sp;
+    pl_sampling_params_default(&sp);
+    cr_assert_eq(pl_sampling_params_set(&sp, "top_p", "1e-46"), PL_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(pl_last_error(), "top_p"), "%s", pl_last_error());
+    cr_assert_eq(pl_sampling_params_set_json(&sp, "top_p", "1e-46"), PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(sp.top_p, 1.0f);
+    size_t n;
+    const pl_field *f = pl_sampling_params_fields(&n);
+    const char *const zeros[] = {"temperature", "min_p", "presence_penalty"};
+    for (size_t z = 0; z < 3; z++) {
+        cr_assert_eq(pl_sampling_params_set(&sp, zeros[z], "-0"), PL_OK, "%s", pl_last_error());
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(f[i].name, zeros[z]) != 0) continue;
+            char json[64];
+            pl_field_to_json(&f[i], &sp, json, sizeof json);
+            cr_assert_str_eq(json, "0", "%s", zeros[z]);
+        }
+    }
+    pl_sampling_params_deinit(&sp);
+    PL_ASSERT_NO_LEAKS();
+}
+
 /* ---- setters ---------------------------------------------------------------------------- */
 
 Test(fields, json_values_of_every_kind) {

@@ -252,6 +252,74 @@ static int shown_len(const pl_gram_rule *r) {
     return hash ? (int)(hash - r->name) : (int)r->name_len;
 }
 
+/* Marks the rules that can match nothing, in time linear in the elements (a hostile grammar
+ * can chain thousands of rules each made nullable only by the next: repeated passes until
+ * nothing changes would be quadratic). Each alternative counts its rule references not yet
+ * known nullable (one with a terminal never becomes nullable); a rule found nullable
+ * decrements the alternatives that reference it, and an alternative reaching 0 makes its own
+ * rule nullable. */
+static pl_status find_nullable(const pl_gram_builder *b, bool *nullable) {
+    size_t n = b->n_rules, n_alts = 0, n_refs = 0;
+    for (size_t r = 0; r < n; r++)
+        for (size_t i = 0; i < b->rules[r].n; i++) {
+            n_alts += b->rules[r].e[i].type == PL_GE_END;
+            n_refs += b->rules[r].e[i].type == PL_GE_RULE;
+        }
+    uint32_t *left = pl_malloc((n_alts ? n_alts : 1) * sizeof *left);     /* per alternative */
+    uint32_t *owner = pl_malloc((n_alts ? n_alts : 1) * sizeof *owner);   /* its rule */
+    uint32_t *ref_at = pl_calloc(n + 1, sizeof *ref_at);                  /* per rule: */
+    uint32_t *ref_alt = pl_malloc((n_refs ? n_refs : 1) * sizeof *ref_alt); /* alts naming it */
+    uint32_t *queue = pl_malloc((n ? n : 1) * sizeof *queue);
+    pl_status st = PL_OK;
+    if (!left || !owner || !ref_at || !ref_alt || !queue) {
+        st = pl_fail(PL_ERR_OUT_OF_MEMORY, "grammar: nullable rules");
+        goto done;
+    }
+    for (size_t r = 0; r < n; r++)
+        for (size_t i = 0; i < b->rules[r].n; i++)
+            if (b->rules[r].e[i].type == PL_GE_RULE) ref_at[b->rules[r].e[i].value + 1]++;
+    for (size_t r = 0; r < n; r++) ref_at[r + 1] += ref_at[r];
+    size_t qn = 0, a = 0;
+    for (size_t r = 0; r < n; r++) {
+        uint32_t refs = 0;
+        bool terminal = false;
+        for (size_t i = 0; i < b->rules[r].n; i++) {
+            const pl_gram_elem *e = &b->rules[r].e[i];
+            if (e->type == PL_GE_RULE) {
+                ref_alt[ref_at[e->value]++] = (uint32_t)a;
+                refs++;
+            } else if (e->type != PL_GE_END) {
+                terminal = true;
+            } else {
+                owner[a] = (uint32_t)r;
+                left[a] = terminal ? UINT32_MAX : refs;
+                if (left[a] == 0 && !nullable[r]) nullable[queue[qn++] = (uint32_t)r] = true;
+                a++;
+                refs = 0;
+                terminal = false;
+            }
+        }
+    }
+    /* the fill moved each ref_at to the next rule's start: shift back */
+    for (size_t r = n; r > 0; r--) ref_at[r] = ref_at[r - 1];
+    ref_at[0] = 0;
+    for (size_t q = 0; q < qn; q++) {
+        uint32_t s = queue[q];
+        for (uint32_t k = ref_at[s]; k < ref_at[s + 1]; k++) {
+            uint32_t alt = ref_alt[k];
+            if (left[alt] == UINT32_MAX || --left[alt] != 0) continue;
+            if (!nullable[owner[alt]]) nullable[queue[qn++] = owner[alt]] = true;
+        }
+    }
+done:
+    pl_free(left);
+    pl_free(owner);
+    pl_free(ref_at);
+    pl_free(ref_alt);
+    pl_free(queue);
+    return st;
+}
+
 static pl_status check_left_recursion(const pl_gram_builder *b) {
     size_t n = b->n_rules;
     bool *nullable = pl_calloc(n ? n : 1, sizeof *nullable);
@@ -263,26 +331,8 @@ static pl_status check_left_recursion(const pl_gram_builder *b) {
         st = pl_fail(PL_ERR_OUT_OF_MEMORY, "grammar: left recursion check");
         goto done;
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < n; r++) {
-            if (nullable[r]) continue;
-            const pl_gram_rule *R = &b->rules[r];
-            bool alt_ok = true;
-            for (size_t i = 0; i < R->n; i++) {
-                const pl_gram_elem *e = &R->e[i];
-                if (e->type == PL_GE_END) {
-                    if (alt_ok) {
-                        nullable[r] = changed = true;
-                        break;
-                    }
-                    alt_ok = true;
-                } else if (e->type != PL_GE_RULE || !nullable[e->value]) {
-                    alt_ok = false;
-                }
-            }
-        }
-    }
+    st = find_nullable(b, nullable);
+    if (st != PL_OK) goto done;
     /* edges "r may begin with s", as one list per rule */
     size_t n_edges = 0;
     for (size_t r = 0; r < n; r++) n_edges += b->rules[r].n;

@@ -479,12 +479,14 @@ static bool parse_bias(const char *s, pl_logit_bias **out, size_t *out_n) {
         size_t k = 0, m = 0;
         while (*p && *p != ':' && *p != ',' && k < sizeof id - 1) id[k++] = *p++;
         id[k] = '\0';
-        if (*p == ':') p++;
+        /* an id longer than the buffer is refused, never split into an id and a bias */
+        bool colon = *p == ':';
+        if (colon) p++;
         while (*p && *p != ',' && m < sizeof num - 1) num[m++] = *p++;
         num[m] = '\0';
         uint64_t tok;
         double bias;
-        if ((*p && *p != ',') || !parse_u64(id, &tok, NULL) || tok > INT32_MAX ||
+        if (!colon || (*p && *p != ',') || !parse_u64(id, &tok, NULL) || tok > INT32_MAX ||
             !parse_double(num, &bias)) {
             pl_free(b);
             return false;
@@ -520,12 +522,14 @@ typedef struct value {
 static pl_status check_value(const pl_field_table *t, const pl_field *f, value *v) {
     switch (f->kind) {
     case PL_FIELD_BIAS:
-        for (size_t i = 0; i < v->n; i++)
+        for (size_t i = 0; i < v->n; i++) {
+            if (v->bias[i].bias == 0) v->bias[i].bias = 0.0f;
             if (!(fabs((double)v->bias[i].bias) <= BIAS_MAX))
                 return pl_fail(PL_ERR_INVALID_ARGUMENT,
                                FIELD ": the bias of token %d is %g: must be in [-100, 100]",
                                t->prefix, f->name, (int)v->bias[i].token,
                                (double)v->bias[i].bias);
+        }
         return PL_OK;
     case PL_FIELD_INT:
         if (v->i < INT32_MIN || v->i > INT32_MAX || !in_range(&f->range, (double)v->i))

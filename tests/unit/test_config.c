@@ -329,6 +329,13 @@ Test(fields, a_number_is_checked_as_it_is_stored_and_reads_back_the_same) {
             cr_assert_str_eq(json, "0", "%s", zeros[z]);
         }
     }
+    /* a logit_bias id longer than the parser's buffer was split: 25 digits read as 7:12 */
+    cr_assert_eq(pl_sampling_params_set(&sp, "logit_bias", "0000000000000000000000712"),
+                 PL_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(sp.n_logit_bias, 0u);
+    cr_assert_eq(pl_sampling_params_set(&sp, "logit_bias", "7:-0"), PL_OK, "%s", pl_last_error());
+    cr_assert_eq(sp.n_logit_bias, 1u);
+    cr_assert(!signbit(sp.logit_bias[0].bias));
     pl_sampling_params_deinit(&sp);
     PL_ASSERT_NO_LEAKS();
 }

@@ -34,8 +34,12 @@ void pl_gram_builder_free(pl_gram_builder *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* Rehashes into a table at least twice the rules: generated rules (repetitions) count too,
+ * and hundreds of them can come between two lookups, so one doubling may not be enough (a
+ * full table would make the probe below loop forever). */
 static pl_status map_grow(pl_gram_builder *b) {
     size_t cap = b->map_cap ? b->map_cap * 2 : 256;
+    while (cap < (b->n_rules + 1) * 2) cap *= 2;
     uint32_t *m = pl_calloc(cap, sizeof *m);
     if (!m) return pl_fail(PL_ERR_OUT_OF_MEMORY, "grammar: rule names");
     for (size_t i = 0; i < b->n_rules; i++) {

@@ -124,6 +124,16 @@ Test(grammar, a_long_chain_of_nullable_rules_parses_in_one_pass) {
     free(text);
 }
 
+/* Found by fuzz_grammar (a hang): the 620 rules {5,622} generates came before the next rule
+ * name was looked up, and the name table grew by one doubling only, to 512 slots: full, its
+ * probe never ended. */
+Test(grammar, many_generated_rules_before_a_name) {
+    pl_gram *g = parse_ok("root ::= \"o\"{5,622} r\nr ::= \"x\"\n");
+    cr_assert(matches(g, "ooooox"));
+    cr_assert(!matches(g, "oooox"));
+    pl_gram_free(g);
+}
+
 Test(grammar, nested_repetitions_add_up) {
     /* (a{100}){100}: 10,000 a's from a few hundred elements, not 10,000 copies of 100 */
     pl_gram *g = parse_ok("root ::= ( \"a\"{100} ){100}\n");

@@ -29,10 +29,13 @@
  *
  * Soft-capping (Gemma 2): a tile's scores are capped, tanh(s / c) * c, before the softmax.
  *
- * With grouped-query heads the query vectors go through the kernels two at a time (two heads
- * of the group), so each K and V row loaded from cache serves both.
+ * Query vectors go through the kernels in groups (up to 4 with AVX-512: the heads of a row
+ * and, in a prefill chunk, the next rows; AVX2: two heads of a row), so each K and V row
+ * loaded serves all of them: a chunk's rows see different numbers of keys, and the keys
+ * beyond those all of a group see go through alone, so each row's bits are the same whatever
+ * the chunk or batch it comes in (attend_group).
  *
- * Scratch per thread (floats): O (M, head_dim), m (M), l (M), scores (2 x KEY_TILE), K and V
+ * Scratch per thread (floats): O (M, head_dim), m (M), l (M), scores (4 x KEY_TILE), K and V
  * row pointers (2 x KEY_TILE). No allocation once reserved.
  */
 #include <math.h>
@@ -56,6 +59,13 @@ typedef struct attn_fns {
     /* o[e] (hd) = o[e] * c[e] + sum_t p[e][t] * V(vp[t]), e < nq. */
     void (*pv)(float *const *o, const float *c, const float *const *p, int nq,
                const void *const *vp, int n, int hd);
+    int max_nq;    /* query vectors per call: up to 4 where the registers hold them */
+    /* Keys the scores kernel reduces together (4 for AVX-512): a key's score has the same bits
+     * in any call where it falls inside such a group, so vectors of different rows (different
+     * key counts) share calls up to their common multiple of it, the rest going alone. 0: a
+     * score's bits depend on nq (AVX2 takes keys 8 at a time alone, 4 in pairs), so only the
+     * heads of one row share calls, as a fixed grouping. */
+    int key_block;
 } attn_fns;
 
 /* The exported kernels of one ISA and dtype: 1 or 2 query vectors, constant in the body. */
@@ -74,6 +84,28 @@ typedef struct attn_fns {
             pv_##ISA(o, c, p, vp, n, hd, 2, DT);                                              \
         else                                                                                  \
             pv_##ISA(o, c, p, vp, n, hd, 1, DT);                                              \
+    }
+
+/* The same for 1 to 4 query vectors. */
+#define ATTN_WRAPPERS4(ISA, TARGET, T, DT)                                                    \
+    static TARGET void scores_##ISA##_##T(float *const *s, const float *const *q, int nq,     \
+                                          const void *const *kp, int n, int hd, float scale,  \
+                                          float *mx) {                                        \
+        switch (nq) {                                                                         \
+        case 4: scores_##ISA(s, q, kp, n, hd, scale, mx, 4, DT); break;                       \
+        case 3: scores_##ISA(s, q, kp, n, hd, scale, mx, 3, DT); break;                       \
+        case 2: scores_##ISA(s, q, kp, n, hd, scale, mx, 2, DT); break;                       \
+        default: scores_##ISA(s, q, kp, n, hd, scale, mx, 1, DT);                             \
+        }                                                                                     \
+    }                                                                                         \
+    static TARGET void pv_##ISA##_##T(float *const *o, const float *c, const float *const *p, \
+                                      int nq, const void *const *vp, int n, int hd) {         \
+        switch (nq) {                                                                         \
+        case 4: pv_##ISA(o, c, p, vp, n, hd, 4, DT); break;                                   \
+        case 3: pv_##ISA(o, c, p, vp, n, hd, 3, DT); break;                                   \
+        case 2: pv_##ISA(o, c, p, vp, n, hd, 2, DT); break;                                   \
+        default: pv_##ISA(o, c, p, vp, n, hd, 1, DT);                                         \
+        }                                                                                     \
     }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,8 +147,8 @@ static inline void pv_scalar(float *const *o, const float *c, const float *const
             for (int i = 0; i < hd; i++) o[e][i] += p[e][k] * load_kv(vp[k], t, i);
     }
 }
-ATTN_WRAPPERS(scalar, , f32, PL_DTYPE_F32)
-ATTN_WRAPPERS(scalar, , f16, PL_DTYPE_F16)
+ATTN_WRAPPERS4(scalar, , f32, PL_DTYPE_F32)
+ATTN_WRAPPERS4(scalar, , f16, PL_DTYPE_F16)
 
 #ifdef PL_CPU_X86
 /* The SIMD scores and pv prefetch the K (V) row PF_KEYS keys ahead of the one they read: one
@@ -133,7 +165,8 @@ PL_INLINE void prefetch_row(const void *row, size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// AVX-512 kernels: 4 keys at a time (q loaded once per 4 keys), NQ query vectors per K load
+// AVX-512 kernels: 4 keys at a time (q loaded once per 4 keys), NQ (up to 4) query vectors per
+// K or V load: 16 accumulators at most
 
 PL_INLINE PL_TARGET_AVX512 void scores_avx512(float *const *s, const float *const *q,
                                               const void *const *kp, int n, int hd,
@@ -143,13 +176,13 @@ PL_INLINE PL_TARGET_AVX512 void scores_avx512(float *const *s, const float *cons
     const int full = hd & ~15;
     const __m128 sc = _mm_set1_ps(scale);
     const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
-    __m128 mx4[2];
+    __m128 mx4[4];
     for (int e = 0; e < NQ; e++) mx4[e] = _mm_set1_ps(-INFINITY);
     int k = 0;
     for (; k + 4 <= n; k += 4) {
         if (k + PF_KEYS + 4 <= n)
             for (int r = 0; r < 4; r++) prefetch_row(kp[k + PF_KEYS + r], row_bytes);
-        __m512 a[2][4], kv[4];
+        __m512 a[4][4], kv[4];
         for (int e = 0; e < NQ; e++)
             for (int r = 0; r < 4; r++) a[e][r] = _mm512_setzero_ps();
         int i = 0;
@@ -178,7 +211,7 @@ PL_INLINE PL_TARGET_AVX512 void scores_avx512(float *const *s, const float *cons
         mx[e] = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
     }
     for (; k < n; k++) {
-        __m512 a[2];
+        __m512 a[4];
         for (int e = 0; e < NQ; e++) a[e] = _mm512_setzero_ps();
         int i = 0;
         for (; i < full; i += 16) {
@@ -215,7 +248,7 @@ PL_INLINE PL_TARGET_AVX512 void pv_avx512(float *const *o, const float *c,
     const size_t row_bytes = (size_t)hd * pl_dtype_size(t);
     int d = 0;
     for (; d + 64 <= hd; d += 64) {
-        __m512 a[2][4], v[4];
+        __m512 a[4][4], v[4];
         for (int e = 0; e < NQ; e++)
             for (int u = 0; u < 4; u++)
                 a[e][u] = _mm512_mul_ps(_mm512_loadu_ps(o[e] + d + 16 * u), _mm512_set1_ps(c[e]));
@@ -232,7 +265,7 @@ PL_INLINE PL_TARGET_AVX512 void pv_avx512(float *const *o, const float *c,
     }
     for (; d < hd; d += 16) {
         __mmask16 m = pl_avx512_mask(hd - d < 16 ? hd - d : 16);
-        __m512 a[2];
+        __m512 a[4];
         for (int e = 0; e < NQ; e++)
             a[e] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o[e] + d), _mm512_set1_ps(c[e]));
         for (int k = 0; k < n; k++) {
@@ -242,8 +275,8 @@ PL_INLINE PL_TARGET_AVX512 void pv_avx512(float *const *o, const float *c,
         for (int e = 0; e < NQ; e++) _mm512_mask_storeu_ps(o[e] + d, m, a[e]);
     }
 }
-ATTN_WRAPPERS(avx512, PL_TARGET_AVX512, f32, PL_DTYPE_F32)
-ATTN_WRAPPERS(avx512, PL_TARGET_AVX512, f16, PL_DTYPE_F16)
+ATTN_WRAPPERS4(avx512, PL_TARGET_AVX512, f32, PL_DTYPE_F32)
+ATTN_WRAPPERS4(avx512, PL_TARGET_AVX512, f16, PL_DTYPE_F16)
 
 // ---------------------------------------------------------------------------------------------
 // AVX2 kernels: the same with 8-wide vectors
@@ -399,14 +432,14 @@ static attn_fns select_fns(pl_cpu_isa isa, pl_dtype kv) {
 #ifdef PL_CPU_X86
     if (isa == PL_CPU_ISA_AVX512)
         return (attn_fns){f16 ? scores_avx512_f16 : scores_avx512_f32, exp_sum_avx512,
-                          f16 ? pv_avx512_f16 : pv_avx512_f32};
+                          f16 ? pv_avx512_f16 : pv_avx512_f32, 4, 4};
     if (isa == PL_CPU_ISA_AVX2)
         return (attn_fns){f16 ? scores_avx2_f16 : scores_avx2_f32, exp_sum_avx2,
-                          f16 ? pv_avx2_f16 : pv_avx2_f32};
+                          f16 ? pv_avx2_f16 : pv_avx2_f32, 2, 0};
 #endif
     (void)isa;
     return (attn_fns){f16 ? scores_scalar_f16 : scores_scalar_f32, exp_sum_scalar,
-                      f16 ? pv_scalar_f16 : pv_scalar_f32};
+                      f16 ? pv_scalar_f16 : pv_scalar_f32, 4, 1};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -425,6 +458,52 @@ typedef struct attn_job {
     const int32_t *unit_start;  /* (n_seqs + 1): first unit of each sequence */
     size_t off_m, off_l, off_s, off_ptr; /* scratch layout, in floats from the thread's base */
 } attn_job;
+
+/* One group of query vectors over one tile's keys: vector e sees keys [0, n[e]) of kp / vp
+ * (later rows of a chunk see more of them). Scores, the online softmax step and the V
+ * accumulation, each vector's bits those of a call of its own: the keys every vector sees go
+ * through the kernels together, each vector's further keys alone (attn_fns.key_block). */
+static void attend_group(const attn_job *J, float *const *Oq, float *const *Sq,
+                         const float *const *qv, int nq, const int *n, const void *const *kp,
+                         const void *const *vp, float *mrow, float *lrow) {
+    const pl_attn_batch *b = J->b;
+    int hd = b->head_dim, n_min = n[0], n_max = n[0];
+    for (int e = 1; e < nq; e++) {
+        n_min = n[e] < n_min ? n[e] : n_min;
+        n_max = n[e] > n_max ? n[e] : n_max;
+    }
+    int kb = J->f.key_block;
+    int shared = n_min == n_max ? n_min : kb > 0 ? n_min - n_min % kb : 0;
+    float mx[4], corr[4];
+    for (int e = 0; e < nq; e++) mx[e] = -INFINITY;
+    if (shared > 0) J->f.scores(Sq, qv, nq, kp, shared, hd, b->scale, mx);
+    for (int e = 0; e < nq; e++) {
+        if (n[e] == shared) continue;
+        float *se = Sq[e] + shared, m1;
+        J->f.scores(&se, &qv[e], 1, kp + shared, n[e] - shared, hd, b->scale, &m1);
+        mx[e] = m1 > mx[e] ? m1 : mx[e];
+    }
+    if (b->softcap > 0.0f) /* monotonic: the capped max is the max of the capped */
+        for (int e = 0; e < nq; e++) {
+            float cap = b->softcap, inv = 1.0f / cap;
+            for (int t = 0; t < n[e]; t++) Sq[e][t] = tanhf(Sq[e][t] * inv) * cap;
+            mx[e] = tanhf(mx[e] * inv) * cap;
+        }
+    for (int e = 0; e < nq; e++) {
+        if (mrow[e] > mx[e]) mx[e] = mrow[e];
+        float sum = J->f.exp_sum(Sq[e], n[e], mx[e]);
+        corr[e] = mrow[e] == -INFINITY ? 0.0f : expf(mrow[e] - mx[e]);
+        lrow[e] = lrow[e] * corr[e] + sum;
+        mrow[e] = mx[e];
+    }
+    J->f.pv(Oq, corr, (const float *const *)Sq, nq, vp, n_min, hd);
+    for (int e = 0; e < nq; e++) {
+        if (n[e] == n_min) continue;
+        float one = 1.0f, *oe = Oq[e];
+        const float *pe = Sq[e] + n_min;
+        J->f.pv(&oe, &one, &pe, 1, vp + n_min, n[e] - n_min, hd);
+    }
+}
 
 static void attn_unit(void *arg, int u, int thread) {
     const attn_job *J = arg;
@@ -445,7 +524,7 @@ static void attn_unit(void *arg, int u, int thread) {
     float *O = base;                  /* (M, hd) unnormalised outputs */
     float *mrow = base + J->off_m;    /* (M) running max */
     float *lrow = base + J->off_l;    /* (M) running sum of exp */
-    float *S = base + J->off_s;       /* (2, KEY_TILE) scores, then probabilities */
+    float *S = base + J->off_s;       /* (4, KEY_TILE) scores, then probabilities */
     const void **kp = (const void **)(void *)(base + J->off_ptr); /* (KEY_TILE) */
     const void **vp = kp + KEY_TILE;                                /* (KEY_TILE) */
     for (int i = 0; i < M * hd; i++) O[i] = 0.0f;
@@ -480,42 +559,36 @@ static void attn_unit(void *arg, int u, int thread) {
                 vp[t - t0] = vr + (size_t)i * row_bytes;
             }
         }
-        for (int j = j0; j < j1; j++) {
-            int pos = ctx - q_len + j;
-            int lim = (pos + 1 < t1 ? pos + 1 : t1) - t0; /* keys of this tile row j sees */
-            int skip = 0; /* ... from key skip on: t0 + skip = max(t0, row j's window start) */
-            if (window > 0) {
-                int lo = pl_attn_window_start(pos, window);
-                skip = lo > t0 ? lo - t0 : 0;
-            }
-            if (lim <= skip) continue;
-            int n_keys = lim - skip;
-            const void *const *kj = kp + skip, *const *vj = vp + skip;
-            for (int g = 0; g < G; g += 2) { /* two heads of the group per K/V pass */
-                int nq = G - g >= 2 ? 2 : 1, m0 = (j - j0) * G + g;
-                float *Sq[2] = {S, S + KEY_TILE}, *Oq[2], mx[2], corr[2];
-                const float *qv[2];
-                for (int e = 0; e < nq; e++) {
-                    qv[e] = J->q + ((size_t)(q0 + j) * b->n_heads + (size_t)kh * G + g + e) * hd;
-                    Oq[e] = O + (size_t)(m0 + e) * hd;
+        /* the unit's query vectors in order (row j0 first, then its heads): a group of up
+         * to max_nq with the same first key shares every K and V load */
+        for (int m = 0; m < M;) {
+            int nq = 0, skip = 0, n_keys[4];
+            const float *qv[4];
+            float *Oq[4], *Sq[4];
+            for (; nq < J->f.max_nq && m + nq < M; nq++) {
+                int v = m + nq, j = j0 + v / G, g = v % G;
+                int pos = ctx - q_len + j;
+                int lim = (pos + 1 < t1 ? pos + 1 : t1) - t0; /* keys of this tile row j sees */
+                int sk = 0; /* ... from key sk on: t0 + sk = max(t0, row j's window start) */
+                if (window > 0) {
+                    int lo = pl_attn_window_start(pos, window);
+                    sk = lo > t0 ? lo - t0 : 0;
                 }
-                J->f.scores(Sq, qv, nq, kj, n_keys, hd, b->scale, mx);
-                if (b->softcap > 0.0f) /* monotonic: the capped max is the max of the capped */
-                    for (int e = 0; e < nq; e++) {
-                        float cap = b->softcap, inv = 1.0f / cap;
-                        for (int t = 0; t < n_keys; t++) Sq[e][t] = tanhf(Sq[e][t] * inv) * cap;
-                        mx[e] = tanhf(mx[e] * inv) * cap;
-                    }
-                for (int e = 0; e < nq; e++) {
-                    int m = m0 + e;
-                    if (mrow[m] > mx[e]) mx[e] = mrow[m];
-                    float sum = J->f.exp_sum(Sq[e], n_keys, mx[e]);
-                    corr[e] = mrow[m] == -INFINITY ? 0.0f : expf(mrow[m] - mx[e]);
-                    lrow[m] = lrow[m] * corr[e] + sum;
-                    mrow[m] = mx[e];
-                }
-                J->f.pv(Oq, corr, (const float *const *)Sq, nq, vj, n_keys, hd);
+                if (nq > 0 && (sk != skip || (g == 0 && J->f.key_block == 0))) break;
+                if (lim <= sk) break; /* sees no key of this tile (only rows before the first
+                                       * that does, or at a window's edge) */
+                skip = sk;
+                n_keys[nq] = lim - sk;
+                qv[nq] = J->q + ((size_t)(q0 + j) * b->n_heads + (size_t)kh * G + g) * hd;
+                Oq[nq] = O + (size_t)v * hd;
+                Sq[nq] = S + (size_t)nq * KEY_TILE;
             }
+            if (nq == 0) { /* vector m sees nothing here */
+                m++;
+                continue;
+            }
+            attend_group(J, Oq, Sq, qv, nq, n_keys, kp + skip, vp + skip, mrow + m, lrow + m);
+            m += nq;
         }
     }
     for (int j = j0; j < j1; j++)
@@ -544,7 +617,7 @@ pl_status pl_cpu_attention(pl_backend *be, float *out, const float *q, const voi
     J.off_m = round16(M * (size_t)b->head_dim);
     J.off_l = J.off_m + round16(M);
     J.off_s = J.off_l + round16(M);
-    J.off_ptr = J.off_s + 2 * KEY_TILE;
+    J.off_ptr = J.off_s + 4 * KEY_TILE;
     size_t ptr_floats = 2 * KEY_TILE * sizeof(void *) / sizeof(float);
     PL_TRY(pl_cpu_reserve(c, J.off_ptr + ptr_floats, (size_t)b->n_seqs + 1));
 

@@ -208,6 +208,73 @@ Test(attention, f16_cache) {
 
 /* Sliding windows over the shapes (head sizes, GQA ratios 1/3/4/8, block sizes 1-32) and
  * scenarios of sweep(), decodes, prefills and chunks mixed. */
+/* A row's output has the same bits whatever chunk it comes in: the whole prompt at once, in
+ * chunks of 37 rows after the earlier ones' context, or one row at a time as decodes (the cpu
+ * kernels group a chunk's rows, which see different numbers of keys; prefix caching and
+ * chunked prefill rely on rows not depending on their neighbours). One sequence of 300
+ * positions, blocks in order, MHA and a group of 3. Without a window only: with one, a unit's
+ * key tiles start at its first row's window, so the online softmax's steps (and roundings)
+ * move with the chunk. */
+static void chunk_invariance(pl_dtype kvt) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, kvt);
+    pl_test_rng r;
+    pl_test_rng_seed(&r, 77 + (uint64_t)kvt);
+    enum { CTX = 300, BS = 16, HD = 64, NKV = 2 };
+    const int GROUPS[] = {1, 3}, CHUNKS[] = {CTX, 37, 1};
+    int n_blocks = cdiv(CTX, BS);
+    int32_t table[32];
+    int64_t slots[CTX];
+    for (int b = 0; b < n_blocks; b++) table[b] = b;
+    for (int t = 0; t < CTX; t++) slots[t] = t;
+    float *k = pl_kt_rand(&r, (size_t)CTX * NKV * HD, 1.0f);
+    float *v = pl_kt_rand(&r, (size_t)CTX * NKV * HD, 1.0f);
+    for (int gi = 0; gi < 2; gi++) {
+        int nh = NKV * GROUPS[gi];
+        size_t row = (size_t)nh * HD, nq = CTX * row;
+        float *q = pl_kt_rand(&r, nq, 2.0f), *want = malloc(nq * 4), *got = malloc(nq * 4);
+        for (int c = 0; c < e.n_cpu; c++) {
+            pl_backend *be = e.cpu[c];
+            size_t bytes = (size_t)n_blocks * NKV * BS * HD * pl_dtype_size(kvt);
+            void *kc, *vc;
+            cr_assert_eq(be->ops->alloc(be, bytes, &kc), PL_OK);
+            cr_assert_eq(be->ops->alloc(be, bytes, &vc), PL_OK);
+            cr_assert_eq(be->ops->kv_store(be, kc, vc, k, v, slots, CTX, NKV, HD, BS), PL_OK);
+            for (int ci = 0; ci < 3; ci++) {
+                float *out = ci == 0 ? want : got;
+                for (int j0 = 0; j0 < CTX; j0 += CHUNKS[ci]) {
+                    int len = CTX - j0 < CHUNKS[ci] ? CTX - j0 : CHUNKS[ci];
+                    int32_t qs[2] = {0, len}, cl[1] = {j0 + len};
+                    pl_attn_batch b = {.n_seqs = 1, .n_tokens = len, .query_start = qs,
+                                       .context_lens = cl, .block_tables = table,
+                                       .max_blocks_per_seq = n_blocks,
+                                       .max_query_len = len, .max_context_len = j0 + len,
+                                       .n_heads = nh, .n_kv_heads = NKV, .head_dim = HD,
+                                       .block_size = BS, .scale = 0.125f};
+                    cr_assert_eq(be->ops->attention(be, out + j0 * row, q + j0 * row, kc,
+                                                    vc, &b), PL_OK, "%s", pl_last_error());
+                }
+                if (ci == 0) continue;
+                for (int j = 0; j < CTX; j++)
+                    cr_assert(memcmp(want + j * row, got + j * row, row * 4) == 0,
+                              "%s %s group %d: row %d in chunks of %d differs from the "
+                              "whole prompt's", e.name[c], pl_dtype_name(kvt), GROUPS[gi],
+                              j, CHUNKS[ci]);
+            }
+            be->ops->free(be, kc);
+            be->ops->free(be, vc);
+        }
+        free(q), free(want), free(got);
+    }
+    free(k), free(v);
+    pl_kt_env_fini(&e);
+}
+
+Test(attention, a_rows_bits_do_not_depend_on_its_chunk) {
+    chunk_invariance(PL_DTYPE_F32);
+    chunk_invariance(PL_DTYPE_F16);
+}
+
 static void sweep_window(pl_dtype kvt) {
     pl_kt_env e;
     pl_kt_env_init(&e, kvt);

@@ -48,11 +48,27 @@ bool pl_cpu_qgemm_usable(const pl_cpu_ctx *c, pl_cpu_qgemm_kernel k) {
     }
 }
 
-pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c) {
+/* AMX only where it is not behind the 512-bit VNNI kernel: Q8_0 and Q4_0, whose blocks of 32
+ * match a tile's depth. The K-quants' sub-block scales cost AMX a store and rescale of every
+ * tile (Q6_K every 16 k): bench_kernels --only qgemm --threads 1, Sapphire Rapids class Xeon,
+ * GOPS VNNI512 / AMX at 64 and 512 rows over the four stories110m/TinyLlama shapes: Q8_0
+ * 328-349 / 337-370 and 380-426 / 362-433, Q4_0 321-356 / 327-355 and 383-428 / 364-425,
+ * Q4_K 347-377 / 312-343 and 392-435 / 321-365, Q5_K 299-329 / 272-313 and 374-409 /
+ * 302-358, Q6_K 271-291 / 225-250 and 324-351 / 245-280. */
+static bool amx_suits(const pl_cpu_qgemm_part *parts, int n_parts) {
+    for (int p = 0; p < n_parts; p++)
+        if (parts[p].wt != PL_WTYPE_Q8_0 && parts[p].wt != PL_WTYPE_Q4_0) return false;
+    return true;
+}
+
+pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c, const pl_cpu_qgemm_part *parts,
+                                      int n_parts) {
     if (c->qgemm_force != PL_QGEMM_AUTO && pl_cpu_qgemm_usable(c, c->qgemm_force))
         return c->qgemm_force;
-    for (int k = PL_QGEMM_COUNT - 1; k > PL_QGEMM_SCALAR; k--)
+    for (int k = PL_QGEMM_COUNT - 1; k > PL_QGEMM_SCALAR; k--) {
+        if (k == PL_QGEMM_AMX && !amx_suits(parts, n_parts)) continue;
         if (pl_cpu_qgemm_usable(c, (pl_cpu_qgemm_kernel)k)) return (pl_cpu_qgemm_kernel)k;
+    }
     return PL_QGEMM_SCALAR;
 }
 
@@ -170,7 +186,7 @@ pl_status pl_cpu_qgemm(pl_cpu_ctx *c, const pl_cpu_qact *a, const int32_t *rows,
         return pl_fail(PL_ERR_INVALID_ARGUMENT, "int8 GEMM: activations without block sums");
     if (n_rows <= 0) return PL_OK;
     qg_job J = {.c = c, .a = a, .rows = rows, .n_rows = n_rows, .K = a->K, .parts = parts,
-                .n_parts = n_parts, .k = pl_cpu_qgemm_pick(c)};
+                .n_parts = n_parts, .k = pl_cpu_qgemm_pick(c, parts, n_parts)};
     J.nr = pl_qg_nr(J.k);
     J.mr = pl_qg_mr(J.k);
     for (int p = 0; p < n_parts; p++) {

@@ -44,8 +44,10 @@ typedef struct pl_cpu_qgemm_part {
 
 /* Whether kernel k may run on this ctx (the CPU has it and the ctx's ISA flags allow it). */
 bool pl_cpu_qgemm_usable(const pl_cpu_ctx *c, pl_cpu_qgemm_kernel k);
-/* The kernel a call runs: qgemm_force when usable, else the best usable. */
-pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c);
+/* The kernel a call on these parts runs: qgemm_force when usable, else the fastest usable for
+ * their types (AMX for Q8_0 and Q4_0 only, the 512-bit VNNI kernel ahead of it otherwise). */
+pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c, const pl_cpu_qgemm_part *parts,
+                                      int n_parts);
 const char *pl_cpu_qgemm_kernel_name(pl_cpu_qgemm_kernel k);
 
 /* The int8 GEMM: row i of every part's out = activation row rows[i] of a (rows NULL: row i)

@@ -43,7 +43,8 @@ static void run(pl_backend *be, pl_cpu_qgemm_kernel k, float *out, const float *
     pl_cpu_ctx *c = be->ctx;
     c->mm_force = PL_CPU_MM_QGEMM;
     c->qgemm_force = k;
-    cr_assert_eq(pl_cpu_qgemm_pick(c), k);
+    pl_cpu_qgemm_part part = {.wt = t};
+    cr_assert_eq(pl_cpu_qgemm_pick(c, &part, 1), k);
     cr_assert_eq(be->ops->matmul(be, out, x, w, t, rows, d_in, d_out), PL_OK, "%s",
                  pl_last_error());
     c->mm_force = PL_CPU_MM_AUTO;
@@ -57,6 +58,27 @@ static bool usable_or_skip(pl_backend *be, pl_cpu_qgemm_kernel k) {
                               pl_cpu_qgemm_kernel_name(k));
     said[k] = true;
     return false;
+}
+
+/* Left to choose, a call takes AMX for Q8_0 and Q4_0 only (and only when every part is one of
+ * them), the 512-bit VNNI kernel for the K-quants, where it is the faster (qgemm.c). */
+Test(qgemm, auto_pick_follows_the_types) {
+    pl_kt_env e;
+    pl_kt_env_init(&e, PL_DTYPE_F32);
+    pl_cpu_ctx *c = widest(&e)->ctx;
+    pl_cpu_qgemm_part q8 = {.wt = PL_WTYPE_Q8_0}, mixed[2] = {{.wt = PL_WTYPE_Q4_0},
+                                                              {.wt = PL_WTYPE_Q6_K}};
+    bool amx = pl_cpu_qgemm_usable(c, PL_QGEMM_AMX), vnni = pl_cpu_qgemm_usable(c, PL_QGEMM_VNNI512);
+    if (amx && vnni) {
+        cr_assert_eq(pl_cpu_qgemm_pick(c, &q8, 1), PL_QGEMM_AMX);
+        cr_assert_eq(pl_cpu_qgemm_pick(c, mixed, 1), PL_QGEMM_AMX);
+        cr_assert_eq(pl_cpu_qgemm_pick(c, mixed, 2), PL_QGEMM_VNNI512);
+        cr_assert_eq(pl_cpu_qgemm_pick(c, &mixed[1], 1), PL_QGEMM_VNNI512);
+    } else {
+        cr_log_info("AMX or AVX-512 VNNI missing: only the non-AMX picks are checked");
+        cr_assert_neq(pl_cpu_qgemm_pick(c, &mixed[1], 1), PL_QGEMM_AMX);
+    }
+    pl_kt_env_fini(&e);
 }
 
 /* (d_in, d_out) per type family; rows. d_out 17 and 50 end inside every panel width (16, 32,

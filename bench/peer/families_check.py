@@ -76,8 +76,9 @@ class Model:
         self.tensors.append((self.name(t, bid), arr))
 
 
-def build(g, family, path):
-    """Writes family's random model to path; returns its context length."""
+def build(g, family, path, shape=None):
+    """Writes family's random model to path; returns its context length. shape: keys of cfg
+    (and window, orig_ctx) that replace the small test shape (bench/peer/family_shapes.py)."""
     T = g.MODEL_TENSOR
     cfg = dict(dim=48, heads=6, kv=2, hd=8, ffn=64, layers=2, vocab=300, ctx=256, eps=1e-5,
                theta=10000.0)
@@ -89,6 +90,7 @@ def build(g, family, path):
         cfg.update(heads=4, kv=2, hd=16, layers=3 if family == "gemma3" else 2, eps=1e-6)
     if family == "qwen3moe":
         cfg.update(heads=4, kv=2, hd=14)
+    cfg.update(shape or {})
     m = Model(g, arch, {"llama": 1, "mixtral": 2, "qwen2moe": 3, "qwen3moe": 4, "gemma2": 5,
                         "gemma3": 6, "phi3": 7}[family], cfg)
     w = g.GGUFWriter(path, g.MODEL_ARCH_NAMES[arch])
@@ -117,7 +119,7 @@ def build(g, family, path):
     if family == "qwen2moe":
         w.add_expert_shared_feed_forward_length(44)
     if family == "gemma2":
-        w.add_sliding_window(12)
+        w.add_sliding_window(cfg.get("window", 12))
         w.add_attn_logit_softcapping(4.0)
         w.add_final_logit_softcapping(6.0)
     if family == "gemma3":
@@ -126,8 +128,10 @@ def build(g, family, path):
         w.add_rope_scaling_type(g.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(2.0)
     if family == "phi3":
-        w.add_rope_scaling_orig_ctx_len(128)
-        w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(2.0) / np.log(128.0))))
+        orig = cfg.get("orig_ctx", 128)
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(cfg["ctx"] / orig) /
+                                                      np.log(orig))))
         w.add_sliding_window(0)
         m.add(T.ROPE_FACTORS_LONG, np.array([1 + 1.5 * j * j for j in range(hd // 2)], np.float32))
         m.add(T.ROPE_FACTORS_SHORT, np.array([1 + 0.25 * j for j in range(hd // 2)], np.float32))

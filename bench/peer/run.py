@@ -45,6 +45,8 @@ LOCK = "/tmp/pagellm-bench.lock"
 # TinyLlama shape is ~10x the work per token on 2 cores, so its counts are smaller
 COUNTS = {"stories110m": (128, 512, 128, 64), "tinyllama-1.1b": (32, 512, 128, 64),
           "mixtral-mini": (64, 128, 32, 32)}
+# the stories110M-sized family files of bench/peer/family_shapes.py
+COUNTS.update({f + "-110m": COUNTS["stories110m"] for f in ("llama", "gemma2", "phi3")})
 
 
 def sh(cmd, timeout=1800):

@@ -33,7 +33,8 @@ SHAPE = dict(dim=768, heads=12, kv=12, hd=64, ffn=2048, layers=12, vocab=32000, 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-src", required=True)
-    ap.add_argument("--pagellm", default=os.path.join(HERE, "..", "..", "build", "tools", "pagellm"))
+    ap.add_argument("--pagellm",
+                    default=os.path.join(HERE, "..", "..", "build", "tools", "pagellm"))
     ap.add_argument("--families", default="llama,gemma2,phi3")
     ap.add_argument("--types", default="q4_0")
     a = ap.parse_args()

@@ -483,12 +483,9 @@ static void attend_group(const attn_job *J, float *const *Oq, float *const *Sq,
         J->f.scores(&se, &qv[e], 1, kp + shared, n[e] - shared, hd, b->scale, &m1);
         mx[e] = m1 > mx[e] ? m1 : mx[e];
     }
-    if (b->softcap > 0.0f) /* monotonic: the capped max is the max of the capped */
-        for (int e = 0; e < nq; e++) {
-            float cap = b->softcap, inv = 1.0f / cap;
-            for (int t = 0; t < n[e]; t++) Sq[e][t] = tanhf(Sq[e][t] * inv) * cap;
-            mx[e] = tanhf(mx[e] * inv) * cap;
-        }
+    if (b->softcap > 0.0f)
+        for (int e = 0; e < nq; e++)
+            mx[e] = pl_cpu_softcap(J->c->isa, Sq[e], (size_t)n[e], 1.0f, b->softcap);
     for (int e = 0; e < nq; e++) {
         if (mrow[e] > mx[e]) mx[e] = mrow[e];
         float sum = J->f.exp_sum(Sq[e], n[e], mx[e]);

@@ -273,6 +273,10 @@ pl_status pl_cpu_moe_combine(pl_backend *be, float *out, const float *y, const f
 pl_status pl_cpu_gelu_mul(pl_backend *be, float *out, const float *gate, const float *up,
                           size_t n);
 pl_status pl_cpu_scale(pl_backend *be, float *x, size_t n, float scale, float cap);
+/* x (n) = tanh(scale * x / cap) * cap with the ISA's vectors (the soft-cap of Gemma's logits
+ * and attention scores); returns the largest result (-inf for n 0). Within a few ulp of
+ * tanhf's; exactly +-cap where it saturates. */
+float pl_cpu_softcap(pl_cpu_isa isa, float *x, size_t n, float scale, float cap);
 pl_status pl_cpu_copy_blocks(pl_backend *be, void *kv_cache, const pl_kv_layout *layout,
                              const int32_t *pairs, int n_pairs);
 

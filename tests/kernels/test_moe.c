@@ -228,6 +228,15 @@ Test(moe, gelu_mul_and_scale) {
         }
         free(g), free(u), free(want), free(got);
     }
+    /* the cpu's vector tanh: saturates to exactly +-cap, keeps 0, and tails of every length */
+    for (int b = 0; b < e.n_cpu; b++) {
+        float v[19];
+        for (int i = 0; i < 19; i++) v[i] = i % 3 == 0 ? 1e4f : i % 3 == 1 ? -1e30f : 0.0f;
+        cr_assert_eq(e.cpu[b]->ops->scale(e.cpu[b], v, 19, 1.0f, 5.0f), PL_OK);
+        for (int i = 0; i < 19; i++)
+            cr_assert_eq(v[i], i % 3 == 0 ? 5.0f : i % 3 == 1 ? -5.0f : 0.0f, "%s: element %d: %g",
+                         e.name[b], i, (double)v[i]);
+    }
     float x = 1.0f;
     cr_assert_eq(e.ref->ops->scale(e.ref, &x, 1, 1.0f, -1.0f), PL_ERR_INVALID_ARGUMENT);
     cr_assert_eq(e.cpu[0]->ops->scale(e.cpu[0], &x, 1, NAN, 0.0f), PL_ERR_INVALID_ARGUMENT);

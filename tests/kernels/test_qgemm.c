@@ -68,7 +68,8 @@ Test(qgemm, auto_pick_follows_the_types) {
     pl_cpu_ctx *c = widest(&e)->ctx;
     pl_cpu_qgemm_part q8 = {.wt = PL_WTYPE_Q8_0}, mixed[2] = {{.wt = PL_WTYPE_Q4_0},
                                                               {.wt = PL_WTYPE_Q6_K}};
-    bool amx = pl_cpu_qgemm_usable(c, PL_QGEMM_AMX), vnni = pl_cpu_qgemm_usable(c, PL_QGEMM_VNNI512);
+    bool amx = pl_cpu_qgemm_usable(c, PL_QGEMM_AMX);
+    bool vnni = pl_cpu_qgemm_usable(c, PL_QGEMM_VNNI512);
     if (amx && vnni) {
         cr_assert_eq(pl_cpu_qgemm_pick(c, &q8, 1), PL_QGEMM_AMX);
         cr_assert_eq(pl_cpu_qgemm_pick(c, mixed, 1), PL_QGEMM_AMX);

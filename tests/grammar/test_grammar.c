@@ -104,6 +104,7 @@ Test(grammar, gbnf_errors_name_the_place) {
  * chain also carries a left recursion only seen once all of it is known to match nothing. */
 static char *nullable_chain(int links, int big, bool recursive) {
     char *s = malloc((size_t)links * 32 + (size_t)big * 16 + 128);
+    cr_assert_not_null(s);
     size_t n = (size_t)sprintf(s, "root ::= a0 %s \"x\" | big\nbig ::= ", recursive ? "root" : "");
     for (int i = 0; i < big; i++) n += (size_t)sprintf(s + n, "\"a\"{10000} ");
     n += (size_t)sprintf(s + n, "\n");

@@ -114,7 +114,7 @@ def json_prefix_ok(text):
         v = json.loads(t)
         return isinstance(v, dict) and "items" in v
     except ValueError:
-        return re.match(r'\{\s*("(i(t(e(m(s("\s*(:.*)?)?)?)?)?)?)?)?)?$', t, re.S) is not None
+        return re.match(r'\{\s*("(i(t(e(m(s("\s*(:.*)?)?)?)?)?)?)?)?$', t, re.S) is not None
 
 
 def run(srv, kind, args, constrained):

@@ -2,8 +2,8 @@
  * kernels/cpu/scale.c - x (n) = scale * x, soft-capped when cap > 0 (tanh(x / cap) * cap):
  * Gemma's embedding scale (n_tokens x dim) and final logit soft-cap (sampled rows x vocab),
  * and the soft-cap of attention scores (attention.c). Plain loops on the calling thread; the
- * cap's tanh in vectors: as tanhf, one per logit cost ~0.2 ms per 32000-token row, and the
- * attention scores of a 512-token prefill took longer than the attention itself.
+ * cap's tanh in vectors: with tanhf per score and logit, a stories110M-sized Gemma 2 Q4_0
+ * prefilled 512 tokens at 1592 tokens/s, with these 3089 (bench/peer/run.py, 2 threads).
  */
 #include <math.h>
 

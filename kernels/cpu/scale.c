@@ -10,6 +10,17 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 
+/* The soft-cap one element at a time (tanhf); returns the largest result. */
+static float softcap_scalar(float *x, size_t n, float scale, float cap) {
+    const float inv = 1.0f / cap;
+    float best = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = tanhf(scale * x[i] * inv) * cap;
+        best = x[i] > best ? x[i] : best;
+    }
+    return best;
+}
+
 #ifdef PL_CPU_X86
 /* tanh(y) as 1 - 2 / (exp(2y) + 1), and below |y| = 0.2, where that form loses the low bits
  * to cancellation, as its odd Taylor series to y^9 (next term < 2e-10 of y there). */
@@ -68,11 +79,8 @@ static PL_TARGET_AVX2 float softcap_avx2(float *x, size_t n, float scale, float 
     float out[8], best = -INFINITY;
     _mm256_storeu_ps(out, mx);
     for (int l = 0; l < 8; l++) best = out[l] > best ? out[l] : best;
-    for (; i < n; i++) {
-        x[i] = tanhf(scale * x[i] * (1.0f / cap)) * cap;
-        best = x[i] > best ? x[i] : best;
-    }
-    return best;
+    float tail = softcap_scalar(x + i, n - i, scale, cap);
+    return tail > best ? tail : best;
 }
 #endif
 
@@ -82,13 +90,7 @@ float pl_cpu_softcap(pl_cpu_isa isa, float *x, size_t n, float scale, float cap)
     if (isa == PL_CPU_ISA_AVX2) return softcap_avx2(x, n, scale, cap);
 #endif
     (void)isa;
-    const float inv = 1.0f / cap;
-    float best = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        x[i] = tanhf(scale * x[i] * inv) * cap;
-        best = x[i] > best ? x[i] : best;
-    }
-    return best;
+    return softcap_scalar(x, n, scale, cap);
 }
 
 pl_status pl_cpu_scale(pl_backend *be, float *x, size_t n, float scale, float cap) {

@@ -18,9 +18,6 @@
 #include "util/alloc.h"
 #include "util/dtype.h"
 
-/* Scratch of the AMX kernel per thread, after the panel. */
-#define AMX_SCRATCH 12288
-
 int pl_qg_nr(pl_cpu_qgemm_kernel k) {
     switch (k) {
     case PL_QGEMM_VNNI512: return 48;
@@ -48,16 +45,15 @@ bool pl_cpu_qgemm_usable(const pl_cpu_ctx *c, pl_cpu_qgemm_kernel k) {
     }
 }
 
-/* AMX only where it is not behind the 512-bit VNNI kernel: Q8_0 and Q4_0, whose blocks of 32
- * match a tile's depth. The K-quants' sub-block scales cost AMX a store and rescale of every
- * tile (Q6_K every 16 k): bench_kernels --only qgemm --threads 1, Sapphire Rapids class Xeon,
- * GOPS VNNI512 / AMX at 64 and 512 rows over the four stories110m/TinyLlama shapes: Q8_0
- * 328-349 / 337-370 and 380-426 / 362-433, Q4_0 321-356 / 327-355 and 383-428 / 364-425,
- * Q4_K 347-377 / 312-343 and 392-435 / 321-365, Q5_K 299-329 / 272-313 and 374-409 /
- * 302-358, Q6_K 271-291 / 225-250 and 324-351 / 245-280. */
+/* AMX only where it is not behind the 512-bit VNNI kernel: not for Q6_K, whose scales change
+ * every 16 k, so each tile product is half as deep and its scaling as costly.
+ * bench_kernels --only qgemm --threads 1 --rows 64,512, Sapphire Rapids class Xeon, GOPS
+ * VNNI512 / AMX over the four stories110m/TinyLlama shapes at 512 rows: Q8_0 327-411 /
+ * 416-454, Q4_0 323-400 / 400-455, Q4_K 344-410 / 360-433, Q5_K 346-407 / 357-424, Q6_K
+ * 299-348 / 248-299 (at 64 rows AMX leads the others by 2-18% and trails on Q6_K by 8-13%). */
 static bool amx_suits(const pl_cpu_qgemm_part *parts, int n_parts) {
     for (int p = 0; p < n_parts; p++)
-        if (parts[p].wt != PL_WTYPE_Q8_0 && parts[p].wt != PL_WTYPE_Q4_0) return false;
+        if (parts[p].wt == PL_WTYPE_Q6_K) return false;
     return true;
 }
 
@@ -82,8 +78,7 @@ typedef struct qg_job {
     int first_item[PL_MATMUL_MAX_PARTS + 1]; /* part p's panels: first_item[p] .. [p+1]-1 */
     pl_cpu_qgemm_kernel k;
     int nr, mr;
-    const int8_t *xq; /* AMX: the rows gathered, xq_stride apart, padded with zero rows */
-    size_t xq_stride;
+    pl_qg_amx_rows amx; /* AMX: the rows gathered */
     pl_ranges items;
 } qg_job;
 
@@ -92,18 +87,15 @@ static bool signed_panel(pl_cpu_qgemm_kernel k, pl_wtype t) {
     return k == PL_QGEMM_AMX || k == PL_QGEMM_SCALAR || (k == PL_QGEMM_AVX2 && t == PL_WTYPE_Q8_0);
 }
 
-static void run_kernel(const qg_job *J, const pl_qg_panel *P, const pl_qg_tile *T,
-                       void *scratch) {
+static void run_kernel(const qg_job *J, const pl_qg_panel *P, const pl_qg_tile *T) {
     switch (J->k) {
 #ifdef PL_CPU_X86
     case PL_QGEMM_AVX2: pl_qg_kernel_avx2(P, T); break;
     case PL_QGEMM_AVXVNNI: pl_qg_kernel_avxvnni(P, T); break;
     case PL_QGEMM_VNNI512: pl_qg_kernel_vnni512(P, T); break;
-    case PL_QGEMM_AMX: pl_qg_kernel_amx(P, T, J->xq_stride, scratch); break;
 #endif
     default: pl_qg_kernel_scalar(P, T); break;
     }
-    (void)scratch;
 }
 
 static void qg_item(const qg_job *J, int item, int thread) {
@@ -118,9 +110,13 @@ static void qg_item(const qg_job *J, int item, int thread) {
     pl_qg_panel P;
     pl_qg_pack(J->c->isa, (const uint8_t *)part->w + (size_t)n0 * row_bytes, (size_t)row_bytes,
                part->wt, n_valid, J->nr, J->K, signed_panel(J->k, part->wt), buf, &P);
-    void *scratch = buf + pl_qg_panel_bytes(J->nr, J->K);
 #ifdef PL_CPU_X86
-    if (J->k == PL_QGEMM_AMX) pl_qg_amx_config(P.kb);
+    if (J->k == PL_QGEMM_AMX) {
+        pl_qg_amx_config(P.kb);
+        pl_qg_amx_panel(&P, &J->amx, part->out + n0, part->ldo,
+                        buf + pl_qg_panel_bytes(J->nr, J->K));
+        return;
+    }
 #endif
     /* chunks of k outer: a chunk of the panel stays in L1 while every tile passes over it */
     for (int k0 = 0; k0 < J->K; k0 += PL_QG_KC)
@@ -132,13 +128,13 @@ static void qg_item(const qg_job *J, int item, int thread) {
         T.accumulate = k0 > 0;
         for (int m = 0; m < T.n_rows; m++) {
             int r = J->rows ? J->rows[m0 + m] : m0 + m;
-            T.q[m] = J->xq ? J->xq + (size_t)(m0 + m) * J->xq_stride : pl_cpu_qact_q(J->a, r);
+            T.q[m] = pl_cpu_qact_q(J->a, r);
             T.d[m] = pl_cpu_qact_d(J->a, r);
             T.ds[m] = pl_cpu_qact_ds(J->a, r);
             T.sn[m] = P.kb == 16 ? pl_cpu_qact_sn16(J->a, r) : pl_cpu_qact_sn32(J->a, r);
             T.out[m] = part->out + (size_t)(m0 + m) * part->ldo + n0;
         }
-        run_kernel(J, &P, &T, scratch);
+        run_kernel(J, &P, &T);
     }
 }
 
@@ -151,10 +147,12 @@ static void qg_task(void *arg, int r, int thread) {
 #endif
 }
 
-/* AMX: the call's rows copied to one block, padded to whole 32-row tiles with zero rows. */
+/* AMX: the call's rows copied to one block, padded to whole 32-row tiles with zero rows, then
+ * their scales (d, ds: K/32 floats a row). */
 static pl_status gather_rows(pl_cpu_ctx *c, qg_job *J) {
-    size_t stride = ((size_t)J->K + 63) & ~(size_t)63;
-    size_t n_pad = (size_t)(J->n_rows + J->mr - 1) / J->mr * J->mr, need = n_pad * stride;
+    const size_t stride = ((size_t)J->K + 63) & ~(size_t)63, nd = (size_t)J->K / 32;
+    const size_t n_pad = (size_t)(J->n_rows + J->mr - 1) / J->mr * J->mr;
+    const size_t scales = n_pad * stride, need = scales + 2 * (size_t)J->n_rows * nd * sizeof(float);
     if (need > c->qx_cap) {
         size_t cap = (need + 65535) & ~(size_t)65535;
         unsigned char *p = pl_calloc_aligned(cap, false);
@@ -165,15 +163,20 @@ static pl_status gather_rows(pl_cpu_ctx *c, qg_job *J) {
         c->qx = p;
         c->qx_cap = cap;
     }
+    float *d = (float *)(c->qx + scales), *ds = d + (size_t)J->n_rows * nd;
     for (size_t m = 0; m < n_pad; m++) {
         unsigned char *dst = c->qx + m * stride;
-        if (m < (size_t)J->n_rows)
-            memcpy(dst, pl_cpu_qact_q(J->a, J->rows ? J->rows[m] : (int)m), (size_t)J->K);
-        else
+        if (m >= (size_t)J->n_rows) {
             memset(dst, 0, (size_t)J->K);
+            continue;
+        }
+        int r = J->rows ? J->rows[m] : (int)m;
+        memcpy(dst, pl_cpu_qact_q(J->a, r), (size_t)J->K);
+        memcpy(d + m * nd, pl_cpu_qact_d(J->a, r), nd * sizeof(float));
+        memcpy(ds + m * nd, pl_cpu_qact_ds(J->a, r), nd * sizeof(float));
     }
-    J->xq = (const int8_t *)c->qx;
-    J->xq_stride = stride;
+    J->amx = (pl_qg_amx_rows){.n_rows = J->n_rows, .xq = (const int8_t *)c->qx,
+                              .xq_stride = stride, .d = d, .ds = ds};
     return PL_OK;
 }
 
@@ -196,7 +199,7 @@ pl_status pl_cpu_qgemm(pl_cpu_ctx *c, const pl_cpu_qact *a, const int32_t *rows,
         J.first_item[p + 1] = J.first_item[p] + (parts[p].d_out + J.nr - 1) / J.nr;
     }
     if (J.first_item[n_parts] == 0) return PL_OK;
-    size_t scratch = pl_qg_panel_bytes(J.nr, J.K) + AMX_SCRATCH;
+    size_t scratch = pl_qg_panel_bytes(J.nr, J.K) + PL_QG_AMX_SCRATCH;
     PL_TRY(pl_cpu_reserve(c, (scratch + sizeof(float) - 1) / sizeof(float), 0));
     if (J.k == PL_QGEMM_AMX) PL_TRY(gather_rows(c, &J));
     pl_ranges_init(&J.items, J.first_item[n_parts], c->n_threads);

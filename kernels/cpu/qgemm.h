@@ -45,7 +45,7 @@ typedef struct pl_cpu_qgemm_part {
 /* Whether kernel k may run on this ctx (the CPU has it and the ctx's ISA flags allow it). */
 bool pl_cpu_qgemm_usable(const pl_cpu_ctx *c, pl_cpu_qgemm_kernel k);
 /* The kernel a call on these parts runs: qgemm_force when usable, else the fastest usable for
- * their types (AMX for Q8_0 and Q4_0 only, the 512-bit VNNI kernel ahead of it otherwise). */
+ * their types (AMX unless a part is Q6_K, the 512-bit VNNI kernel ahead of it there). */
 pl_cpu_qgemm_kernel pl_cpu_qgemm_pick(const pl_cpu_ctx *c, const pl_cpu_qgemm_part *parts,
                                       int n_parts);
 const char *pl_cpu_qgemm_kernel_name(pl_cpu_qgemm_kernel k);
@@ -60,7 +60,7 @@ const char *pl_cpu_qgemm_kernel_name(pl_cpu_qgemm_kernel k);
 pl_status pl_cpu_qgemm(pl_cpu_ctx *c, const pl_cpu_qact *a, const int32_t *rows, int n_rows,
                        const pl_cpu_qgemm_part *parts, int n_parts);
 
-#define PL_QG_MR_MAX 32 /* rows of the largest tile (AMX: 2 x 16) */
+#define PL_QG_MR_MAX 4 /* rows of the vector kernels' tiles (AMX walks its own: pl_qg_amx_panel) */
 
 typedef struct pl_qg_panel {
     int nr;       /* columns: a multiple of the kernel's vector width */
@@ -107,11 +107,26 @@ void pl_qg_kernel_scalar(const pl_qg_panel *P, const pl_qg_tile *T);
 void pl_qg_kernel_avx2(const pl_qg_panel *P, const pl_qg_tile *T);
 void pl_qg_kernel_avxvnni(const pl_qg_panel *P, const pl_qg_tile *T);
 void pl_qg_kernel_vnni512(const pl_qg_panel *P, const pl_qg_tile *T);
-/* AMX: the tile's q rows are xq_stride bytes apart from T->q[0] (16-row A tiles read them
- * together, and rows up to the next multiple of 16 must be readable); scratch: 12 KiB,
- * 64-byte aligned. */
-void pl_qg_kernel_amx(const pl_qg_panel *P, const pl_qg_tile *T, size_t xq_stride,
-                      void *scratch);
+/* The AMX kernel's rows: the call's activation rows gathered by qgemm.c and padded with zero
+ * rows to whole 32-row tiles (int8 values xq_stride apart), and their scales d and ds (K/32
+ * floats a row, n_rows rows). */
+typedef struct pl_qg_amx_rows {
+    int n_rows;
+    const int8_t *xq;
+    size_t xq_stride;
+    const float *d, *ds;
+} pl_qg_amx_rows;
+/* AMX: out (row m at out + m * ldo, from the panel's first column) = every row of R times the
+ * panel, k in chunks of PL_QG_KC and the scales in qgemm.h's order as the other kernels (same
+ * bits); its own loop over the 32-row tiles, so one tile's last products are scaled while the
+ * next tile's are made. scratch: PL_QG_AMX_SCRATCH bytes, 64-byte aligned. */
+void pl_qg_amx_panel(const pl_qg_panel *P, const pl_qg_amx_rows *R, float *out, size_t ldo,
+                     void *scratch);
+/* Blocks per group of the AMX kernel's tile products (scaled a group at a time: a row's f32
+ * accumulators stay in a register through a group), and its scratch: the f32 accumulators
+ * and two groups of int32 C tiles. */
+#define PL_QG_AMX_G 4
+#define PL_QG_AMX_SCRATCH (4096 * (1 + 2 * PL_QG_AMX_G))
 /* Whether the CPU has AMX-INT8 and Linux lets this process use the tiles (asked once). */
 bool pl_qg_amx_available(void);
 /* Loads this thread's tile configuration for blocks of kb (32 or 16); kept until the next. */

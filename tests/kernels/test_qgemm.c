@@ -60,18 +60,19 @@ static bool usable_or_skip(pl_backend *be, pl_cpu_qgemm_kernel k) {
     return false;
 }
 
-/* Left to choose, a call takes AMX for Q8_0 and Q4_0 only (and only when every part is one of
- * them), the 512-bit VNNI kernel for the K-quants, where it is the faster (qgemm.c). */
+/* Left to choose, a call takes AMX unless one of its parts is Q6_K, where the 512-bit VNNI
+ * kernel is the faster (qgemm.c). */
 Test(qgemm, auto_pick_follows_the_types) {
     pl_kt_env e;
     pl_kt_env_init(&e, PL_DTYPE_F32);
     pl_cpu_ctx *c = widest(&e)->ctx;
-    pl_cpu_qgemm_part q8 = {.wt = PL_WTYPE_Q8_0}, mixed[2] = {{.wt = PL_WTYPE_Q4_0},
+    pl_cpu_qgemm_part q8 = {.wt = PL_WTYPE_Q8_0}, q4k = {.wt = PL_WTYPE_Q4_K}, mixed[2] = {{.wt = PL_WTYPE_Q4_0},
                                                               {.wt = PL_WTYPE_Q6_K}};
     bool amx = pl_cpu_qgemm_usable(c, PL_QGEMM_AMX);
     bool vnni = pl_cpu_qgemm_usable(c, PL_QGEMM_VNNI512);
     if (amx && vnni) {
         cr_assert_eq(pl_cpu_qgemm_pick(c, &q8, 1), PL_QGEMM_AMX);
+        cr_assert_eq(pl_cpu_qgemm_pick(c, &q4k, 1), PL_QGEMM_AMX);
         cr_assert_eq(pl_cpu_qgemm_pick(c, mixed, 1), PL_QGEMM_AMX);
         cr_assert_eq(pl_cpu_qgemm_pick(c, mixed, 2), PL_QGEMM_VNNI512);
         cr_assert_eq(pl_cpu_qgemm_pick(c, &mixed[1], 1), PL_QGEMM_VNNI512);

@@ -19,6 +19,11 @@ rule), the order swapped every repetition; the table gives medians:
             median TPOT)
   prefill   tokens/s of one P-token prompt: llama-bench -p P against `bench latency
             --input-len P --output-len 1` (P / the median TTFT)
+            Both latency runs pass --no-prefix-caching: their prompts are random, so the cache
+            never hits, and kept on it holds each iteration's blocks, so the next one writes
+            KV pages the process never touched. llama-bench writes into the context it cleared
+            at start; a first touch costs a VM whose host backs memory lazily (and takes back
+            what the guest frees) 0.5 GB/s: 15% of a 512-token prefill on such a machine.
   batched   total tokens/s of B sequences of BP prompt + BG output tokens: llama-batched-bench
             (-npp BP -ntg BG -npl B), best of flash attention off and on, against `pagellm bench
             throughput --num-prompts B --input-len BP --output-len BG --max-batch-size B`
@@ -89,7 +94,8 @@ def one_rep(a, peer, pagellm, model, shape, tmp, first_llama):
     dec_out, pre_out = os.path.join(tmp, "dec.json"), os.path.join(tmp, "pre.json")
     llama = [peer.bench, "-m", model, "-t", t, "-p", str(p), "-n", str(n), "-r", "3",
              "-o", "json"]
-    common = ["--model", model, "-t", t, "--batch-size", "1", "--no-progress"]
+    common = ["--model", model, "-t", t, "--batch-size", "1", "--no-progress",
+              "--no-prefix-caching"]
     dec = [pagellm, "bench", "latency"] + common + [
         "--input-len", "1", "--output-len", str(n), "--num-iters-warmup", "1", "--num-iters",
         "3", "--bandwidth", "--array-mib", "128", "--output-json", dec_out]

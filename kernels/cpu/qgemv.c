@@ -111,9 +111,11 @@ static PL_TARGET_AVX512 void quantize_block_avx512(const float *x, int8_t *q, fl
     }
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     __m512 vid = _mm512_set1_ps(id);
-    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, vid))));
-    _mm_storeu_si128((__m128i *)(q + 16),
-                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, vid))));
+    __m128i lo = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, vid)));
+    __m128i hi = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, vid)));
+    /* one store: block_sums_avx2 reads the block back as one 256-bit load, which two 128-bit
+     * stores could not forward to (a stall of every block) */
+    _mm256_storeu_si256((__m256i *)q, _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
     *d_out = d;
 }
 

@@ -152,7 +152,8 @@ static void qg_task(void *arg, int r, int thread) {
 static pl_status gather_rows(pl_cpu_ctx *c, qg_job *J) {
     const size_t stride = ((size_t)J->K + 63) & ~(size_t)63, nd = (size_t)J->K / 32;
     const size_t n_pad = (size_t)(J->n_rows + J->mr - 1) / J->mr * J->mr;
-    const size_t scales = n_pad * stride, need = scales + 2 * (size_t)J->n_rows * nd * sizeof(float);
+    const size_t q_bytes = n_pad * stride;
+    const size_t need = q_bytes + 2 * (size_t)J->n_rows * nd * sizeof(float);
     if (need > c->qx_cap) {
         size_t cap = (need + 65535) & ~(size_t)65535;
         unsigned char *p = pl_calloc_aligned(cap, false);
@@ -163,7 +164,7 @@ static pl_status gather_rows(pl_cpu_ctx *c, qg_job *J) {
         c->qx = p;
         c->qx_cap = cap;
     }
-    float *d = (float *)(c->qx + scales), *ds = d + (size_t)J->n_rows * nd;
+    float *d = (float *)(c->qx + q_bytes), *ds = d + (size_t)J->n_rows * nd;
     for (size_t m = 0; m < n_pad; m++) {
         unsigned char *dst = c->qx + m * stride;
         if (m >= (size_t)J->n_rows) {

@@ -108,9 +108,10 @@ typedef struct amx_group {
     bool first, last, accumulate;
 } amx_group;
 
-/* Group G's C tiles (at ci, a block's 4 tiles 1024 int32 apart) scaled into the accumulators
- * of rows 16 i .. 16 i + 15 and columns 16 nh .. 16 nh + 15, each row's in a register through
- * the group, the blocks in order. */
+/* Group G's C tiles (block j's four at ci + 1024 j, as products stores them) scaled into the
+ * accumulators of rows 16 i .. 16 i + 15 and columns 16 nh .. 16 nh + 15, each row's in a
+ * register through the group, the blocks in order; nb is G->nb (a constant where it is
+ * PL_QG_AMX_G). */
 PL_INLINE PL_TARGET_AMX void scale_tile(const pl_qg_panel *P, const pl_qg_amx_rows *R,
                                         const amx_group *G, const int nb, const int32_t *ci,
                                         float *facc, float *out, size_t ldo, int i, int nh,

@@ -84,10 +84,11 @@ Test(qgemm, auto_pick_follows_the_types) {
 }
 
 /* (d_in, d_out) per type family; rows. d_out 17 and 50 end inside every panel width (16, 32,
- * 48), 100 spans several panels; rows 33 and 40 take a second AMX tile, partly filled. */
+ * 48), 100 spans several panels; rows 33 and 40 take a second AMX tile, partly filled, and 100
+ * four, through which the AMX kernel pipelines its groups. */
 static const int SHAPES32[][2] = {{64, 17}, {224, 50}, {512, 100}};
 static const int SHAPES256[][2] = {{256, 17}, {512, 50}, {768, 100}};
-static const int ROWS[] = {1, 2, 3, 4, 5, 16, 17, 33, 40};
+static const int ROWS[] = {1, 2, 3, 4, 5, 16, 17, 33, 40, 100};
 enum { N_ROWS = sizeof ROWS / sizeof ROWS[0] };
 
 static void check_kernels(pl_wtype t, uint64_t seed) {
